@@ -1,0 +1,60 @@
+// sdp-pmd configuration: the YAML file turned into validated core types.
+//
+// load_config() never throws and never half-succeeds: it returns either a
+// complete Config or one ConfigError naming the file, line and key.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/service.hpp"
+#include "pmclient/address.hpp"
+#include "pmclient/message.hpp"
+
+namespace pmd {
+
+enum class LogLevel : std::uint8_t { error = 3, warning = 4, notice = 5, info = 6, debug = 7 };
+
+struct Config {
+    // Listen endpoints. Default: 0.0.0.0:3935 and [::]:3935 (the IPv6 socket
+    // is IPV6_V6ONLY so both can be bound).
+    std::vector<pm::Endpoint> listen;
+    std::chrono::milliseconds ack_timeout{5000};  // PMAccept waits this long for PMAck
+    std::size_t max_transactions = 1'000'000;     // live un-acked transactions
+    pm::DenyApPort deny_ap_port = pm::DenyApPort::echo;
+    bool accept_iwpm_request = true;  // accept iwpmd's 64-byte PMReq
+    LogLevel log_level = LogLevel::info;
+    // At most this many log lines per cause per second; the rest are counted
+    // and summarised.
+    unsigned log_rate_limit = 10;
+    std::vector<Service> services;
+
+    static Config defaults();
+};
+
+struct ConfigError {
+    std::string file;
+    int line = 0;     // 1-based; 0 when not tied to a line
+    std::string key;  // dotted path, e.g. "services[1].sdp[0]"
+    std::string message;
+
+    // "FILE:LINE: KEY: MESSAGE"
+    std::string to_string() const;
+};
+
+using ConfigResult = std::variant<Config, ConfigError>;
+
+// Parses and validates a YAML file.
+ConfigResult load_config_file(const std::string& path);
+// Same, from text; `name` is used in error messages in place of a file name.
+ConfigResult load_config_string(const std::string& yaml, const std::string& name);
+
+// Parses "5s", "250ms", "2m", "1h", "1.5s". Returns nullopt on bad syntax,
+// negative values or overflow.
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+}  // namespace pmd

@@ -1,0 +1,125 @@
+// The sans-I/O Port Mapper Service Provider (sections 7.4 and 7.5.2).
+//
+// Fed with (datagram bytes, source endpoint, local address it arrived on,
+// now); answers with the outcome and, when one is due, the reply datagram to
+// send from that local address to that source. It never touches a socket, a
+// clock or a thread: the I/O shell owns those and tests use a fake clock.
+//
+// One Pmsp is one shard: it is not thread-safe and is owned by one worker.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/service.hpp"
+#include "pmclient/message.hpp"
+
+namespace pmd {
+
+using TimePoint = std::chrono::steady_clock::time_point;
+
+struct Limits {
+    std::chrono::milliseconds ack_timeout{5000};
+    std::size_t max_transactions = 1'000'000;
+    pm::DenyApPort deny_ap_port = pm::DenyApPort::echo;
+    bool accept_iwpm_request = true;
+};
+
+// What became of one datagram. Every value has a counter of the same name.
+enum class Outcome : std::uint8_t {
+    accepted,            // new transaction, PMAccept sent
+    accepted_duplicate,  // duplicate PMReq, PMAccept re-sent, timer reset
+    denied_no_service,   // PMDeny: no mapping for ApIPAddr:ApPort
+    denied_not_allowed,  // PMDeny: client outside the service's allow list
+    denied_no_address,   // PMDeny: service has no SDP address for this family
+    acked,               // PMAck matched: timer stopped, state released
+    ack_unknown,         // PMAck with no matching state: discarded (7.5.2)
+    drop_too_short,      // datagram shorter than 48 bytes
+    drop_too_long,       // longer than 48 bytes (and not iwpmd's 64-byte PMReq)
+    drop_bad_version,    // Ver != 0
+    drop_reserved_ipv,   // IPV not 4 or 6
+    drop_not_for_server, // PMAccept or PMDeny sent to the server
+    drop_iwpm_disabled,  // 64-byte PMReq while accept_iwpm_request is off
+    drop_bad_request,    // PMReq with CpPort 0 or an unspecified CpIPAddr
+    count_
+};
+inline constexpr std::size_t kOutcomeCount = static_cast<std::size_t>(Outcome::count_);
+std::string_view to_string(Outcome o);
+bool is_drop(Outcome o);
+
+struct Counters {
+    std::array<std::uint64_t, kOutcomeCount> outcome{};
+    std::uint64_t datagrams = 0;     // every datagram handed in
+    std::uint64_t requests = 0;      // PMReq decoded (new and duplicate)
+    std::uint64_t iwpm_requests = 0; // of which iwpmd 64-byte format
+    std::uint64_t superseded = 0;    // same 4-tuple, new AssocHandle: old state dropped
+    std::uint64_t timeouts = 0;      // PMAck timer expired, state released
+    std::uint64_t shed = 0;          // oldest un-acked transaction dropped at max_transactions
+    std::uint64_t released_on_deny = 0;  // duplicate PMReq turned into PMDeny: state released
+
+    std::uint64_t operator[](Outcome o) const { return outcome[static_cast<std::size_t>(o)]; }
+    Counters& operator+=(const Counters& o);
+};
+
+struct Result {
+    Outcome outcome;
+    std::optional<pm::Wire> reply;  // send to the source, from the local address
+};
+
+// A live transaction, for listings.
+struct TransactionView {
+    pm::Message request;  // the PMReq as last received
+    pm::Endpoint sdp;     // SDP Address handed out
+    std::string_view service;
+    TimePoint expires;
+};
+
+class Pmsp {
+public:
+    Pmsp(Limits limits, std::shared_ptr<const Registry> registry, std::uint64_t hash_seed = 0);
+    ~Pmsp();
+    Pmsp(const Pmsp&) = delete;
+    Pmsp& operator=(const Pmsp&) = delete;
+
+    Result on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoint& source,
+                       const pm::IpAddress& local, TimePoint now);
+    // Releases every transaction whose PMAck timer expired by `now`.
+    // Returns the number released.
+    std::size_t on_timer(TimePoint now);
+    // Earliest pending PMAck deadline, if any.
+    std::optional<TimePoint> next_deadline() const;
+
+    // New services (reload, registration). Live transactions keep their state;
+    // a duplicate PMReq is answered from the new snapshot (7.5.2: most recent
+    // state of the service).
+    void set_registry(std::shared_ptr<const Registry> registry);
+    // New limits (reload). A lower max_transactions sheds at once.
+    void set_limits(const Limits& limits);
+
+    std::size_t transactions() const;
+    const Counters& counters() const { return counters_; }
+    void reset_counters() { counters_ = {}; }
+    void for_each_transaction(const std::function<void(const TransactionView&)>& fn) const;
+
+private:
+    struct Table;
+    Result handle_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now);
+    Result handle_ack(const pm::Message& ack);
+    Result count(Outcome o, std::optional<pm::Wire> reply = std::nullopt);
+
+    Limits limits_;
+    std::shared_ptr<const Registry> registry_;
+    std::unique_ptr<Table> table_;
+    Counters counters_;
+};
+
+}  // namespace pmd

@@ -1,0 +1,65 @@
+// Service mappings (Conventional Address -> SDP Addresses) and the immutable
+// registry snapshot the PMSP core looks them up in.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pmclient/address.hpp"
+
+namespace pmd {
+
+enum class Policy : std::uint8_t {
+    first,        // always the first SDP address
+    round_robin,  // rotate through the SDP addresses, one step per new transaction
+    hash,         // pick by a hash of CpIPAddr, so a client keeps its address
+};
+
+std::string_view to_string(Policy p);
+
+struct Service {
+    std::string name;
+    // ApIPAddr clients ask for; nullopt is "*": any ApIPAddr with this port.
+    std::optional<pm::IpAddress> conventional_address;
+    std::uint16_t conventional_port = 0;
+    // SDP Addresses handed out. An unspecified address ("*:8080", stored as
+    // 0.0.0.0) means "the ApIPAddr the client asked for".
+    std::vector<pm::Endpoint> sdp;
+    Policy policy = Policy::first;
+    std::uint8_t pm_time = 0;  // PmTime byte sent in PMAccept (7.3.1.4)
+    // Client prefixes allowed; empty = any. Checked against both the datagram's
+    // source address and CpIPAddr (see docs/protocol-notes.md).
+    std::vector<pm::Prefix> allow;
+    bool dynamic = false;  // registered at run time rather than configured
+
+    // A copy-constructible description; the round-robin cursor lives in the
+    // Registry so that snapshots can share Service values freely.
+    bool operator==(const Service&) const = default;
+};
+
+// Immutable snapshot of all services. Lookups are lock-free; a reload or a
+// registration builds a new Registry and swaps the shared_ptr.
+class Registry {
+public:
+    Registry() = default;
+    explicit Registry(std::vector<Service> services);
+
+    // Exact (address, port) match first, then the "*" service for the port.
+    // ap must be in canonical form (IPv4-mapped IPv6 is NOT unmapped here).
+    const Service* find(const pm::IpAddress& ap, std::uint16_t port) const;
+    std::span<const Service> services() const { return services_; }
+    // Monotonic per-service cursor for round-robin; shared by all users of
+    // this snapshot (relaxed atomic, no lock).
+    std::uint64_t next_round_robin(const Service& s) const;
+
+private:
+    std::vector<Service> services_;
+    std::unique_ptr<std::atomic<std::uint64_t>[]> cursors_;
+};
+
+}  // namespace pmd
