@@ -36,20 +36,20 @@ struct Limits {
 
 // What became of one datagram. Every value has a counter of the same name.
 enum class Outcome : std::uint8_t {
-    accepted,            // new transaction, PMAccept sent
-    accepted_duplicate,  // duplicate PMReq, PMAccept re-sent, timer reset
-    denied_no_service,   // PMDeny: no mapping for ApIPAddr:ApPort
-    denied_not_allowed,  // PMDeny: client outside the service's allow list
-    denied_no_address,   // PMDeny: service has no SDP address for this family
-    acked,               // PMAck matched: timer stopped, state released
-    ack_unknown,         // PMAck with no matching state: discarded (7.5.2)
-    drop_too_short,      // datagram shorter than 48 bytes
-    drop_too_long,       // longer than 48 bytes (and not iwpmd's 64-byte PMReq)
-    drop_bad_version,    // Ver != 0
-    drop_reserved_ipv,   // IPV not 4 or 6
-    drop_not_for_server, // PMAccept or PMDeny sent to the server
-    drop_iwpm_disabled,  // 64-byte PMReq while accept_iwpm_request is off
-    drop_bad_request,    // PMReq with CpPort 0 or an unspecified CpIPAddr
+    accepted,             // new transaction, PMAccept sent
+    accepted_duplicate,   // duplicate PMReq, PMAccept re-sent, timer reset
+    denied_no_service,    // PMDeny: no mapping for ApIPAddr:ApPort
+    denied_not_allowed,   // PMDeny: client outside the service's allow list
+    denied_no_address,    // PMDeny: service has no SDP address for this family
+    acked,                // PMAck matched: timer stopped, state released
+    ack_unknown,          // PMAck with no matching state: discarded (7.5.2)
+    drop_too_short,       // datagram shorter than 48 bytes
+    drop_too_long,        // longer than 48 bytes (and not iwpmd's 64-byte PMReq)
+    drop_bad_version,     // Ver != 0
+    drop_reserved_ipv,    // IPV not 4 or 6
+    drop_not_for_server,  // PMAccept or PMDeny sent to the server
+    drop_iwpm_disabled,   // 64-byte PMReq while accept_iwpm_request is off
+    drop_bad_request,     // PMReq with CpPort 0 or an unspecified CpIPAddr
     count_
 };
 inline constexpr std::size_t kOutcomeCount = static_cast<std::size_t>(Outcome::count_);
@@ -58,12 +58,12 @@ bool is_drop(Outcome o);
 
 struct Counters {
     std::array<std::uint64_t, kOutcomeCount> outcome{};
-    std::uint64_t datagrams = 0;     // every datagram handed in
-    std::uint64_t requests = 0;      // PMReq decoded (new and duplicate)
-    std::uint64_t iwpm_requests = 0; // of which iwpmd 64-byte format
-    std::uint64_t superseded = 0;    // same 4-tuple, new AssocHandle: old state dropped
-    std::uint64_t timeouts = 0;      // PMAck timer expired, state released
-    std::uint64_t shed = 0;          // oldest un-acked transaction dropped at max_transactions
+    std::uint64_t datagrams = 0;         // every datagram handed in
+    std::uint64_t requests = 0;          // PMReq decoded (new and duplicate)
+    std::uint64_t iwpm_requests = 0;     // of which iwpmd 64-byte format
+    std::uint64_t superseded = 0;        // same 4-tuple, new AssocHandle: old state dropped
+    std::uint64_t timeouts = 0;          // PMAck timer expired, state released
+    std::uint64_t shed = 0;              // oldest un-acked transaction dropped at max_transactions
     std::uint64_t released_on_deny = 0;  // duplicate PMReq turned into PMDeny: state released
 
     std::uint64_t operator[](Outcome o) const { return outcome[static_cast<std::size_t>(o)]; }
@@ -84,7 +84,7 @@ struct TransactionView {
 };
 
 class Pmsp {
-public:
+  public:
     Pmsp(Limits limits, std::shared_ptr<const Registry> registry, std::uint64_t hash_seed = 0);
     ~Pmsp();
     Pmsp(const Pmsp&) = delete;
@@ -110,7 +110,7 @@ public:
     void reset_counters() { counters_ = {}; }
     void for_each_transaction(const std::function<void(const TransactionView&)>& fn) const;
 
-private:
+  private:
     struct Table;
     Result handle_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now);
     Result handle_ack(const pm::Message& ack);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pmclient/address.hpp"
@@ -45,7 +46,7 @@ struct Service {
 // Immutable snapshot of all services. Lookups are lock-free; a reload or a
 // registration builds a new Registry and swaps the shared_ptr.
 class Registry {
-public:
+  public:
     Registry() = default;
     explicit Registry(std::vector<Service> services);
 
@@ -57,9 +58,16 @@ public:
     // this snapshot (relaxed atomic, no lock).
     std::uint64_t next_round_robin(const Service& s) const;
 
-private:
+  private:
+    struct EndpointHash {
+        std::size_t operator()(const pm::Endpoint& e) const noexcept {
+            return std::hash<pm::IpAddress>{}(e.address) ^ (std::size_t{e.port} * 0x9E3779B1u);
+        }
+    };
     std::vector<Service> services_;
     std::unique_ptr<std::atomic<std::uint64_t>[]> cursors_;
+    std::unordered_map<pm::Endpoint, std::size_t, EndpointHash> exact_;
+    std::unordered_map<std::uint16_t, std::size_t> wildcard_;
 };
 
 }  // namespace pmd

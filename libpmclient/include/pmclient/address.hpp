@@ -19,7 +19,7 @@ enum class Family : std::uint8_t { v4 = 4, v6 = 6 };
 // An IPv4 or IPv6 address. For IPv4 only bytes[0..3] are meaningful; the
 // other 12 bytes are always zero, so two equal addresses compare equal.
 class IpAddress {
-public:
+  public:
     IpAddress() = default;
     static IpAddress v4(std::array<std::uint8_t, 4> b);
     static IpAddress v6(const std::array<std::uint8_t, 16>& b);
@@ -39,7 +39,7 @@ public:
     auto operator<=>(const IpAddress&) const = default;
     bool operator==(const IpAddress&) const = default;
 
-private:
+  private:
     Family family_ = Family::v4;
     std::array<std::uint8_t, 16> bytes_{};
 };

@@ -27,11 +27,11 @@ const std::vector<std::uint8_t> kReqV4 = {
 
 // PMAccept, IPv6: MT 1, IPV 6 -> byte 0 = 0b00'01'0110 = 0x16, PmTime 120.
 const std::vector<std::uint8_t> kAcceptV6 = {
-    0x16, 120,  0x00, 0x00,                                                  //
-    0x1f, 0x90, 0xff, 0xff,                                                  // 8080, 65535
-    0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99, 0x88,                          //
-    0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,           // 2001:db8::1
-    0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x12, 0x34,        // 2001:db8::1234
+    0x16, 120,  0x00, 0x00,                                                        //
+    0x1f, 0x90, 0xff, 0xff,                                                        // 8080, 65535
+    0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99, 0x88,                                //
+    0x20, 0x01, 0x0d, 0xb8, 0,    0,    0,    0,    0, 0, 0, 0, 0, 0, 0,    0x01,  // 2001:db8::1
+    0x20, 0x01, 0x0d, 0xb8, 0,    0,    0,    0,    0, 0, 0, 0, 0, 0, 0x12, 0x34,  // 2001:db8::1234
 };
 
 Message decoded(const std::vector<std::uint8_t>& bytes) {
@@ -95,8 +95,10 @@ TEST(Codec, ReservedFieldIsNeverChecked) {
 
 TEST(Codec, Ipv4IgnoresTrailing96BitsOnReceiptAndSendsZero) {
     auto bytes = kReqV4;
-    for (int i = 20; i < 32; ++i) bytes[i] = 0xaa;
-    for (int i = 36; i < 48; ++i) bytes[i] = 0x55;
+    for (int i = 20; i < 32; ++i)
+        bytes[i] = 0xaa;
+    for (int i = 36; i < 48; ++i)
+        bytes[i] = 0x55;
     Message m = decoded(bytes);
     EXPECT_EQ(m.cp_addr, *IpAddress::parse("10.1.2.3"));
     EXPECT_EQ(m.ap_addr, *IpAddress::parse("192.0.2.10"));

@@ -1,0 +1,420 @@
+#include "core/pmsp.hpp"
+
+#include <cstring>
+#include <limits>
+
+namespace pmd {
+namespace {
+
+constexpr std::uint32_t kNil = std::numeric_limits<std::uint32_t>::max();
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 29);
+}
+
+std::uint64_t mix_addr(std::uint64_t h, const pm::IpAddress& a) {
+    std::uint64_t lo = 0;
+    std::uint64_t hi = 0;
+    std::memcpy(&lo, a.bytes().data(), 8);
+    std::memcpy(&hi, a.bytes().data() + 8, 8);
+    return mix(mix(mix(h, lo), hi), static_cast<std::uint64_t>(a.family()));
+}
+
+// The 4-tuple of 7.5.2 (ApPort, CpPort, ApIPAddr, CpIPAddr); with the
+// AssocHandle stored in the entry it forms the duplicate-detection 5-tuple.
+struct Key4 {
+    pm::IpAddress ap;
+    pm::IpAddress cp;
+    std::uint16_t ap_port;
+    std::uint16_t cp_port;
+    bool operator==(const Key4&) const = default;
+};
+
+// The 3-tuple a PMAck is matched on (AssocHandle, CpPort, CpIPAddr): a PMAck
+// carries the mapped ApPort/ApIPAddr, not the requested ones.
+struct Key3 {
+    std::uint64_t assoc;
+    pm::IpAddress cp;
+    std::uint16_t cp_port;
+    bool operator==(const Key3&) const = default;
+};
+
+Key4 key4_of(const pm::Message& m) {
+    return {m.ap_addr, m.cp_addr, m.ap_port, m.cp_port};
+}
+Key3 key3_of(const pm::Message& m) {
+    return {m.assoc_handle, m.cp_addr, m.cp_port};
+}
+
+// Seeded hashes so that remote peers cannot aim collisions at one bucket.
+struct Hash4 {
+    std::uint64_t seed;
+    std::size_t operator()(const Key4& k) const noexcept {
+        auto h = mix_addr(mix_addr(seed, k.ap), k.cp);
+        return static_cast<std::size_t>(mix(h, std::uint64_t{k.ap_port} << 16 | k.cp_port));
+    }
+};
+struct Hash3 {
+    std::uint64_t seed;
+    std::size_t operator()(const Key3& k) const noexcept {
+        auto h = mix_addr(mix(seed, k.assoc), k.cp);
+        return static_cast<std::size_t>(mix(h, k.cp_port));
+    }
+};
+
+// Stable across restarts and shards (unseeded), so the `hash` policy keeps a
+// client on the same SDP address.
+std::uint64_t policy_hash(const pm::IpAddress& a) {
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (auto b : a.bytes()) {
+        h = (h ^ b) * 1099511628211ull;
+    }
+    return h;
+}
+
+}  // namespace
+
+std::string_view to_string(Outcome o) {
+    switch (o) {
+        case Outcome::accepted:
+            return "accepted";
+        case Outcome::accepted_duplicate:
+            return "accepted_duplicate";
+        case Outcome::denied_no_service:
+            return "denied_no_service";
+        case Outcome::denied_not_allowed:
+            return "denied_not_allowed";
+        case Outcome::denied_no_address:
+            return "denied_no_address";
+        case Outcome::acked:
+            return "acked";
+        case Outcome::ack_unknown:
+            return "ack_unknown";
+        case Outcome::drop_too_short:
+            return "drop_too_short";
+        case Outcome::drop_too_long:
+            return "drop_too_long";
+        case Outcome::drop_bad_version:
+            return "drop_bad_version";
+        case Outcome::drop_reserved_ipv:
+            return "drop_reserved_ipv";
+        case Outcome::drop_not_for_server:
+            return "drop_not_for_server";
+        case Outcome::drop_iwpm_disabled:
+            return "drop_iwpm_disabled";
+        case Outcome::drop_bad_request:
+            return "drop_bad_request";
+        case Outcome::count_:
+            break;
+    }
+    return "?";
+}
+
+bool is_drop(Outcome o) {
+    return o >= Outcome::drop_too_short && o < Outcome::count_;
+}
+
+Counters& Counters::operator+=(const Counters& o) {
+    for (std::size_t i = 0; i < kOutcomeCount; ++i) {
+        outcome[i] += o.outcome[i];
+    }
+    datagrams += o.datagrams;
+    requests += o.requests;
+    iwpm_requests += o.iwpm_requests;
+    superseded += o.superseded;
+    timeouts += o.timeouts;
+    shed += o.shed;
+    released_on_deny += o.released_on_deny;
+    return *this;
+}
+
+// Transaction table: a slab of entries threaded on one FIFO ordered by PMAck
+// deadline (every transaction of a shard has the same timeout, so appending
+// at the tail keeps it sorted and the oldest un-acked entry is the head),
+// and two indexes into the slab.
+struct Pmsp::Table {
+    struct Entry {
+        pm::Message request;
+        pm::Endpoint sdp;
+        TimePoint expires;
+        std::uint32_t prev = kNil;
+        std::uint32_t next = kNil;
+    };
+
+    explicit Table(std::uint64_t seed)
+        : by_tuple(0, Hash4{seed}), by_handle(0, Hash3{seed ^ 0x5bd1e995}) {}
+
+    std::vector<Entry> slab;
+    std::vector<std::uint32_t> free_slots;
+    std::uint32_t head = kNil;
+    std::uint32_t tail = kNil;
+    std::unordered_map<Key4, std::uint32_t, Hash4> by_tuple;
+    std::unordered_map<Key3, std::uint32_t, Hash3> by_handle;
+
+    std::size_t size() const { return by_tuple.size(); }
+
+    void unlink(std::uint32_t i) {
+        Entry& e = slab[i];
+        (e.prev == kNil ? head : slab[e.prev].next) = e.next;
+        (e.next == kNil ? tail : slab[e.next].prev) = e.prev;
+        e.prev = e.next = kNil;
+    }
+
+    void push_back(std::uint32_t i) {
+        Entry& e = slab[i];
+        e.prev = tail;
+        e.next = kNil;
+        (tail == kNil ? head : slab[tail].next) = i;
+        tail = i;
+    }
+
+    std::uint32_t insert(const pm::Message& req, const pm::Endpoint& sdp, TimePoint expires) {
+        std::uint32_t i;
+        if (!free_slots.empty()) {
+            i = free_slots.back();
+            free_slots.pop_back();
+        } else {
+            i = static_cast<std::uint32_t>(slab.size());
+            slab.emplace_back();
+        }
+        slab[i].request = req;
+        slab[i].sdp = sdp;
+        slab[i].expires = expires;
+        push_back(i);
+        by_tuple.emplace(key4_of(req), i);
+        by_handle.emplace(key3_of(req), i);
+        return i;
+    }
+
+    void release(std::uint32_t i) {
+        unlink(i);
+        by_tuple.erase(key4_of(slab[i].request));
+        by_handle.erase(key3_of(slab[i].request));
+        free_slots.push_back(i);
+    }
+
+    void touch(std::uint32_t i, TimePoint expires) {
+        slab[i].expires = expires;
+        unlink(i);
+        push_back(i);
+    }
+};
+
+Pmsp::Pmsp(Limits limits, std::shared_ptr<const Registry> registry, std::uint64_t hash_seed)
+    : limits_(limits),
+      registry_(registry ? std::move(registry) : std::make_shared<const Registry>()),
+      table_(std::make_unique<Table>(hash_seed)) {}
+
+Pmsp::~Pmsp() = default;
+
+Result Pmsp::count(Outcome o, std::optional<pm::Wire> reply) {
+    ++counters_.outcome[static_cast<std::size_t>(o)];
+    return Result{o, reply};
+}
+
+Result Pmsp::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoint& source,
+                         const pm::IpAddress& /*local*/, TimePoint now) {
+    ++counters_.datagrams;
+    auto decoded = pm::decode(bytes);
+    if (auto* err = std::get_if<pm::DecodeError>(&decoded)) {
+        switch (*err) {
+            case pm::DecodeError::too_short:
+                return count(Outcome::drop_too_short);
+            case pm::DecodeError::too_long:
+                return count(Outcome::drop_too_long);
+            case pm::DecodeError::bad_version:
+                return count(Outcome::drop_bad_version);
+            case pm::DecodeError::reserved_ipv:
+                return count(Outcome::drop_reserved_ipv);
+        }
+    }
+    const auto& msg = std::get<pm::Message>(decoded);
+    switch (msg.type) {
+        case pm::MessageType::request:
+            if (msg.iwpm_trailer && !limits_.accept_iwpm_request) {
+                return count(Outcome::drop_iwpm_disabled);
+            }
+            return handle_request(msg, source, now);
+        case pm::MessageType::ack:
+            return handle_ack(msg);
+        case pm::MessageType::accept:
+        case pm::MessageType::deny:
+            break;
+    }
+    return count(Outcome::drop_not_for_server);
+}
+
+namespace {
+
+// The SDP Addresses of `s` usable for `req`: same IP version as the request,
+// with a wildcard address standing for the ApIPAddr asked for.
+template <typename Fn>
+void for_each_candidate(const Service& s, const pm::Message& req, Fn&& fn) {
+    for (const auto& e : s.sdp) {
+        if (e.address.is_unspecified()) {
+            fn(pm::Endpoint{req.ap_addr, e.port});
+        } else if (e.address.family() == req.ipv) {
+            fn(e);
+        }
+    }
+}
+
+bool allowed(const Service& s, const pm::Message& req, const pm::Endpoint& source) {
+    if (s.allow.empty()) {
+        return true;
+    }
+    bool src_ok = false;
+    bool cp_ok = false;
+    for (const auto& p : s.allow) {
+        src_ok = src_ok || p.contains(source.address);
+        cp_ok = cp_ok || p.contains(req.cp_addr);
+    }
+    return src_ok && cp_ok;
+}
+
+}  // namespace
+
+Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now) {
+    ++counters_.requests;
+    if (req.iwpm_trailer) {
+        ++counters_.iwpm_requests;
+    }
+    if (req.cp_port == 0 || req.cp_addr.is_unspecified() || req.ap_addr.is_unspecified()) {
+        return count(Outcome::drop_bad_request);
+    }
+
+    // 7.5.2: a PMReq whose 5-tuple matches live state is a duplicate; the same
+    // 4-tuple with a new AssocHandle discards the prior state.
+    std::uint32_t existing = kNil;
+    if (auto it = table_->by_tuple.find(key4_of(req)); it != table_->by_tuple.end()) {
+        if (table_->slab[it->second].request.assoc_handle == req.assoc_handle) {
+            existing = it->second;
+        } else {
+            table_->release(it->second);
+            ++counters_.superseded;
+        }
+    }
+
+    // Decide from the most recent state of the service (7.5.2).
+    Outcome deny_reason = Outcome::denied_no_service;
+    std::optional<pm::Endpoint> chosen;
+    const Service* service = registry_->find(req.ap_addr, req.ap_port);
+    if (service && !allowed(*service, req, source)) {
+        deny_reason = Outcome::denied_not_allowed;
+    } else if (service) {
+        std::size_t n = 0;
+        bool keep = false;
+        for_each_candidate(*service, req, [&](const pm::Endpoint& e) {
+            ++n;
+            keep = keep || (existing != kNil && table_->slab[existing].sdp == e);
+        });
+        if (n == 0) {
+            deny_reason = Outcome::denied_no_address;
+        } else if (keep) {
+            // A retransmitted PMReq gets the address it was already given.
+            chosen = table_->slab[existing].sdp;
+        } else {
+            std::uint64_t pick = 0;
+            switch (service->policy) {
+                case Policy::first:
+                    break;
+                case Policy::round_robin:
+                    pick = registry_->next_round_robin(*service);
+                    break;
+                case Policy::hash:
+                    pick = policy_hash(req.cp_addr);
+                    break;
+            }
+            std::size_t target = pick % n;
+            std::size_t index = 0;
+            for_each_candidate(*service, req, [&](const pm::Endpoint& e) {
+                if (index++ == target) {
+                    chosen = e;
+                }
+            });
+        }
+    }
+
+    if (!chosen) {
+        if (existing != kNil) {
+            table_->release(existing);
+            ++counters_.released_on_deny;
+        }
+        return count(deny_reason, pm::encode(pm::make_deny(req, limits_.deny_ap_port)));
+    }
+
+    auto reply = pm::encode(pm::make_accept(req, *chosen, service->pm_time));
+    TimePoint expires = now + limits_.ack_timeout;
+    if (existing != kNil) {
+        table_->slab[existing].sdp = *chosen;
+        table_->touch(existing, expires);
+        return count(Outcome::accepted_duplicate, reply);
+    }
+    while (table_->size() >= limits_.max_transactions && table_->head != kNil) {
+        table_->release(table_->head);
+        ++counters_.shed;
+    }
+    table_->insert(req, *chosen, expires);
+    return count(Outcome::accepted, reply);
+}
+
+Result Pmsp::handle_ack(const pm::Message& ack) {
+    auto it = table_->by_handle.find(key3_of(ack));
+    if (it == table_->by_handle.end()) {
+        return count(Outcome::ack_unknown);
+    }
+    const auto& entry = table_->slab[it->second];
+    // The PMAck echoes the PMAccept (7.4): the mapped port and address must
+    // be the ones handed out, or this acknowledges some other exchange.
+    if (ack.ap_port != entry.sdp.port || ack.ap_addr != entry.sdp.address) {
+        return count(Outcome::ack_unknown);
+    }
+    table_->release(it->second);
+    return count(Outcome::acked);
+}
+
+std::size_t Pmsp::on_timer(TimePoint now) {
+    std::size_t released = 0;
+    while (table_->head != kNil && table_->slab[table_->head].expires <= now) {
+        table_->release(table_->head);
+        ++counters_.timeouts;
+        ++released;
+    }
+    return released;
+}
+
+std::optional<TimePoint> Pmsp::next_deadline() const {
+    if (table_->head == kNil) {
+        return std::nullopt;
+    }
+    return table_->slab[table_->head].expires;
+}
+
+void Pmsp::set_registry(std::shared_ptr<const Registry> registry) {
+    registry_ = registry ? std::move(registry) : std::make_shared<const Registry>();
+}
+
+void Pmsp::set_limits(const Limits& limits) {
+    limits_ = limits;
+    while (table_->size() > limits_.max_transactions && table_->head != kNil) {
+        table_->release(table_->head);
+        ++counters_.shed;
+    }
+}
+
+std::size_t Pmsp::transactions() const {
+    return table_->size();
+}
+
+void Pmsp::for_each_transaction(const std::function<void(const TransactionView&)>& fn) const {
+    for (std::uint32_t i = table_->head; i != kNil; i = table_->slab[i].next) {
+        const auto& e = table_->slab[i];
+        const Service* s = registry_->find(e.request.ap_addr, e.request.ap_port);
+        fn(TransactionView{e.request, e.sdp, s ? std::string_view(s->name) : "", e.expires});
+    }
+}
+
+}  // namespace pmd
