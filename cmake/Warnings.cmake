@@ -9,3 +9,8 @@ if(SDPPM_SANITIZE)
                       -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()
+option(SDPPM_LIBFUZZER "Build fuzz targets with libFuzzer (clang only)" OFF)
+if(SDPPM_LIBFUZZER)
+  # Coverage instrumentation for every library the fuzz targets link.
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
