@@ -1,6 +1,6 @@
 # Project-wide compiler flags: warnings everywhere, -Werror in CI, and the
 # sanitizer build of the `asan` preset.
-add_compile_options(-Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wpedantic)
+add_compile_options(-Wall -Wextra -Wshadow -Wpedantic $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor>)
 if(SDPPM_WERROR)
   add_compile_options(-Werror)
 endif()

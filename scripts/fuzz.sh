@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(fuzz_codec:pm fuzz_pmsp:pmsp)
+[[ ${#targets[@]} -eq 0 ]] && targets=(fuzz_codec:pm fuzz_pmsp:pmsp fuzz_config:config)
 
 scripts/deps.sh --test
 command -v clang++ >/dev/null || { apt-get install -y -qq clang >/dev/null; }

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -56,5 +58,9 @@ ConfigResult load_config_string(const std::string& yaml, const std::string& name
 // Parses "5s", "250ms", "2m", "1h", "1.5s". Returns nullopt on bad syntax,
 // negative values or overflow.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+// Service names: 1 to 64 characters from [A-Za-z0-9._-]. They appear in logs,
+// metrics and control-socket commands, so they need no quoting anywhere.
+bool is_valid_service_name(std::string_view name);
 
 }  // namespace pmd
