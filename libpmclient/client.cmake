@@ -1,0 +1,85 @@
+# libpmclient proper: the sans-I/O client core (static, for the library and
+# its unit tests), the shared library pmclient (C++ Resolver + C API), the
+# pm-resolve example, install rules, pkg-config and CMake package files.
+
+# --- sans-I/O core: transaction machine, PmTime cache, PMSP configuration ---
+add_library(pmclient_core STATIC
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/types.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/cache.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/machine.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/pmsp_config.cpp)
+target_include_directories(pmclient_core PUBLIC
+  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>)
+target_link_libraries(pmclient_core PUBLIC pmclient_wire PRIVATE yaml-cpp)
+set_target_properties(pmclient_core PROPERTIES
+  POSITION_INDEPENDENT_CODE ON
+  CXX_VISIBILITY_PRESET hidden
+  VISIBILITY_INLINES_HIDDEN ON)
+add_library(pmclient::core ALIAS pmclient_core)
+
+# --- the shared library -------------------------------------------------------
+add_library(pmclient SHARED
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/resolver.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/connect.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/c_api.cpp)
+target_include_directories(pmclient PUBLIC
+  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+target_compile_features(pmclient PUBLIC cxx_std_20)
+target_compile_definitions(pmclient PRIVATE PMCLIENT_VERSION="${PROJECT_VERSION}")
+target_link_libraries(pmclient
+  PUBLIC Boost::headers Threads::Threads
+  PRIVATE pmclient_core pmclient_wire)
+# The library's ABI version, independent of the project version: bump the
+# major (and SOVERSION) only on an incompatible change of the C ABI.
+set(PMCLIENT_ABI_VERSION 1.0.0)
+set_target_properties(pmclient PROPERTIES
+  VERSION ${PMCLIENT_ABI_VERSION}
+  SOVERSION 1
+  C_VISIBILITY_PRESET hidden
+  CXX_VISIBILITY_PRESET hidden
+  VISIBILITY_INLINES_HIDDEN ON
+  EXPORT_NAME pmclient)
+add_library(pmclient::pmclient ALIAS pmclient)
+
+# --- install: library, headers, CMake package, pkg-config ---------------------
+include(CMakePackageConfigHelpers)
+set(_pmclient_public_headers
+  address.hpp message.hpp pm_time.hpp types.hpp resolver.hpp connect.hpp pmclient.h export.h)
+list(TRANSFORM _pmclient_public_headers PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/include/pmclient/)
+install(FILES ${_pmclient_public_headers}
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/pmclient COMPONENT pmclient-dev)
+install(TARGETS pmclient EXPORT pmclientTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT pmclient NAMELINK_COMPONENT pmclient-dev)
+set(PMCLIENT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/pmclient)
+install(EXPORT pmclientTargets NAMESPACE pmclient:: DESTINATION ${PMCLIENT_CMAKE_DIR}
+  COMPONENT pmclient-dev)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/pmclientConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/pmclientConfig.cmake
+  INSTALL_DESTINATION ${PMCLIENT_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/pmclientConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/pmclientConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/pmclientConfigVersion.cmake
+  DESTINATION ${PMCLIENT_CMAKE_DIR} COMPONENT pmclient-dev)
+# pmclient.pc is relocatable: prefix is found relative to the .pc file.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(PMCLIENT_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+else()
+  file(RELATIVE_PATH _pc_rel "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+  string(REGEX REPLACE "/$" "" _pc_rel "${_pc_rel}")
+  set(PMCLIENT_PC_PREFIX "\${pcfiledir}/${_pc_rel}")
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/pmclient.pc.in
+  ${CMAKE_CURRENT_BINARY_DIR}/pmclient.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/pmclient.pc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT pmclient-dev)
+
+# --- example program and benchmark --------------------------------------------
+include(${PROJECT_SOURCE_DIR}/examples/pmclient.cmake)
+if(EXISTS ${PROJECT_SOURCE_DIR}/bench/pmclient/CMakeLists.txt)
+  find_package(benchmark QUIET)
+  if(benchmark_FOUND)
+    add_subdirectory(${PROJECT_SOURCE_DIR}/bench/pmclient ${CMAKE_BINARY_DIR}/bench/pmclient)
+  endif()
+endif()

@@ -1,0 +1,75 @@
+// The PmTime cache of PMAccept answers (section 7.3.1.4). Sans-I/O: the
+// caller passes `now`; nothing here reads a clock.
+//
+// Not installed: internal to libpmclient and its tests.
+//
+// Key: the Conventional Address (ApIPAddr, ApPort), the CpIPAddr the PMReq
+// carried and the PMSP asked. CpPort is not part of the key: every connection
+// uses a new local port, and reusing an answer across local ports is the point
+// of the cache. Entries live PmTime x 250 ms (1..127) or PmTime x 1 s
+// (128..254) from the receipt of the PMAccept; 255 stays until flushed or
+// evicted; 0 is never stored. The cache is bounded: when full the least
+// recently used entry is evicted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <unordered_map>
+
+#include "pmclient/types.hpp"
+
+namespace pmclient {
+
+struct CacheKey {
+    pm::Endpoint conventional;
+    pm::IpAddress cp_addr;
+    pm::Endpoint pmsp;
+    bool operator==(const CacheKey&) const = default;
+};
+
+struct CacheKeyHash {
+    std::size_t operator()(const CacheKey& k) const noexcept;
+};
+
+struct CacheEntry {
+    pm::Endpoint sdp;
+    std::uint8_t pm_time = 0;
+    TimePoint stored{};
+    std::optional<TimePoint> expires;  // nullopt: permanent (PmTime 255)
+};
+
+class Cache {
+  public:
+    explicit Cache(std::size_t capacity) : capacity_(capacity) {}
+
+    // The live entry for key, refreshed as most recently used; an expired
+    // entry is removed and nullopt returned.
+    std::optional<CacheEntry> lookup(const CacheKey& key, TimePoint now);
+    // Stores a PMAccept answer received at `now`. PmTime 0 stores nothing and
+    // removes any older entry for the key (the newest answer wins).
+    void store(const CacheKey& key, const pm::Endpoint& sdp, std::uint8_t pm_time, TimePoint now);
+    bool erase(const CacheKey& key);
+    // Erases every entry whose Conventional Address is `conventional`.
+    std::size_t erase_conventional(const pm::Endpoint& conventional);
+    void clear();
+
+    std::size_t size() const { return map_.size(); }
+    std::size_t capacity() const { return capacity_; }
+    std::uint64_t evictions() const { return evictions_; }
+    std::uint64_t expirations() const { return expirations_; }
+
+  private:
+    struct Node {
+        CacheKey key;
+        CacheEntry entry;
+    };
+    std::size_t capacity_;
+    std::list<Node> lru_;  // front = most recently used
+    std::unordered_map<CacheKey, std::list<Node>::iterator, CacheKeyHash> map_;
+    std::uint64_t evictions_ = 0;
+    std::uint64_t expirations_ = 0;
+};
+
+}  // namespace pmclient

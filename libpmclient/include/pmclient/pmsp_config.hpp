@@ -1,0 +1,43 @@
+// Which PMSP to ask (section 7.4 says "by default" the IANA port 3935 of the
+// PMSP; we default to the Accepting Peer itself, ApIPAddr:3935).
+//
+// Not installed: internal to libpmclient and its tests.
+//
+// Precedence, first match wins:
+//   1. RequestOptions::pmsp of the request, then of the ResolverOptions
+//   2. the environment variable SDP_PMSP ("1.2.3.4:3935", "[::1]:3935", or a
+//      bare address meaning port 3935)
+//   3. `pmsp:` in the YAML file named by SDP_PMCLIENT_CONFIG, else
+//      /etc/sdp/pmclient.yaml (a missing file is not an error)
+//   4. ApIPAddr:3935 (port from ResolverOptions::pmsp_port)
+// A set-but-invalid SDP_PMSP, or an unreadable/invalid file, is an error: the
+// client does not silently ask someone else.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "pmclient/address.hpp"
+
+namespace pmclient {
+
+inline constexpr const char* kDefaultConfigPath = "/etc/sdp/pmclient.yaml";
+
+// "a.b.c.d:port", "[v6]:port", or a bare address (port 3935). Port 0 and the
+// unspecified address are rejected.
+std::optional<pm::Endpoint> parse_pmsp(std::string_view text);
+
+struct PmspSetting {
+    std::optional<pm::Endpoint> endpoint;  // nullopt: ask ApIPAddr
+    std::string source;                    // "SDP_PMSP", the file path, or "default"
+};
+
+// Reads SDP_PMSP, then the YAML file. Returns the setting or an error message.
+std::variant<PmspSetting, std::string> load_pmsp_setting();
+
+// The YAML part alone (exposed for tests).
+std::variant<PmspSetting, std::string> load_pmsp_file(const std::string& path);
+
+}  // namespace pmclient

@@ -1,0 +1,153 @@
+// pmclient::Resolver: asks a Port Mapper Service Provider for the SDP Address
+// of a service (draft-pinkerton-iwarp-sdp section 7), on the caller's
+// boost::asio::io_context.
+//
+//   boost::asio::io_context io;
+//   pmclient::Resolver r(io);
+//   r.async_resolve({conventional, cp}, [](pmclient::Result res) { ... });
+//   std::future<pmclient::Result> f = r.async_resolve(req, boost::asio::use_future);
+//
+// Many concurrent resolutions share one UDP socket per address family,
+// demultiplexed by AssocHandle. Thread safety: every member function may be
+// called from any thread at any time; the state (protocol machine, cache,
+// sockets, timer) is guarded by one internal mutex, so the io_context may be
+// run by several threads. A completion handler is never invoked from inside
+// async_resolve: it is always posted to its associated executor (default:
+// the io_context's). Destroying the Resolver completes the pending
+// resolutions with Errc::cancelled (their handlers still run when the
+// io_context runs).
+#pragma once
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "pmclient/export.h"
+#include "pmclient/types.hpp"
+
+namespace pmclient {
+
+struct ResolverOptions {
+    // Defaults for every request without its own options. defaults.pmsp set
+    // here overrides SDP_PMSP and pmclient.yaml.
+    RequestOptions defaults;
+    std::uint16_t pmsp_port = pm::kDefaultPort;  // port of the default PMSP, ApIPAddr
+    std::size_t cache_capacity = 1024;           // entries; 0 disables the cache
+    bool strict_source = true;                   // replies must come from the PMSP endpoint asked
+    std::chrono::milliseconds completed_linger{10'000};  // late replies recognised this long
+    std::size_t completed_capacity = 4096;
+    std::size_t max_in_flight = 65536;
+    // Consult SDP_PMSP and the YAML file (SDP_PMCLIENT_CONFIG or
+    // /etc/sdp/pmclient.yaml) when defaults.pmsp is unset.
+    bool read_environment = true;
+};
+
+// Returns an empty string when valid.
+PMCLIENT_API std::string validate(const ResolverOptions& o);
+
+struct ResolveRequest {
+    pm::Endpoint conventional;  // ApIPAddr, ApPort: the Conventional Address
+    // CpIPAddr and CpPort: the local TCP endpoint that will connect. The port
+    // must not be 0. An unspecified address (0.0.0.0 / ::) is replaced by the
+    // source address the kernel routes towards ApIPAddr.
+    pm::Endpoint cp;
+    std::optional<RequestOptions> options;  // unset: ResolverOptions::defaults
+};
+
+class PMCLIENT_API Resolver {
+  public:
+    // Throws std::invalid_argument when the options are out of range or the
+    // PMSP configuration (SDP_PMSP, pmclient.yaml) is invalid.
+    explicit Resolver(boost::asio::io_context& io, ResolverOptions options = {});
+    ~Resolver();
+    Resolver(const Resolver&) = delete;
+    Resolver& operator=(const Resolver&) = delete;
+
+    // Completion signature: void(pmclient::Result). Never throws for bad
+    // input: the Result says ResultKind::error with Errc and a reason.
+    template <typename CompletionToken>
+    auto async_resolve(ResolveRequest request, CompletionToken&& token) {
+        return boost::asio::async_initiate<CompletionToken, void(Result)>(
+            [this](auto handler, ResolveRequest req) {
+                using H = std::decay_t<decltype(handler)>;
+                start(std::move(req), std::make_unique<HandlerImpl<H>>(std::move(handler), io_));
+            },
+            token, std::move(request));
+    }
+
+    // Drops every cached answer, or those of one Conventional Address.
+    void flush_cache();
+    std::size_t flush_cache(const pm::Endpoint& conventional);
+    std::size_t cache_size() const;
+    std::size_t in_flight() const;
+    Counters counters() const;
+    // The PMSP used when neither the request nor ResolverOptions names one;
+    // nullopt means ApIPAddr:pmsp_port. `source` says where it came from.
+    std::optional<pm::Endpoint> configured_pmsp(std::string* source = nullptr) const;
+
+    boost::asio::io_context& context() { return io_; }
+
+    // Type-erased completion handler (implementation detail).
+    class Handler {
+      public:
+        virtual ~Handler() = default;
+        virtual void complete(Result r) = 0;
+    };
+
+  private:
+    template <typename H>
+    class HandlerImpl final : public Handler {
+      public:
+        HandlerImpl(H h, boost::asio::io_context& io)
+            : handler_(std::move(h)),
+              work_(boost::asio::get_associated_executor(handler_, io.get_executor())) {}
+        void complete(Result r) override {
+            auto ex = work_.get_executor();
+            boost::asio::post(ex, [h = std::move(handler_), r = std::move(r)]() mutable {
+                std::move(h)(std::move(r));
+            });
+            work_.reset();
+        }
+
+      private:
+        H handler_;
+        boost::asio::executor_work_guard<
+            boost::asio::associated_executor_t<H, boost::asio::io_context::executor_type>>
+            work_;
+    };
+
+    void start(ResolveRequest req, std::unique_ptr<Handler> handler);
+
+    struct Impl;
+    boost::asio::io_context& io_;
+    std::shared_ptr<Impl> impl_;
+};
+
+// A Resolver with its own io_context and one I/O thread: resolve() blocks
+// the calling thread until the outcome is known (at most the deadline).
+// Concurrent resolve() calls from many threads share the one socket.
+class PMCLIENT_API BlockingResolver {
+  public:
+    explicit BlockingResolver(ResolverOptions options = {});
+    ~BlockingResolver();
+    BlockingResolver(const BlockingResolver&) = delete;
+    BlockingResolver& operator=(const BlockingResolver&) = delete;
+
+    Result resolve(const ResolveRequest& request);
+    Resolver& resolver();
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// One-shot convenience: a temporary BlockingResolver (no cache reuse).
+PMCLIENT_API Result resolve(const ResolveRequest& request, const ResolverOptions& options = {});
+
+}  // namespace pmclient

@@ -1,0 +1,104 @@
+// Value types shared by the PM client core (sans-I/O), the Asio resolver and
+// the C API: options, the outcome of one resolution and the counters.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "pmclient/address.hpp"
+#include "pmclient/export.h"
+#include "pmclient/message.hpp"
+#include "pmclient/pm_time.hpp"
+
+namespace pmclient {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+using Duration = Clock::duration;
+
+// Retransmission and caching knobs for one resolution (section 7.5.1).
+//
+// Schedule: the PMReq is sent at t0; when no reply came within the current
+// timeout the identical PMReq is sent again and the timeout is multiplied by
+// backoff_factor, at most max_retries times. The transaction ends with
+// ResultKind::timeout when a timeout expires after the last retransmission or
+// when `deadline` (measured from t0) passes, whichever is first. With the
+// defaults the PMReq leaves at 0, 250, 750 and 1750 ms and the resolution
+// gives up at 3000 ms (the deadline cuts the 4th retransmission, due at
+// 3750 ms).
+struct RequestOptions {
+    // PMSP to ask. Unset: the resolver's configured PMSP (options, SDP_PMSP,
+    // pmclient.yaml), else ApIPAddr:pmsp_port.
+    std::optional<pm::Endpoint> pmsp;
+    std::chrono::milliseconds initial_timeout{250};  // 1 ms .. 60 s
+    double backoff_factor = 2.0;                     // 1.0 .. 16.0
+    unsigned max_retries = 4;                        // 0 .. 32
+    std::chrono::milliseconds deadline{3000};        // 1 ms .. 10 min
+    bool use_cache = true;  // answer from, and store into, the PmTime cache
+};
+
+// Returns an empty string when the options are valid, else what is wrong.
+PMCLIENT_API std::string validate(const RequestOptions& o);
+
+enum class ResultKind : std::uint8_t { accepted, denied, timeout, error };
+PMCLIENT_API std::string_view to_string(ResultKind k);
+
+// Why a resolution ended with ResultKind::error.
+enum class Errc : std::uint8_t {
+    none,
+    invalid_argument,  // bad address, zero port, family mix, options out of range
+    config,            // SDP_PMSP or pmclient.yaml unusable
+    socket,            // the UDP socket could not be opened or used
+    busy,              // too many resolutions in flight
+    cancelled,         // resolver shut down or cancel()
+    internal,          // unexpected exception (a bug)
+};
+PMCLIENT_API std::string_view to_string(Errc e);
+
+struct Result {
+    ResultKind kind = ResultKind::error;
+    Errc error = Errc::none;
+    pm::Endpoint sdp;                  // accepted: ApIPAddr:ApPort of the PMAccept
+    std::uint8_t pm_time = 0;          // accepted: PmTime of the PMAccept
+    pm::CacheLifetime lifetime;        // accepted: pm_time decoded (7.3.1.4)
+    bool from_cache = false;           // answered from the cache, nothing sent
+    unsigned attempts = 0;             // PMReq transmissions (0 from cache)
+    std::chrono::microseconds rtt{0};  // last PMReq transmission -> reply
+    pm::Endpoint pmsp;                 // PMSP asked
+    std::uint64_t assoc_handle = 0;    // 0 for cache hits and early errors
+    std::string reason;                // human-readable detail
+
+    bool accepted() const { return kind == ResultKind::accepted; }
+};
+
+// What the client saw. Every dropped datagram is counted exactly once in one
+// of the drop_* counters.
+struct Counters {
+    std::uint64_t requests_started = 0;
+    std::uint64_t cache_hits = 0;
+    std::uint64_t cache_misses = 0;
+    std::uint64_t pmreq_sent = 0;  // including retransmissions
+    std::uint64_t retransmissions = 0;
+    std::uint64_t pmack_sent = 0;  // including re-acks
+    std::uint64_t reacks = 0;      // PMAck re-sent for a duplicate PMAccept
+    std::uint64_t accepted = 0;
+    std::uint64_t denied = 0;
+    std::uint64_t timeouts = 0;
+    std::uint64_t errors = 0;
+    std::uint64_t datagrams = 0;            // every datagram handed in
+    std::uint64_t drop_malformed = 0;       // codec rejected it
+    std::uint64_t drop_not_reply = 0;       // PMReq or PMAck sent to a client
+    std::uint64_t drop_unknown = 0;         // no transaction with that AssocHandle
+    std::uint64_t drop_tuple_mismatch = 0;  // AssocHandle known, CpPort/CpIPAddr/IPV differ
+    std::uint64_t drop_wrong_source = 0;    // not from the PMSP that was asked
+    std::uint64_t drop_duplicate = 0;       // a later reply to a finished transaction
+    std::uint64_t drop_invalid_accept = 0;  // PMAccept with ApPort 0 or unspecified ApIPAddr
+    std::uint64_t receive_errors = 0;       // socket receive errors (I/O layer)
+    std::uint64_t send_errors = 0;          // socket send errors (I/O layer)
+};
+
+}  // namespace pmclient
