@@ -1,0 +1,627 @@
+#include "sdp/engine/connection.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace sdp::engine {
+namespace w = sdp::wire;
+
+namespace {
+
+constexpr std::uint32_t kMaxBufferSize = 0x80000000u;  // 2^31 (6.2.1.5)
+constexpr std::uint64_t kMaxOobDistance = 65535;       // 9.5.3
+
+}  // namespace
+
+std::string_view to_string(State s) {
+    switch (s) {
+        case State::idle:
+            return "idle";
+        case State::connecting:
+            return "connecting";
+        case State::established:
+            return "established";
+        case State::closed:
+            return "closed";
+        case State::reset:
+            return "reset";
+        case State::failed:
+            return "failed";
+    }
+    return "?";
+}
+
+std::string_view to_string(Error e) {
+    switch (e) {
+        case Error::none:
+            return "none";
+        case Error::version_mismatch:
+            return "version_mismatch";
+        case Error::bad_hello:
+            return "bad_hello";
+        case Error::bad_hello_ack:
+            return "bad_hello_ack";
+        case Error::bad_message:
+            return "bad_message";
+        case Error::unexpected_message:
+            return "unexpected_message";
+        case Error::mseq_mismatch:
+            return "mseq_mismatch";
+        case Error::bad_mseq_ack:
+            return "bad_mseq_ack";
+        case Error::oversize:
+            return "oversize";
+        case Error::llp_lost:
+            return "llp_lost";
+        case Error::local_abort:
+            return "local_abort";
+        case Error::peer_abort:
+            return "peer_abort";
+    }
+    return "?";
+}
+
+Connection::Connection(Role role, const Config& cfg, QueuePair& qp)
+    : role_(role), cfg_(cfg), qp_(qp) {
+    // Section 10 constraints 2 and 4. We post at least 4 buffers, not 3: with
+    // 3, an idle pair leaves whichever side sent last with 2 credits, too few
+    // for payload (10.5), and nothing in the protocol lets it ask for more.
+    cfg_.recv_buf_count = std::max<std::uint16_t>(cfg_.recv_buf_count, 4);
+    cfg_.recv_buf_size = std::clamp<std::uint32_t>(
+        cfg_.recv_buf_size, static_cast<std::uint32_t>(w::kMinPrivateBufferSize), kMaxBufferSize);
+    cfg_.send_buf_size = std::clamp<std::uint32_t>(
+        cfg_.send_buf_size, static_cast<std::uint32_t>(w::kMinPrivateBufferSize), kMaxBufferSize);
+    cfg_.max_adverts = std::max<std::uint16_t>(cfg_.max_adverts, 1);
+    cfg_.ird = std::max<std::uint16_t>(cfg_.ird, 1);
+    cfg_.ord = std::max<std::uint16_t>(cfg_.ord, 1);
+    cfg_.major &= 0x0F;
+    cfg_.minor &= 0x0F;
+    ird_ = cfg_.ird;
+    ord_ = cfg_.ord;
+    minor_ = cfg_.minor;
+}
+
+// ---------------------------------------------------------------- setup ---
+
+std::vector<std::uint8_t> Connection::connect() {
+    if (role_ != Role::connecting || state_ != State::idle)
+        return {};
+    repost(cfg_.recv_buf_count);  // 8.1.1 step 1c
+    w::Message m;
+    m.bufs = static_cast<std::uint16_t>(local_bufs());
+    m.body = w::Hello{.major = cfg_.major,
+                      .minor = cfg_.minor,
+                      .max_adverts = cfg_.max_adverts,
+                      .des_rem_rcv_sz = cfg_.send_buf_size,
+                      .local_rcv_sz = cfg_.recv_buf_size,
+                      .loc_ird = ird_,
+                      .loc_ord = ord_};
+    last_adv_bufs_ = m.bufs;
+    consumed_at_last_send_ = consumed_;
+    state_ = State::connecting;
+    return w::encode(m);
+}
+
+Error Connection::accept(std::span<const std::uint8_t> hello) {
+    if (role_ != Role::accepting || state_ != State::idle)
+        return Error::unexpected_message;
+    auto r = w::decode(hello);
+    auto* m = std::get_if<w::Message>(&r);
+    const auto* h = m ? std::get_if<w::Hello>(&m->body) : nullptr;
+    if (!h) {
+        fail_setup(Error::bad_hello);
+        return error_;
+    }
+    // 8.1.1 step 3a (and 10.3 for Bufs, section 10 rule 4 for the size).
+    if (h->major != cfg_.major) {
+        fail_setup(Error::version_mismatch);
+        return error_;
+    }
+    if (h->max_adverts == 0 || h->loc_ird == 0 || h->loc_ord == 0 || m->bufs < 3 ||
+        h->local_rcv_sz < w::kMinPrivateBufferSize) {
+        fail_setup(Error::bad_hello);
+        return error_;
+    }
+    minor_ = std::min(cfg_.minor, h->minor);  // step 3b
+    ird_ = std::min(ird_, h->loc_ord);        // step 4d (MAY: we do)
+    ord_ = std::min(ord_, h->loc_ird);        // step 4e (MUST)
+    peer_max_adverts_ = h->max_adverts;
+    peer_recv_size_ = std::min(h->local_rcv_sz, kMaxBufferSize);
+    // The HelloAck travels as an iWARP Send and consumes one of the
+    // Connecting Peer's buffers, which its Hello could not yet account for.
+    peer_bufs_ = static_cast<std::uint32_t>(m->bufs) - 1;
+    peer_ack_ = 0;
+
+    repost(cfg_.recv_buf_count);  // step 4b
+    w::Message ack;
+    ack.bufs = static_cast<std::uint16_t>(local_bufs());
+    ack.body = w::HelloAck{.major = cfg_.major,
+                           .minor = cfg_.minor,
+                           .max_adverts = cfg_.max_adverts,
+                           .act_rcv_sz = cfg_.recv_buf_size,
+                           .loc_ird = ird_,
+                           .loc_ord = ord_};
+    qp_.post_send(w::encode(ack), true);  // step 5: Send with SE
+    ++stats_.messages_sent;
+    last_adv_bufs_ = ack.bufs;
+    consumed_at_last_send_ = consumed_;
+    established();
+    return Error::none;
+}
+
+void Connection::handle_hello_ack(std::span<const std::uint8_t> bytes) {
+    ++consumed_;  // the HelloAck used one of our posted buffers
+    ++stats_.messages_received;
+    auto r = w::decode(bytes);
+    auto* m = std::get_if<w::Message>(&r);
+    const auto* a = m ? std::get_if<w::HelloAck>(&m->body) : nullptr;
+    if (!a) {
+        fail_setup(Error::bad_hello_ack);
+        return;
+    }
+    // 8.1.1 step 7a.
+    if (a->major != cfg_.major) {
+        fail_setup(Error::version_mismatch);
+        return;
+    }
+    if (a->max_adverts == 0 || a->loc_ird == 0 || a->loc_ord == 0 || m->bufs < 3 ||
+        a->act_rcv_sz < w::kMinPrivateBufferSize) {
+        fail_setup(Error::bad_hello_ack);
+        return;
+    }
+    minor_ = std::min(cfg_.minor, a->minor);  // 7b
+    ird_ = std::min(ird_, a->loc_ord);        // 7c (MAY: we do)
+    ord_ = std::min(ord_, a->loc_ird);        // 7d (MUST)
+    peer_max_adverts_ = a->max_adverts;
+    peer_recv_size_ = std::min(a->act_rcv_sz, kMaxBufferSize);
+    peer_bufs_ = m->bufs;
+    peer_ack_ = 0;
+    established();
+    repost(1);  // the buffer the HelloAck used
+    pump();
+}
+
+void Connection::established() {
+    state_ = State::established;
+    armed_ = true;
+    next_mseq_ = 1;  // Hello/HelloAck carried 0 (6.1.5)
+    last_rx_mseq_ = 0;
+    pump();
+}
+
+void Connection::fail_setup(Error e) {
+    error_ = e;
+    state_ = State::failed;
+    drop_queues();
+    // The Connecting Peer terminates the attempt (8.1.1 step 7a); the
+    // Accepting Peer has sent nothing and lets the CM reject the request.
+    if (role_ == Role::connecting && !llp_closed_)
+        qp_.disconnect(false);
+}
+
+// ---------------------------------------------------------- receive path ---
+
+void Connection::on_recv(std::span<const std::uint8_t> bytes, bool /*solicited*/) {
+    if (llp_closed_)
+        return;
+    if (state_ == State::connecting) {
+        handle_hello_ack(bytes);
+        return;
+    }
+    if (abort_pending_) {
+        // Only credit information matters now: AbortConn waits for it.
+        ++consumed_;
+        auto h = w::decode_bsdh(bytes);
+        if (const auto* b = std::get_if<w::Bsdh>(&h)) {
+            peer_bufs_ = b->bufs;
+            peer_ack_ = b->mseq_ack;
+        }
+        pump();
+        return;
+    }
+    if (state_ != State::established) {
+        ++stats_.ignored;
+        return;
+    }
+    ++consumed_;
+    ++stats_.messages_received;
+    if (bytes.size() > cfg_.recv_buf_size) {
+        go_reset(Error::oversize);
+        return;
+    }
+    auto r = w::decode(bytes);
+    auto* m = std::get_if<w::Message>(&r);
+    if (!m) {
+        go_reset(Error::bad_message);
+        return;
+    }
+    if (m->mseq != static_cast<std::uint32_t>(last_rx_mseq_ + 1)) {  // 10.1
+        go_reset(Error::mseq_mismatch);
+        return;
+    }
+    const std::uint32_t in_flight = (next_mseq_ - 1) - m->mseq_ack;
+    if (in_flight > sent_after_setup_) {
+        go_reset(Error::bad_mseq_ack);
+        return;
+    }
+    last_rx_mseq_ = m->mseq;
+    peer_bufs_ = m->bufs;
+    peer_ack_ = m->mseq_ack;
+    handle(std::move(*m));
+    pump();
+}
+
+void Connection::handle(w::Message&& m) {
+    if (m.flags & w::flag::oob_pend)
+        ++oob_pending_;
+    const auto* data = std::get_if<w::Data>(&m.body);
+    if (!data || !data->payload.empty())
+        armed_ = true;  // not a gratuitous update
+    const bool ok = std::visit(
+        [&](auto& v) -> bool {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, w::Hello> || std::is_same_v<T, w::HelloAck>) {
+                return false;
+            } else if constexpr (std::is_same_v<T, w::Data>) {
+                if (!v.payload.empty() && disconn_received_)
+                    return false;
+                deliver(std::move(v.payload), m.flags);
+            } else if constexpr (std::is_same_v<T, w::SrcAvail>) {
+                if (disconn_received_)
+                    return false;
+                // No Read Zcopy yet: take the inline part, force Bcopy for
+                // the rest (9, 9.5.2.1).
+                deliver(std::move(v.payload), 0);
+                control_.emplace_back(w::SendSm{});
+            } else if constexpr (std::is_same_v<T, w::SinkAvail>) {
+                if (!v.payload.empty() && disconn_received_)
+                    return false;
+                // The advertisement is not used (Bcopy only, 9.5.2.2); any
+                // payload is data for this direction (9.4).
+                ++stats_.ignored;
+                deliver(std::move(v.payload), 0);
+            } else if constexpr (std::is_same_v<T, w::DisConn>) {
+                if (disconn_received_)
+                    return false;
+                disconn_received_ = true;
+                deliver({}, 0);
+                teardown_if_done();
+            } else if constexpr (std::is_same_v<T, w::AbortConn>) {
+                abort_received_ = true;
+                error_ = Error::peer_abort;
+                state_ = State::reset;
+                drop_queues();
+            } else if constexpr (std::is_same_v<T, w::ChRcvBuf>) {
+                // 10.6: unable to resize, answer with the current size.
+                deliver({}, 0);
+                control_.emplace_back(w::ChRcvBufAck{cfg_.recv_buf_size});
+            } else if constexpr (std::is_same_v<T, w::SinkAvailCancel>) {
+                deliver({}, 0);
+                control_.emplace_back(w::SinkCancelAck{});  // 9.5.5
+            } else {
+                // SendSm, RdmaWrCompl, RdmaRdCompl, ModeChange, SrcAvailCancel,
+                // SinkCancelAck, ChRcvBufAck, SuspComm, SuspCommAck: no Zcopy,
+                // resizing or duplication state to act on yet.
+                ++stats_.ignored;
+                deliver({}, 0);
+            }
+            return true;
+        },
+        m.body);
+    if (!ok)
+        go_reset(Error::unexpected_message);
+}
+
+void Connection::deliver(std::vector<std::uint8_t>&& payload, std::uint8_t flags) {
+    if ((flags & w::flag::oob_pres) && !payload.empty()) {
+        oob_byte_ = payload.back();  // 9.5.3: the last byte is the OOB byte
+        payload.pop_back();
+        if (oob_pending_ > 0)
+            --oob_pending_;
+    }
+    if (payload.empty()) {
+        repost(1);  // nothing to hold the private buffer for
+        return;
+    }
+    stats_.bytes_received += payload.size();
+    rx_bytes_ += payload.size();
+    rx_.push_back(Chunk{std::move(payload), 0});
+}
+
+void Connection::on_llp_closed() {
+    if (llp_closed_)
+        return;
+    llp_closed_ = true;
+    abort_pending_ = false;
+    switch (state_) {
+        case State::idle:
+        case State::connecting:
+            state_ = State::failed;  // 8.1.2
+            if (error_ == Error::none)
+                error_ = Error::llp_lost;
+            drop_queues();
+            break;
+        case State::established:
+            // 8.2.1 step 4 / 8.2.2: graceful only after a DisConn without AbortConn.
+            if (disconn_received_ && !abort_received_) {
+                state_ = State::closed;
+                tx_.clear();
+                tx_off_ = 0;
+            } else {
+                state_ = State::reset;
+                error_ = Error::llp_lost;
+                drop_queues();
+            }
+            break;
+        case State::closed:
+        case State::reset:
+        case State::failed:
+            break;
+    }
+}
+
+// ------------------------------------------------------------------ ULP ---
+
+std::size_t Connection::write_space() const {
+    const bool open = (state_ == State::connecting || state_ == State::established) &&
+                      !shutdown_requested_ && !disconn_sent_;
+    if (!open)
+        return 0;
+    const std::size_t q = send_queued();
+    return q >= cfg_.send_queue_limit ? 0 : cfg_.send_queue_limit - q;
+}
+
+std::size_t Connection::write(std::span<const std::uint8_t> bytes) {
+    const std::size_t n = std::min(bytes.size(), write_space());
+    if (n == 0)
+        return 0;
+    if (tx_off_ > 0 && tx_off_ >= tx_.size() / 2) {
+        tx_.erase(tx_.begin(), tx_.begin() + static_cast<std::ptrdiff_t>(tx_off_));
+        tx_off_ = 0;
+    }
+    tx_.insert(tx_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+    pump();
+    return n;
+}
+
+bool Connection::write_oob(std::uint8_t byte) {
+    const bool open = (state_ == State::connecting || state_ == State::established) &&
+                      !shutdown_requested_ && !disconn_sent_;
+    if (!open)
+        return false;
+    oob_marks_.push_back(tx_stream_pos_ + send_queued());
+    tx_.push_back(byte);
+    pump();
+    return true;
+}
+
+std::size_t Connection::read(std::span<std::uint8_t> out) {
+    std::size_t n = 0;
+    std::uint32_t freed = 0;
+    while (n < out.size() && !rx_.empty()) {
+        Chunk& c = rx_.front();
+        const std::size_t k = std::min(out.size() - n, c.bytes.size() - c.off);
+        std::memcpy(out.data() + n, c.bytes.data() + c.off, k);
+        n += k;
+        c.off += k;
+        if (c.off == c.bytes.size()) {
+            rx_.pop_front();
+            ++freed;
+        }
+    }
+    rx_bytes_ -= n;
+    if (freed > 0)
+        armed_ = true;
+    repost(freed);
+    pump();
+    return n;
+}
+
+std::optional<std::uint8_t> Connection::read_oob() {
+    auto b = oob_byte_;
+    oob_byte_.reset();
+    return b;
+}
+
+bool Connection::eof() const {
+    return disconn_received_ && rx_bytes_ == 0;
+}
+
+void Connection::shutdown_write() {
+    if (state_ != State::connecting && state_ != State::established)
+        return;
+    shutdown_requested_ = true;
+    pump();
+}
+
+void Connection::abort() {
+    if (state_ == State::closed || state_ == State::reset || state_ == State::failed)
+        return;
+    go_reset(Error::local_abort);
+}
+
+void Connection::go_reset(Error e) {
+    error_ = e;
+    const bool was_established = state_ == State::established;
+    state_ = was_established ? State::reset : State::failed;
+    drop_queues();
+    if (llp_closed_)
+        return;
+    if (was_established && disconn_sent_ && !abort_received_) {
+        // 8.2.2: AbortConn, then the normal LLP teardown.
+        abort_pending_ = true;
+        pump();
+    } else {
+        qp_.disconnect(false);  // no further SDP Messages
+    }
+}
+
+void Connection::drop_queues() {
+    tx_.clear();
+    tx_off_ = 0;
+    oob_marks_.clear();
+    oob_flagged_ = 0;
+    control_.clear();
+    rx_.clear();
+    rx_bytes_ = 0;
+}
+
+void Connection::teardown_if_done() {
+    // Whoever has both sent and received DisConn closes the LLP gracefully
+    // (8.2.1 Remote Peer step 4; both do on a simultaneous close).
+    if (disconn_sent_ && disconn_received_ && !llp_teardown_requested_ && !llp_closed_) {
+        llp_teardown_requested_ = true;
+        qp_.disconnect(true);
+    }
+}
+
+// --------------------------------------------------------------- credits ---
+
+std::uint32_t Connection::local_bufs() const {
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(posted_ - consumed_, 0xFFFF));
+}
+
+std::uint32_t Connection::send_credits() const {
+    const std::uint32_t in_flight = (next_mseq_ - 1) - peer_ack_;  // WrapSubtract (10.2)
+    const std::int64_t c = static_cast<std::int64_t>(peer_bufs_) - in_flight;
+    return c > 0 ? static_cast<std::uint32_t>(c) : 0;
+}
+
+std::uint32_t Connection::peer_credit_estimate() const {
+    const std::int64_t e = static_cast<std::int64_t>(last_adv_bufs_) -
+                           static_cast<std::int64_t>(consumed_ - consumed_at_last_send_);
+    return e > 0 ? static_cast<std::uint32_t>(e) : 0;
+}
+
+bool Connection::needs_credit_update() const {
+    const std::uint32_t cur = local_bufs();
+    const std::uint32_t est = peer_credit_estimate();
+    if (cur <= est)
+        return false;
+    const std::uint32_t gain = cur - est;
+    // Ping-pong guard: an update only because the peer's own gratuitous
+    // update consumed (and we reposted) one buffer is not sent.
+    if (!armed_ && gain < 2)
+        return false;
+    if (est <= 1)
+        return true;  // 10.5: MUST
+    if (est <= 2 && cur >= 3)
+        return true;  // the peer cannot send payload
+    const std::uint32_t batch = std::max<std::uint32_t>(2, cfg_.recv_buf_count / 2u);
+    return gain >= batch;
+}
+
+void Connection::repost(std::uint32_t n) {
+    if (n == 0 || llp_closed_)
+        return;
+    if (state_ == State::reset || state_ == State::failed || state_ == State::closed)
+        return;
+    posted_ += n;
+    qp_.post_recv(n);
+}
+
+// ------------------------------------------------------------ send path ---
+
+std::uint8_t Connection::take_pend_flag(bool carries_oob_byte) {
+    if (oob_flagged_ >= oob_marks_.size())
+        return 0;
+    const std::uint64_t mark = oob_marks_[oob_flagged_];
+    // The flag may go no later than the byte, and no more than 65535 bytes
+    // before it (9.5.3).
+    const bool is_carried = carries_oob_byte && oob_flagged_ == 0;
+    if (!is_carried && mark - tx_stream_pos_ + 1 > kMaxOobDistance)
+        return 0;
+    ++oob_flagged_;
+    return w::flag::oob_pend;
+}
+
+bool Connection::send(w::Body body, std::uint8_t flags) {
+    w::Message m;
+    m.bufs = static_cast<std::uint16_t>(local_bufs());
+    m.flags = flags;
+    m.mseq = next_mseq_;
+    m.mseq_ack = last_rx_mseq_;
+    m.body = std::move(body);
+    const auto bytes = w::encode(m);
+    qp_.post_send(bytes, w::is_solicited(m));
+    ++next_mseq_;
+    ++sent_after_setup_;
+    last_adv_bufs_ = m.bufs;
+    consumed_at_last_send_ = consumed_;
+    armed_ = false;
+    ++stats_.messages_sent;
+    return true;
+}
+
+void Connection::pump() {
+    if (llp_closed_)
+        return;
+    if (abort_pending_) {
+        const std::uint32_t c = send_credits();
+        if (c >= 2 || (c == 1 && local_bufs() > peer_credit_estimate())) {
+            abort_pending_ = false;
+            send(w::AbortConn{});
+            qp_.disconnect(true);  // after the AbortConn completes (8.2.2)
+        }
+        return;
+    }
+    if (state_ != State::established)
+        return;
+    for (;;) {
+        const std::uint32_t c = send_credits();
+        const bool gives_credit = local_bufs() > peer_credit_estimate();
+        // 10.5: 1 credit: only credit-providing messages without payload;
+        // 2 credits: only messages without payload; 3+: anything.
+        const bool may_control = c >= 2 || (c == 1 && gives_credit);
+        if (!control_.empty() && may_control) {
+            w::Body b = std::move(control_.front());
+            control_.pop_front();
+            send(std::move(b), take_pend_flag(false));
+            continue;
+        }
+        if (send_queued() > 0 && !disconn_sent_ && c >= 3) {
+            const std::size_t room =
+                std::min<std::size_t>(peer_recv_size_, cfg_.send_buf_size) - w::kBsdhSize;
+            std::size_t n = std::min(send_queued(), room);
+            std::uint8_t flags = 0;
+            bool carries_oob = false;
+            if (!oob_marks_.empty() && oob_marks_.front() < tx_stream_pos_ + n) {
+                n = static_cast<std::size_t>(oob_marks_.front() - tx_stream_pos_) + 1;
+                carries_oob = true;
+                flags |= w::flag::oob_pres;
+            }
+            flags |= take_pend_flag(carries_oob);
+            const auto first = tx_.begin() + static_cast<std::ptrdiff_t>(tx_off_);
+            w::Data d{std::vector<std::uint8_t>(first, first + static_cast<std::ptrdiff_t>(n))};
+            tx_off_ += n;
+            tx_stream_pos_ += n;
+            if (carries_oob) {
+                oob_marks_.pop_front();
+                --oob_flagged_;
+            }
+            stats_.bytes_sent += n;
+            ++stats_.data_messages_sent;
+            send(std::move(d), flags);
+            continue;
+        }
+        if (shutdown_requested_ && !disconn_sent_ && send_queued() == 0 && may_control) {
+            send(w::DisConn{}, take_pend_flag(false));
+            disconn_sent_ = true;
+            teardown_if_done();
+            if (llp_teardown_requested_)
+                return;
+            continue;
+        }
+        if (c >= 1 && needs_credit_update()) {
+            ++stats_.credit_updates_sent;
+            send(w::Data{}, c >= 2 ? take_pend_flag(false) : 0);
+            continue;
+        }
+        break;
+    }
+}
+
+}  // namespace sdp::engine

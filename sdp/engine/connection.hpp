@@ -1,0 +1,225 @@
+// The sans-I/O SDP connection machine (draft-pinkerton-iwarp-sdp-01):
+// Hello/HelloAck setup (8.1.1), Bcopy data transfer with private-buffer
+// credits (9.1, 10), MSeq/MSeqAck (6.1.5-6), graceful and abortive close
+// (8.2), solicited events (14.2) and out-of-band data (9.5.3).
+//
+// Zcopy is not implemented yet: a SrcAvail is answered with SendSm (9.5.2.1),
+// SinkAvail advertisements are never used (its payload is delivered), a
+// ChRcvBuf is answered with the unchanged size (10.6). See docs/sdp-wire.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sdp/engine/qp.hpp"
+#include "sdp/wire/message.hpp"
+
+namespace sdp::engine {
+
+struct Config {
+    // Size of each local receive Private Buffer (LocalRcvSz / ActRcvSz).
+    std::uint32_t recv_buf_size = 16 * 1024;
+    // Receive Private Buffers kept posted: the initial credit advertised.
+    // Raised to at least 4 (10.3 requires 3; see docs/sdp-wire.md); 16 bits.
+    std::uint16_t recv_buf_count = 16;
+    // Local send buffer size: messages are at most min(this, peer's receive
+    // buffer size). Sent as the DesRemRcvSz hint in Hello.
+    std::uint32_t send_buf_size = 16 * 1024;
+    // Bytes write() buffers before it accepts no more.
+    std::size_t send_queue_limit = 256 * 1024;
+    std::uint16_t max_adverts = 1;
+    // IRD/ORD the local connection context supports (LocIRD/LocORD <= these).
+    std::uint16_t ird = 1;
+    std::uint16_t ord = 1;
+    std::uint8_t major = wire::kMajorVersion;
+    std::uint8_t minor = wire::kMinorVersion;
+};
+
+enum class Role : std::uint8_t { connecting, accepting };
+
+enum class State : std::uint8_t {
+    idle,         // nothing sent yet
+    connecting,   // Hello produced, waiting for HelloAck
+    established,  // data may flow (subject to half-closes)
+    closed,       // graceful teardown completed
+    reset,        // abortive teardown (local, peer or LLP)
+    failed,       // setup rejected or aborted (8.1.1 / 8.1.2)
+};
+
+enum class Error : std::uint8_t {
+    none,
+    version_mismatch,    // MajV differs (6.2.1.1, 6.2.2.1)
+    bad_hello,           // Hello undecodable or a field out of range (8.1.1 step 3)
+    bad_hello_ack,       // HelloAck undecodable or out of range (8.1.1 step 7)
+    bad_message,         // an SDP Message did not decode (8.2.2 protocol violation)
+    unexpected_message,  // e.g. Hello after setup, payload after DisConn
+    mseq_mismatch,       // MSeq not last + 1 (10.1)
+    bad_mseq_ack,        // MSeqAck acknowledges an MSeq never sent
+    oversize,            // message larger than the local receive buffer
+    llp_lost,            // LLP torn down without DisConn (8.2.2)
+    local_abort,         // the ULP aborted
+    peer_abort,          // AbortConn received
+};
+
+std::string_view to_string(State s);
+std::string_view to_string(Error e);
+
+struct Stats {
+    std::uint64_t messages_sent = 0;
+    std::uint64_t messages_received = 0;
+    std::uint64_t data_messages_sent = 0;
+    std::uint64_t credit_updates_sent = 0;  // gratuitous Data without payload
+    std::uint64_t bytes_sent = 0;
+    std::uint64_t bytes_received = 0;
+    std::uint64_t ignored = 0;  // messages for mechanisms not implemented yet
+};
+
+class Connection {
+  public:
+    Connection(Role role, const Config& cfg, QueuePair& qp);
+    Connection(const Connection&) = delete;
+    Connection& operator=(const Connection&) = delete;
+
+    // --- setup (8.1.1) -----------------------------------------------------
+    // Connecting Peer: posts the receive buffers (step 1c) and returns the
+    // Hello Message for the MPA Request private data.
+    std::vector<std::uint8_t> connect();
+    // Accepting Peer: validates the Hello (step 3). On success posts the
+    // receive buffers, sends HelloAck as Send with SE (steps 4-5) and is
+    // established; returns Error::none. Otherwise nothing is sent: the
+    // connection manager rejects the MPA request; state() is failed.
+    Error accept(std::span<const std::uint8_t> hello);
+
+    // --- completions from the QP ------------------------------------------
+    // One receive completion: the bytes of one incoming Send.
+    void on_recv(std::span<const std::uint8_t> message, bool solicited);
+    // The LLP connection is gone (FIN, RST or error).
+    void on_llp_closed();
+
+    // --- ULP -----------------------------------------------------------------
+    // Queues up to send_queue_limit bytes; returns how many were taken
+    // (0 after shutdown_write(), on a closed connection, or when full).
+    std::size_t write(std::span<const std::uint8_t> bytes);
+    // Queues one byte of out-of-band data (9.5.3). False when not writable.
+    bool write_oob(std::uint8_t byte);
+    // Copies delivered in-order bytes; 0 when none are ready (check eof()).
+    std::size_t read(std::span<std::uint8_t> out);
+    // The last out-of-band byte received, consumed by the call.
+    std::optional<std::uint8_t> read_oob();
+    // Graceful half-close: DisConn after all queued data (8.2.1).
+    void shutdown_write();
+    // Abortive close (8.2.2).
+    void abort();
+
+    // --- queries ---------------------------------------------------------------
+    State state() const { return state_; }
+    Error error() const { return error_; }
+    Role role() const { return role_; }
+    std::size_t readable() const { return rx_bytes_; }
+    // True when the peer sent DisConn and every byte before it was read.
+    bool eof() const;
+    std::size_t write_space() const;
+    std::size_t send_queued() const { return tx_.size() - tx_off_; }
+    bool disconn_sent() const { return disconn_sent_; }
+    bool disconn_received() const { return disconn_received_; }
+    // OOB_PEND flags received and not yet matched by their OOB byte.
+    std::uint32_t oob_pending() const { return oob_pending_; }
+    // Credits this side may use now (10.2), reservations not subtracted.
+    std::uint32_t send_credits() const;
+    // Bufs this side would advertise now (6.1.3).
+    std::uint32_t local_bufs() const;
+    std::uint32_t local_recv_size() const { return cfg_.recv_buf_size; }
+    std::uint32_t peer_recv_size() const { return peer_recv_size_; }
+    std::uint16_t ird() const { return ird_; }
+    std::uint16_t ord() const { return ord_; }
+    std::uint8_t minor_version() const { return minor_; }
+    std::uint16_t peer_max_adverts() const { return peer_max_adverts_; }
+    std::uint32_t next_mseq() const { return next_mseq_; }
+    std::uint32_t last_received_mseq() const { return last_rx_mseq_; }
+    const Stats& stats() const { return stats_; }
+
+  private:
+    struct Chunk {
+        std::vector<std::uint8_t> bytes;
+        std::size_t off = 0;
+    };
+
+    void established();
+    void handle_hello_ack(std::span<const std::uint8_t> bytes);
+    void handle(wire::Message&& m);
+    void deliver(std::vector<std::uint8_t>&& payload, std::uint8_t flags);
+    void pump();
+    bool send(wire::Body body, std::uint8_t flags = 0);
+    std::uint32_t peer_credit_estimate() const;
+    bool needs_credit_update() const;
+    void repost(std::uint32_t n);
+    void go_reset(Error e);
+    void teardown_if_done();
+    void fail_setup(Error e);
+    std::uint8_t take_pend_flag(bool carries_oob_byte);
+    void drop_queues();
+
+    Role role_;
+    Config cfg_;
+    QueuePair& qp_;
+    State state_ = State::idle;
+    Error error_ = Error::none;
+
+    // Setup results.
+    std::uint8_t minor_ = wire::kMinorVersion;
+    std::uint16_t ird_ = 1;
+    std::uint16_t ord_ = 1;
+    std::uint16_t peer_max_adverts_ = 0;
+    std::uint32_t peer_recv_size_ = 0;
+
+    // Sequence numbers (6.1.5, 6.1.6).
+    std::uint32_t next_mseq_ = 1;     // MSeq of the next message after setup
+    std::uint32_t last_rx_mseq_ = 0;  // MSeqAck we send
+    std::uint64_t sent_after_setup_ = 0;
+
+    // Send credit (10.2): from the last message received.
+    std::uint32_t peer_bufs_ = 0;
+    std::uint32_t peer_ack_ = 0;
+
+    // Receive side (6.1.3): Bufs = posted_ - consumed_.
+    std::uint64_t posted_ = 0;
+    std::uint64_t consumed_ = 0;
+    std::uint32_t last_adv_bufs_ = 0;
+    std::uint64_t consumed_at_last_send_ = 0;
+    // Something other than a peer's gratuitous update happened since our
+    // last send (see needs_credit_update()).
+    bool armed_ = false;
+
+    // Outbound stream and OOB marks (absolute stream offsets).
+    std::vector<std::uint8_t> tx_;
+    std::size_t tx_off_ = 0;
+    std::uint64_t tx_stream_pos_ = 0;      // stream offset of tx_[tx_off_]
+    std::deque<std::uint64_t> oob_marks_;  // OOB bytes not yet sent
+    std::size_t oob_flagged_ = 0;          // leading marks whose OOB_PEND went out
+    std::deque<wire::Body> control_;       // replies waiting for credit
+
+    // Inbound stream: one chunk per received message with payload, each
+    // holding its private buffer until read.
+    std::deque<Chunk> rx_;
+    std::size_t rx_bytes_ = 0;
+    std::optional<std::uint8_t> oob_byte_;
+    std::uint32_t oob_pending_ = 0;
+
+    // Teardown (8.2).
+    bool shutdown_requested_ = false;
+    bool disconn_sent_ = false;
+    bool disconn_received_ = false;
+    bool abort_received_ = false;
+    bool abort_pending_ = false;  // AbortConn waiting for credit
+    bool llp_teardown_requested_ = false;
+    bool llp_closed_ = false;
+
+    Stats stats_;
+};
+
+}  // namespace sdp::engine

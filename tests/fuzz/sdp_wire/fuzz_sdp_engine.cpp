@@ -1,0 +1,141 @@
+// Fuzz target: the SDP engine's receive path and ULP calls. An Accepting
+// Peer is set up from a fixed Hello, then the input drives it as a list of
+// records [op][len][bytes]. Every message the engine sends must decode, fit
+// the peer's buffers and carry consecutive MSeqs; nothing may crash.
+#include <cstdint>
+#include <cstdlib>
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "sdp/engine/connection.hpp"
+#include "sdp/wire/message.hpp"
+
+namespace w = sdp::wire;
+namespace e = sdp::engine;
+
+namespace {
+
+constexpr std::uint32_t kPeerRecvSize = 512;
+
+class CheckingQp : public e::QueuePair {
+  public:
+    void post_send(std::span<const std::uint8_t> m, bool se) override {
+        auto r = w::decode(m);
+        auto* msg = std::get_if<w::Message>(&r);
+        if (!msg || m.size() > kPeerRecvSize)
+            std::abort();
+        if (se != w::is_solicited(*msg))
+            std::abort();
+        if (!first_ && msg->mseq != next_mseq_)
+            std::abort();
+        if (first_ && msg->mseq != 0)
+            std::abort();  // HelloAck
+        next_mseq_ = msg->mseq + 1;
+        first_ = false;
+        if (closed_)
+            std::abort();  // nothing after an abortive disconnect
+    }
+    void post_recv(std::uint32_t n) override { posted_ += n; }
+    void disconnect(bool graceful) override {
+        if (!graceful)
+            closed_ = true;
+    }
+    std::uint64_t posted_ = 0;
+
+  private:
+    bool first_ = true;
+    bool closed_ = false;
+    std::uint32_t next_mseq_ = 0;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    CheckingQp qp;
+    e::Config cfg;
+    cfg.recv_buf_size = 1024;
+    cfg.recv_buf_count = 6;
+    cfg.send_queue_limit = 4096;
+    e::Connection c(e::Role::accepting, cfg, qp);
+    w::Message hello;
+    hello.bufs = 5;
+    hello.body = w::Hello{.major = 1,
+                          .minor = 1,
+                          .max_adverts = 2,
+                          .des_rem_rcv_sz = 512,
+                          .local_rcv_sz = kPeerRecvSize,
+                          .loc_ird = 1,
+                          .loc_ord = 1};
+    if (c.accept(w::encode(hello)) != e::Error::none)
+        std::abort();
+
+    std::uint32_t mseq = 1;  // lets well-formed records reach deep states
+    std::size_t i = 0;
+    std::vector<std::uint8_t> buf(2048);
+    while (i + 2 <= size) {
+        const std::uint8_t op = data[i];
+        const std::size_t len = std::min<std::size_t>(data[i + 1], size - i - 2);
+        std::span<const std::uint8_t> arg(data + i + 2, len);
+        i += 2 + len;
+        switch (op % 8) {
+            case 0:  // raw bytes as one incoming Send
+                c.on_recv(arg, false);
+                break;
+            case 1: {  // a well-formed BSDH around the bytes: MID, flags, bufs from arg
+                std::vector<std::uint8_t> m(16);
+                const std::uint8_t mids[] = {0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09,
+                                             0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0xFD, 0xFE, 0xFF};
+                m[0] = 0;
+                m[1] = arg.empty() ? 4 : static_cast<std::uint8_t>(arg[0] % 12);
+                m[2] = arg.size() > 1 ? arg[1] : 0;
+                m[3] = arg.size() > 2 ? mids[arg[2] % 16] : 0xFF;
+                if (arg.size() > 3)
+                    m.insert(m.end(), arg.begin() + 3, arg.end());
+                const auto n = static_cast<std::uint32_t>(m.size());
+                m[4] = static_cast<std::uint8_t>(n >> 24);
+                m[5] = static_cast<std::uint8_t>(n >> 16);
+                m[6] = static_cast<std::uint8_t>(n >> 8);
+                m[7] = static_cast<std::uint8_t>(n);
+                m[8] = static_cast<std::uint8_t>(mseq >> 24);
+                m[9] = static_cast<std::uint8_t>(mseq >> 16);
+                m[10] = static_cast<std::uint8_t>(mseq >> 8);
+                m[11] = static_cast<std::uint8_t>(mseq);
+                const std::uint32_t ack = c.next_mseq() - 1;
+                m[12] = static_cast<std::uint8_t>(ack >> 24);
+                m[13] = static_cast<std::uint8_t>(ack >> 16);
+                m[14] = static_cast<std::uint8_t>(ack >> 8);
+                m[15] = static_cast<std::uint8_t>(ack);
+                ++mseq;
+                c.on_recv(m, false);
+                break;
+            }
+            case 2:
+                c.write(arg);
+                break;
+            case 3:
+                c.read(std::span(buf).first(len * 8 + 1));
+                break;
+            case 4:
+                c.shutdown_write();
+                break;
+            case 5:
+                if (len > 0 && arg[0] == 0xAB)
+                    c.abort();
+                break;
+            case 6:
+                if (len > 0 && arg[0] == 0xCD)
+                    c.on_llp_closed();
+                break;
+            case 7:
+                c.write_oob(len > 0 ? arg[0] : 0);
+                (void)c.read_oob();
+                break;
+        }
+        if (c.local_bufs() > qp.posted_)
+            std::abort();
+        if (c.readable() > cfg.recv_buf_count * std::size_t{cfg.recv_buf_size})
+            std::abort();
+    }
+    return 0;
+}
