@@ -1,0 +1,95 @@
+#include "iwarp/fpdu.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace sdp::iwarp {
+
+const char* to_string(FpduError e) {
+    switch (e) {
+        case FpduError::crc:
+            return "MPA CRC error";
+        case FpduError::length:
+            return "bad MPA ULPDU length";
+    }
+    return "unknown FPDU error";
+}
+
+void append_fpdu(std::vector<std::uint8_t>& out, std::span<const std::uint8_t> header,
+                 std::span<const std::uint8_t> payload, bool crc) {
+    const std::size_t len = header.size() + payload.size();
+    const std::size_t start = out.size();
+    out.reserve(start + fpdu_size(len));
+    out.push_back(static_cast<std::uint8_t>(len >> 8));
+    out.push_back(static_cast<std::uint8_t>(len));
+    out.insert(out.end(), header.begin(), header.end());
+    out.insert(out.end(), payload.begin(), payload.end());
+    out.insert(out.end(), fpdu_pad(len), std::uint8_t{0});
+    std::uint32_t v = 0;
+    if (crc) {
+        v = crc32c(std::span<const std::uint8_t>(out).subspan(start));
+    }
+    for (int i = 0; i < 4; ++i) {
+        out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+    }
+}
+
+std::size_t FpduReceiver::step(std::span<const std::uint8_t> in) {
+    switch (state_) {
+        case State::header: {
+            const std::size_t n = std::min(in.size(), kFpduHeaderSize - hdr_fill_);
+            std::copy_n(in.begin(), n, hdr_ + hdr_fill_);
+            hdr_fill_ += n;
+            if (hdr_fill_ == kFpduHeaderSize) {
+                len_ = static_cast<std::size_t>(hdr_[0]) << 8 | hdr_[1];
+                if (len_ == 0 || len_ > max_ulpdu_) {
+                    error_ = FpduError::length;
+                    return n;
+                }
+                crc32_.reset();
+                crc32_.update(std::span<const std::uint8_t>(hdr_, kFpduHeaderSize));
+                ulpdu_.clear();
+                ulpdu_.reserve(len_);
+                data_need_ = len_ + fpdu_pad(len_);
+                state_ = State::data;
+            }
+            return n;
+        }
+        case State::data: {
+            const std::size_t n = std::min(in.size(), data_need_);
+            auto chunk = in.first(n);
+            crc32_.update(chunk);
+            const std::size_t to_ulpdu = std::min(n, len_ - std::min(len_, ulpdu_.size()));
+            ulpdu_.insert(ulpdu_.end(), chunk.begin(),
+                          chunk.begin() + static_cast<std::ptrdiff_t>(to_ulpdu));
+            data_need_ -= n;
+            if (data_need_ == 0) {
+                state_ = State::trailer;
+                trailer_fill_ = 0;
+            }
+            return n;
+        }
+        case State::trailer: {
+            const std::size_t n = std::min(in.size(), kFpduCrcSize - trailer_fill_);
+            std::copy_n(in.begin(), n, trailer_ + trailer_fill_);
+            trailer_fill_ += n;
+            if (trailer_fill_ == kFpduCrcSize) {
+                const std::uint32_t got = static_cast<std::uint32_t>(trailer_[0]) |
+                                          static_cast<std::uint32_t>(trailer_[1]) << 8 |
+                                          static_cast<std::uint32_t>(trailer_[2]) << 16 |
+                                          static_cast<std::uint32_t>(trailer_[3]) << 24;
+                if (crc_ && got != crc32_.value()) {
+                    error_ = FpduError::crc;
+                    return n;
+                }
+                state_ = State::header;
+                hdr_fill_ = 0;
+                complete_ = true;
+            }
+            return n;
+        }
+    }
+    return 0;
+}
+
+}  // namespace sdp::iwarp
