@@ -69,6 +69,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         std::array<std::uint8_t, 2048> buffer{};
         udp::endpoint sender;
         bool open = false;
+        bool receiving = false;  // an async receive is pending
     };
 
     Impl(asio::io_context& io_ctx, ResolverOptions o, MachineConfig mc)
@@ -116,12 +117,19 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
             return "cannot open UDP socket: " + ec.message();
         }
         s.open = true;
-        receive(f);
         return {};
     }
 
+    // A receive is pending only while resolutions are in flight, so that an
+    // idle resolver never keeps the caller's io_context::run() from
+    // returning. Datagrams arriving in between wait in the socket buffer.
+    // Called with mu held.
     void receive(pm::Family f) {
         Sock& s = sock_for(f);
+        if (s.receiving || !s.open || machine.in_flight() == 0) {
+            return;
+        }
+        s.receiving = true;
         s.socket.async_receive_from(
             asio::buffer(s.buffer), s.sender,
             [self = shared_from_this(), f](const boost::system::error_code& ec, std::size_t n) {
@@ -134,20 +142,38 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         {
             std::lock_guard lock(mu);
             Sock& s = sock_for(f);
+            s.receiving = false;
             if (closed || !s.open || ec == asio::error::operation_aborted) {
                 return;
             }
             if (ec) {
                 ++io_counters.receive_errors;
             } else {
-                Actions out;
-                machine.on_datagram(std::span<const std::uint8_t>(s.buffer.data(), n),
-                                    detail::to_pm(s.sender), Clock::now(), out);
-                apply(out, done);
+                deliver(s, n, done);
+                // Late replies to what just completed (duplicates to re-ack,
+                // 7.5.2) usually arrive together: take what is already
+                // queued, without waiting, before the receive is dropped.
+                for (int i = 0; i < 64 && machine.in_flight() == 0; ++i) {
+                    boost::system::error_code rec;
+                    std::size_t m = s.socket.receive_from(asio::buffer(s.buffer), s.sender, 0, rec);
+                    if (rec) {
+                        break;
+                    }
+                    deliver(s, m, done);
+                }
             }
             receive(f);
         }
         finish(done);
+    }
+
+    // Feeds one received datagram to the machine. Called with mu held.
+    void deliver(Sock& s, std::size_t n,
+                 std::vector<std::pair<std::unique_ptr<Handler>, Result>>& done) {
+        Actions out;
+        machine.on_datagram(std::span<const std::uint8_t>(s.buffer.data(), n),
+                            detail::to_pm(s.sender), Clock::now(), out);
+        apply(out, done);
     }
 
     void arm_timer() {
@@ -336,6 +362,7 @@ void Resolver::start(ResolveRequest req, std::unique_ptr<Handler> handler) {
                 TxnId id = impl_->machine.start(q, Clock::now(), random64(), out);
                 impl_->handlers.emplace(id, std::move(handler));
                 impl_->apply(out, done);
+                impl_->receive(q.pmsp.address.family());
             }
         }
     } catch (const std::exception& e) {

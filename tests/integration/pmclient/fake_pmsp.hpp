@@ -193,15 +193,17 @@ class FakePmsp {
                     count = 1;
                 }
             }
-            auto replies = script_(m, count);
-            for (const auto& r : replies) {
-                (r.from_other_socket ? other_ : sock_).send_to(r.bytes, from);
-            }
+            // Recorded before replying: a test that has seen the reply must
+            // also see the request that caused it.
             {
                 std::lock_guard l(mu_);
                 got_.push_back(Received{m, from, {buf.begin(), buf.begin() + n}});
             }
             cv_.notify_all();
+            auto replies = script_(m, count);
+            for (const auto& r : replies) {
+                (r.from_other_socket ? other_ : sock_).send_to(r.bytes, from);
+            }
         }
     }
 
