@@ -7,7 +7,7 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libboost-dev libboost-program-options-dev libyaml-cpp-dev
       libsystemd-dev nlohmann-json3-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev clang-format iproute2 procps mandoc lintian tshark)
+  pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev clang-format iproute2 procps nftables mandoc lintian tshark)
 fi
 
 missing=()
