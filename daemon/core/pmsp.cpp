@@ -75,6 +75,92 @@ std::uint64_t policy_hash(const pm::IpAddress& a) {
     return h;
 }
 
+// An open-addressing index from a key's hash to a slab slot, with linear
+// probing and backward-shift deletion (no tombstones). It stores only the
+// slot number and the low 32 bits of the hash; the key itself lives in the
+// slab and is compared through the caller's `match`. It never allocates once
+// grown to the table's working size, so the packet path allocates nothing in
+// the steady state.
+class IndexTable {
+  public:
+    template <typename Match>
+    std::uint32_t find(std::uint64_t hash, Match&& match) const {
+        if (slots_.empty()) {
+            return kNil;
+        }
+        auto h = static_cast<std::uint32_t>(hash);
+        for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+            const Slot& s = slots_[i];
+            if (s.index == kNil) {
+                return kNil;
+            }
+            if (s.hash == h && match(s.index)) {
+                return s.index;
+            }
+        }
+    }
+
+    void insert(std::uint64_t hash, std::uint32_t index) {
+        if ((size_ + 1) * 2 > slots_.size()) {
+            grow();
+        }
+        place(Slot{index, static_cast<std::uint32_t>(hash)});
+        ++size_;
+    }
+
+    // Removes the entry that holds `index`.
+    void erase(std::uint64_t hash, std::uint32_t index) {
+        auto h = static_cast<std::uint32_t>(hash);
+        std::size_t i = h & mask_;
+        while (slots_[i].index != index) {
+            i = (i + 1) & mask_;
+        }
+        // Backward shift: pull later members of the probe run into the hole
+        // when their home position allows it.
+        for (std::size_t j = (i + 1) & mask_; slots_[j].index != kNil; j = (j + 1) & mask_) {
+            std::size_t home = slots_[j].hash & mask_;
+            bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+            if (movable) {
+                slots_[i] = slots_[j];
+                i = j;
+            }
+        }
+        slots_[i] = Slot{};
+        --size_;
+    }
+
+    std::size_t size() const { return size_; }
+
+  private:
+    struct Slot {
+        std::uint32_t index = kNil;
+        std::uint32_t hash = 0;
+    };
+
+    void place(Slot slot) {
+        std::size_t i = slot.hash & mask_;
+        while (slots_[i].index != kNil) {
+            i = (i + 1) & mask_;
+        }
+        slots_[i] = slot;
+    }
+
+    void grow() {
+        std::vector<Slot> old = std::move(slots_);
+        slots_.assign(old.empty() ? 64 : old.size() * 2, Slot{});
+        mask_ = slots_.size() - 1;
+        for (const Slot& s : old) {
+            if (s.index != kNil) {
+                place(s);
+            }
+        }
+    }
+
+    std::vector<Slot> slots_;
+    std::size_t mask_ = 0;
+    std::size_t size_ = 0;
+};
+
 }  // namespace
 
 std::string_view to_string(Outcome o) {
@@ -144,17 +230,27 @@ struct Pmsp::Table {
         std::uint32_t next = kNil;
     };
 
-    explicit Table(std::uint64_t seed)
-        : by_tuple(0, Hash4{seed}), by_handle(0, Hash3{seed ^ 0x5bd1e995}) {}
+    explicit Table(std::uint64_t seed) : hash4{seed}, hash3{seed ^ 0x5bd1e995} {}
 
     std::vector<Entry> slab;
     std::vector<std::uint32_t> free_slots;
     std::uint32_t head = kNil;
     std::uint32_t tail = kNil;
-    std::unordered_map<Key4, std::uint32_t, Hash4> by_tuple;
-    std::unordered_map<Key3, std::uint32_t, Hash3> by_handle;
+    Hash4 hash4;
+    Hash3 hash3;
+    IndexTable by_tuple;   // Key4 -> slot: duplicate detection (7.5.2)
+    IndexTable by_handle;  // Key3 -> slot: PMAck matching
 
     std::size_t size() const { return by_tuple.size(); }
+
+    std::uint32_t find_tuple(const Key4& k) const {
+        return by_tuple.find(hash4(k),
+                             [&](std::uint32_t i) { return key4_of(slab[i].request) == k; });
+    }
+    std::uint32_t find_handle(const Key3& k) const {
+        return by_handle.find(hash3(k),
+                              [&](std::uint32_t i) { return key3_of(slab[i].request) == k; });
+    }
 
     void unlink(std::uint32_t i) {
         Entry& e = slab[i];
@@ -184,15 +280,15 @@ struct Pmsp::Table {
         slab[i].sdp = sdp;
         slab[i].expires = expires;
         push_back(i);
-        by_tuple.emplace(key4_of(req), i);
-        by_handle.emplace(key3_of(req), i);
+        by_tuple.insert(hash4(key4_of(req)), i);
+        by_handle.insert(hash3(key3_of(req)), i);
         return i;
     }
 
     void release(std::uint32_t i) {
         unlink(i);
-        by_tuple.erase(key4_of(slab[i].request));
-        by_handle.erase(key3_of(slab[i].request));
+        by_tuple.erase(hash4(key4_of(slab[i].request)), i);
+        by_handle.erase(hash3(key3_of(slab[i].request)), i);
         free_slots.push_back(i);
     }
 
@@ -289,11 +385,11 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
     // 7.5.2: a PMReq whose 5-tuple matches live state is a duplicate; the same
     // 4-tuple with a new AssocHandle discards the prior state.
     std::uint32_t existing = kNil;
-    if (auto it = table_->by_tuple.find(key4_of(req)); it != table_->by_tuple.end()) {
-        if (table_->slab[it->second].request.assoc_handle == req.assoc_handle) {
-            existing = it->second;
+    if (std::uint32_t found = table_->find_tuple(key4_of(req)); found != kNil) {
+        if (table_->slab[found].request.assoc_handle == req.assoc_handle) {
+            existing = found;
         } else {
-            table_->release(it->second);
+            table_->release(found);
             ++counters_.superseded;
         }
     }
@@ -362,17 +458,17 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
 }
 
 Result Pmsp::handle_ack(const pm::Message& ack) {
-    auto it = table_->by_handle.find(key3_of(ack));
-    if (it == table_->by_handle.end()) {
+    std::uint32_t found = table_->find_handle(key3_of(ack));
+    if (found == kNil) {
         return count(Outcome::ack_unknown);
     }
-    const auto& entry = table_->slab[it->second];
+    const auto& entry = table_->slab[found];
     // The PMAck echoes the PMAccept (7.4): the mapped port and address must
     // be the ones handed out, or this acknowledges some other exchange.
     if (ack.ap_port != entry.sdp.port || ack.ap_addr != entry.sdp.address) {
         return count(Outcome::ack_unknown);
     }
-    table_->release(it->second);
+    table_->release(found);
     return count(Outcome::acked);
 }
 

@@ -1,6 +1,7 @@
 // The PMSP core against sections 7.4 and 7.5.2, driven with a fake clock.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -406,6 +407,40 @@ TEST_F(PmspTest, ListsLiveTransactions) {
         EXPECT_EQ(t.expires, now + 5s);
     });
     EXPECT_EQ(seen, (std::vector<std::string>{"web 198.51.100.1:1 7"}));
+}
+
+// Many live transactions acked, superseded and expired in random order: each
+// is found exactly once, whatever the order of removals (the indexes use
+// open addressing with backward-shift deletion).
+TEST_F(PmspTest, IndexesSurviveHeavyChurn) {
+    pmd::Limits limits;
+    limits.max_transactions = 100000;
+    make({service("web", "192.0.2.10:80", {"198.51.100.1:1"})}, limits);
+    std::mt19937_64 rng(11);
+    std::vector<Message> live;
+    for (std::uint16_t cp = 1; cp <= 20000; ++cp) {
+        auto req = request("192.0.2.10:80", "10.0.0.5:1", rng());
+        req.cp_port = cp;
+        live.push_back(reply_of(send(req)));
+    }
+    EXPECT_EQ(core->transactions(), 20000u);
+    std::shuffle(live.begin(), live.end(), rng);
+    for (std::size_t i = 0; i < live.size(); ++i) {
+        if (i % 3 == 0) {
+            // Supersede: same 4-tuple, new AssocHandle, then ack the new one.
+            auto req = request("192.0.2.10:80", "10.0.0.5:1", live[i].assoc_handle ^ 0xffff);
+            req.cp_port = live[i].cp_port;
+            auto r = send(req);
+            ASSERT_EQ(r.outcome, Outcome::accepted);
+            ASSERT_EQ(send(ack_for(live[i])).outcome, Outcome::ack_unknown);
+            ASSERT_EQ(send(ack_for(reply_of(r))).outcome, Outcome::acked);
+        } else {
+            ASSERT_EQ(send(ack_for(live[i])).outcome, Outcome::acked) << i;
+            ASSERT_EQ(send(ack_for(live[i])).outcome, Outcome::ack_unknown) << i;
+        }
+        ASSERT_EQ(core->transactions(), live.size() - i - 1);
+    }
+    EXPECT_FALSE(core->next_deadline());
 }
 
 // Hostile input never crashes, never answers with more bytes than it got, and
