@@ -193,6 +193,10 @@ std::string_view to_string(Outcome o) {
             return "drop_iwpm_disabled";
         case Outcome::drop_bad_request:
             return "drop_bad_request";
+        case Outcome::drop_rate_limited:
+            return "drop_rate_limited";
+        case Outcome::drop_quenched:
+            return "drop_quenched";
         case Outcome::count_:
             break;
     }
@@ -214,6 +218,7 @@ Counters& Counters::operator+=(const Counters& o) {
     timeouts += o.timeouts;
     shed += o.shed;
     released_on_deny += o.released_on_deny;
+    quench_events += o.quench_events;
     return *this;
 }
 
@@ -301,6 +306,9 @@ struct Pmsp::Table {
 
 Pmsp::Pmsp(Limits limits, std::shared_ptr<const Registry> registry, std::uint64_t hash_seed)
     : limits_(limits),
+      seed_(hash_seed),
+      limiter_(limits.per_source, hash_seed ^ 0x6a09e667f3bcc908ull),
+      quench_(limits.quench, hash_seed ^ 0xbb67ae8584caa73bull),
       registry_(registry ? std::move(registry) : std::make_shared<const Registry>()),
       table_(std::make_unique<Table>(hash_seed)) {}
 
@@ -333,9 +341,14 @@ Result Pmsp::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoint
             if (msg.iwpm_trailer && !limits_.accept_iwpm_request) {
                 return count(Outcome::drop_iwpm_disabled);
             }
-            return handle_request(msg, source, now);
-        case pm::MessageType::ack:
-            return handle_ack(msg);
+            return admit_request(msg, source, now);
+        case pm::MessageType::ack: {
+            Result r = handle_ack(msg);
+            if (r.outcome == Outcome::acked && quench_.enabled()) {
+                quench_.on_ack(source.address, now);
+            }
+            return r;
+        }
         case pm::MessageType::accept:
         case pm::MessageType::deny:
             break;
@@ -372,6 +385,29 @@ bool allowed(const Service& s, const pm::Message& req, const pm::Endpoint& sourc
 }
 
 }  // namespace
+
+// Section 15.2 defences in front of the protocol: a quenched source and a
+// source over its token bucket are dropped before they can create state.
+Result Pmsp::admit_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now) {
+    if (quench_.enabled()) {
+        auto before = quench_.counters().quench_events;
+        bool quenched = quench_.quenched(source.address, now);
+        counters_.quench_events += quench_.counters().quench_events - before;
+        if (quenched) {
+            return count(Outcome::drop_quenched);
+        }
+    }
+    if (limiter_.enabled() && !limiter_.allow(source.address, now)) {
+        return count(Outcome::drop_rate_limited);
+    }
+    Result r = handle_request(req, source, now);
+    if (r.outcome == Outcome::accepted && quench_.enabled()) {
+        auto before = quench_.counters().quench_events;
+        quench_.on_accept(source.address, now);
+        counters_.quench_events += quench_.counters().quench_events - before;
+    }
+    return r;
+}
 
 Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now) {
     ++counters_.requests;
@@ -494,6 +530,18 @@ void Pmsp::set_registry(std::shared_ptr<const Registry> registry) {
 }
 
 void Pmsp::set_limits(const Limits& limits) {
+    // New defence settings start with fresh per-source state.
+    if (limits.per_source.rate != limits_.per_source.rate ||
+        limits.per_source.burst != limits_.per_source.burst ||
+        limits.per_source.max_sources != limits_.per_source.max_sources) {
+        limiter_ = SourceLimiter(limits.per_source, seed_ ^ 0x6a09e667f3bcc908ull);
+    }
+    if (limits.quench.max_unacked != limits_.quench.max_unacked ||
+        limits.quench.window != limits_.quench.window ||
+        limits.quench.period != limits_.quench.period ||
+        limits.quench.max_sources != limits_.quench.max_sources) {
+        quench_ = SourceQuench(limits.quench, seed_ ^ 0xbb67ae8584caa73bull);
+    }
     limits_ = limits;
     while (table_->size() > limits_.max_transactions && table_->head != kNil) {
         table_->release(table_->head);

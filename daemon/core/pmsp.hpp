@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/limiter.hpp"
 #include "core/service.hpp"
 #include "pmclient/message.hpp"
 
@@ -32,6 +33,9 @@ struct Limits {
     std::size_t max_transactions = 1'000'000;
     pm::DenyApPort deny_ap_port = pm::DenyApPort::echo;
     bool accept_iwpm_request = true;
+    // Section 15.2 defences; both are off by default (rate 0, max_unacked 0).
+    LimiterConfig per_source;  // token bucket of PMReqs per source address
+    QuenchConfig quench;       // sources that leave PMAccepts un-acked are cut off
 };
 
 // What became of one datagram. Every value has a counter of the same name.
@@ -50,6 +54,8 @@ enum class Outcome : std::uint8_t {
     drop_not_for_server,  // PMAccept or PMDeny sent to the server
     drop_iwpm_disabled,   // 64-byte PMReq while accept_iwpm_request is off
     drop_bad_request,     // PMReq with CpPort 0 or an unspecified CpIPAddr
+    drop_rate_limited,    // PMReq over its source's token bucket (15.2.1)
+    drop_quenched,        // PMReq from a quenched source (15.2.1, 15.2.2.1)
     count_
 };
 inline constexpr std::size_t kOutcomeCount = static_cast<std::size_t>(Outcome::count_);
@@ -65,6 +71,7 @@ struct Counters {
     std::uint64_t timeouts = 0;          // PMAck timer expired, state released
     std::uint64_t shed = 0;              // oldest un-acked transaction dropped at max_transactions
     std::uint64_t released_on_deny = 0;  // duplicate PMReq turned into PMDeny: state released
+    std::uint64_t quench_events = 0;     // sources that became quenched
 
     std::uint64_t operator[](Outcome o) const { return outcome[static_cast<std::size_t>(o)]; }
     Counters& operator+=(const Counters& o);
@@ -112,11 +119,15 @@ class Pmsp {
 
   private:
     struct Table;
+    Result admit_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now);
     Result handle_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now);
     Result handle_ack(const pm::Message& ack);
     Result count(Outcome o, std::optional<pm::Wire> reply = std::nullopt);
 
     Limits limits_;
+    std::uint64_t seed_;
+    SourceLimiter limiter_;
+    SourceQuench quench_;
     std::shared_ptr<const Registry> registry_;
     std::unique_ptr<Table> table_;
     Counters counters_;

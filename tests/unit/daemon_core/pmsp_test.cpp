@@ -443,6 +443,66 @@ TEST_F(PmspTest, IndexesSurviveHeavyChurn) {
     EXPECT_FALSE(core->next_deadline());
 }
 
+TEST_F(PmspTest, PerSourceTokenBucketDropsTheExcess) {
+    pmd::Limits limits;
+    limits.per_source.rate = 10;  // per second
+    limits.per_source.burst = 5;
+    make({service("web", "192.0.2.10:80", {"198.51.100.1:1"})}, limits);
+    int accepted = 0;
+    int limited = 0;
+    for (std::uint16_t cp = 1; cp <= 20; ++cp) {
+        auto req = request("192.0.2.10:80", "10.0.0.5:1");
+        req.cp_port = cp;
+        auto r = send(req, "10.0.0.5:4000");
+        (r.outcome == Outcome::accepted ? accepted : limited)++;
+        if (r.outcome == Outcome::drop_rate_limited) {
+            EXPECT_FALSE(r.reply);
+        }
+    }
+    EXPECT_EQ(accepted, 5);  // the burst, no time has passed
+    EXPECT_EQ(limited, 15);
+    // Another source has its own bucket.
+    EXPECT_EQ(send(request("192.0.2.10:80", "10.0.0.6:1"), "10.0.0.6:4000").outcome,
+              Outcome::accepted);
+    // Tokens come back with time: 10 per second.
+    now += 1s;
+    auto req = request("192.0.2.10:80", "10.0.0.5:1");
+    req.cp_port = 100;
+    EXPECT_EQ(send(req, "10.0.0.5:4000").outcome, Outcome::accepted);
+    EXPECT_EQ(core->counters()[Outcome::drop_rate_limited], 15u);
+}
+
+TEST_F(PmspTest, SourceLeavingAcceptsUnackedIsQuenched) {
+    pmd::Limits limits;
+    limits.quench.max_unacked = 3;
+    limits.quench.window = 1s;
+    limits.quench.period = 10s;
+    make({service("web", "192.0.2.10:80", {"198.51.100.1:1"})}, limits);
+    auto from = [](std::uint16_t cp) {
+        auto req = request("192.0.2.10:80", "10.0.0.9:1");
+        req.cp_port = cp;
+        return req;
+    };
+    // A client that acks every PMAccept is never quenched.
+    for (std::uint16_t cp = 1; cp <= 10; ++cp) {
+        auto r = send(from(cp), "10.0.0.8:4000");
+        ASSERT_EQ(r.outcome, Outcome::accepted);
+        ASSERT_EQ(send(ack_for(reply_of(r)), "10.0.0.8:4000").outcome, Outcome::acked);
+    }
+    // One that never acks is cut off after max_unacked accepts.
+    for (std::uint16_t cp = 1; cp <= 3; ++cp) {
+        EXPECT_EQ(send(from(cp), "10.0.0.9:4000").outcome, Outcome::accepted);
+    }
+    auto r = send(from(4), "10.0.0.9:4000");
+    EXPECT_EQ(r.outcome, Outcome::drop_quenched);
+    EXPECT_FALSE(r.reply);
+    EXPECT_EQ(core->counters().quench_events, 1u);
+    EXPECT_EQ(send(from(11), "10.0.0.8:4000").outcome, Outcome::accepted);
+    // The quench ends after its period.
+    now += 11s;
+    EXPECT_EQ(send(from(5), "10.0.0.9:4000").outcome, Outcome::accepted);
+}
+
 // Hostile input never crashes, never answers with more bytes than it got, and
 // never grows the table past its bound.
 TEST_F(PmspTest, RandomDatagramsNeverAmplifyOrGrowPastBounds) {
