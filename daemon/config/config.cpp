@@ -34,10 +34,14 @@ constexpr std::uint64_t kMaxTransactions = 100'000'000;
 constexpr std::uint64_t kMaxLogRateLimit = 1'000'000;
 constexpr std::size_t kMaxServiceName = 64;
 
-constexpr std::array<std::string_view, 8> kTopLevelKeys = {
+constexpr std::array<std::string_view, 11> kTopLevelKeys = {
     "listen",       "ack_timeout",         "max_transactions", "services",
     "deny_ap_port", "accept_iwpm_request", "log_level",        "log_rate_limit",
+    "control",      "state_file",          "metrics",
 };
+constexpr std::array<std::string_view, 3> kControlKeys = {"socket", "admin_group", "read_group"};
+constexpr std::size_t kMaxSocketPath = 107;  // sizeof(sockaddr_un::sun_path) - 1
+constexpr std::size_t kMaxGroupName = 256;
 constexpr std::array<std::string_view, 6> kServiceKeys = {
     "name", "conventional", "sdp", "policy", "pm_time", "allow",
 };
@@ -346,7 +350,16 @@ class Loader {
     bool load_sdp(const Field& f, Service& s);
     bool load_pm_time(const Field& f, std::uint8_t& out);
     bool load_allow(const Field& f, std::vector<pm::Prefix>& out);
+    bool load_control(const Field& f, ControlConfig& out);
+    bool load_path(const Field& f, std::size_t max, std::string& out);
+    bool load_group(const Field& f, std::string& out);
+    bool load_metrics(const Field& f, std::optional<pm::Endpoint>& out);
 
+  public:
+    // For make_service(): one service from a node tree built in memory.
+    std::variant<Service, ConfigError> service_from(const YAML::Node& node);
+
+  private:
     std::string file_;
     std::optional<ConfigError> error_;
 };
@@ -483,6 +496,12 @@ bool Loader::load_root(const Field& root, Config& config) {
             std::uint64_t n = 0;
             ok = load_number(f, 1, kMaxLogRateLimit, n);
             config.log_rate_limit = static_cast<unsigned>(n);
+        } else if (e.key == "control") {
+            ok = load_control(f, config.control);
+        } else if (e.key == "state_file") {
+            ok = load_path(f, 4096, config.state_file);
+        } else if (e.key == "metrics") {
+            ok = load_metrics(f, config.metrics);
         }
         if (!ok) {
             return false;
@@ -808,7 +827,144 @@ bool Loader::load_allow(const Field& f, std::vector<pm::Prefix>& out) {
     return true;
 }
 
+bool Loader::load_control(const Field& f, ControlConfig& out) {
+    std::vector<Entry> entries;
+    if (!map_entries(f, "a map with socket, admin_group, read_group", kControlKeys, entries)) {
+        return false;
+    }
+    for (const Entry& e : entries) {
+        bool ok = true;
+        if (e.key == "socket") {
+            ok = load_path(e.value, kMaxSocketPath, out.socket);
+            out.socket_configured = true;
+        } else if (e.key == "admin_group") {
+            ok = load_group(e.value, out.admin_group);
+        } else if (e.key == "read_group") {
+            ok = load_group(e.value, out.read_group);
+        }
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// An absolute file path without NUL, at most `max` bytes.
+bool Loader::load_path(const Field& f, std::size_t max, std::string& out) {
+    std::string text;
+    if (!scalar(f, "an absolute path", text)) {
+        return false;
+    }
+    if (text.empty() || text.front() != '/') {
+        return fail(f, "not an absolute path: " + quote(text));
+    }
+    if (text.find('\0') != std::string::npos) {
+        return fail(f, "path contains a NUL byte: " + quote(text));
+    }
+    if (text.size() > max) {
+        return fail(f, "path longer than " + std::to_string(max) + " bytes: " + quote(text));
+    }
+    if (text.back() == '/') {
+        return fail(f, "names a directory, not a file: " + quote(text));
+    }
+    out = std::move(text);
+    return true;
+}
+
+// A group name as in /etc/group. Whether it exists is checked when a client
+// connects (groups may be created after the daemon starts).
+bool Loader::load_group(const Field& f, std::string& out) {
+    std::string text;
+    if (!scalar(f, "a group name", text)) {
+        return false;
+    }
+    const auto allowed = [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '.' || c == '_' || c == '-' || c == '$';
+    };
+    if (text.empty() || text.size() > kMaxGroupName || text.front() == '-' ||
+        !std::all_of(text.begin(), text.end(), allowed)) {
+        return fail(f, "bad group name " + quote(text));
+    }
+    out = std::move(text);
+    return true;
+}
+
+bool Loader::load_metrics(const Field& f, std::optional<pm::Endpoint>& out) {
+    std::string text;
+    if (!scalar(f, "an address such as \"127.0.0.1:9935\"", text)) {
+        return false;
+    }
+    auto ep = pm::Endpoint::parse(text);
+    if (!ep) {
+        return fail(f, "bad address " + quote(text));
+    }
+    out = *ep;
+    return true;
+}
+
+std::variant<Service, ConfigError> Loader::service_from(const YAML::Node& node) {
+    ParsedService parsed;
+    if (!load_service(Field{node, "", YAML::Mark::null_mark()}, parsed)) {
+        return *error_;
+    }
+    return std::move(parsed.service);
+}
+
 }  // namespace
+
+std::variant<Service, ConfigError> make_service(const ServiceFields& fields,
+                                                const std::string& context) {
+    try {
+        YAML::Node node(YAML::NodeType::Map);
+        node["name"] = fields.name;
+        node["conventional"] = fields.conventional;
+        YAML::Node sdp(YAML::NodeType::Sequence);
+        for (const auto& s : fields.sdp) {
+            sdp.push_back(s);
+        }
+        node["sdp"] = sdp;
+        if (fields.policy) {
+            node["policy"] = *fields.policy;
+        }
+        if (fields.pm_time) {
+            node["pm_time"] = *fields.pm_time;
+        }
+        if (fields.allow) {
+            YAML::Node allow(YAML::NodeType::Sequence);
+            for (const auto& a : *fields.allow) {
+                allow.push_back(a);
+            }
+            node["allow"] = allow;
+        }
+        return Loader(context).service_from(node);
+    } catch (const std::bad_alloc&) {
+        return ConfigError{context, 0, "", "out of memory"};
+    } catch (const std::exception& e) {
+        return ConfigError{context, 0, "", std::string("internal error: ") + e.what()};
+    }
+}
+
+ServiceFields service_fields(const Service& s) {
+    ServiceFields f;
+    f.name = s.name;
+    f.conventional = s.conventional_address
+                         ? pm::Endpoint{*s.conventional_address, s.conventional_port}.to_string()
+                         : "*:" + std::to_string(s.conventional_port);
+    for (const auto& ep : s.sdp) {
+        f.sdp.push_back(ep.address.is_unspecified() ? "*:" + std::to_string(ep.port)
+                                                    : ep.to_string());
+    }
+    f.policy = std::string(to_string(s.policy));
+    f.pm_time = std::to_string(s.pm_time);
+    if (!s.allow.empty()) {
+        f.allow.emplace();
+        for (const auto& p : s.allow) {
+            f.allow->push_back(p.to_string());
+        }
+    }
+    return f;
+}
 
 Config Config::defaults() {
     Config config;

@@ -21,6 +21,17 @@ namespace pmd {
 
 enum class LogLevel : std::uint8_t { error = 3, warning = 4, notice = 5, info = 6, debug = 7 };
 
+// The control socket (docs/control-protocol.md).
+struct ControlConfig {
+    std::string socket = "/run/sdp-pmd/control.sock";
+    // True when the file names `control.socket`: failing to bind it is then
+    // fatal; the default path is best effort (logged, the daemon runs).
+    bool socket_configured = false;
+    std::string admin_group;  // may change state; empty: root only
+    std::string read_group;   // may read; empty: root and admin_group only
+    bool operator==(const ControlConfig&) const = default;
+};
+
 struct Config {
     // Listen endpoints. Default: 0.0.0.0:3935 and [::]:3935 (the IPv6 socket
     // is IPV6_V6ONLY so both can be bound).
@@ -34,6 +45,11 @@ struct Config {
     // and summarised.
     unsigned log_rate_limit = 10;
     std::vector<Service> services;
+    ControlConfig control;
+    // Dynamic registrations are kept here (JSON, rewritten atomically).
+    std::string state_file = "/var/lib/sdp-pmd/registrations.json";
+    // Prometheus text exposition over HTTP (GET /metrics); nullopt: off.
+    std::optional<pm::Endpoint> metrics;
 
     static Config defaults();
 };
@@ -54,6 +70,24 @@ using ConfigResult = std::variant<Config, ConfigError>;
 ConfigResult load_config_file(const std::string& path);
 // Same, from text; `name` is used in error messages in place of a file name.
 ConfigResult load_config_string(const std::string& yaml, const std::string& name);
+
+// A service described by text fields, as the control socket's `register`
+// receives it; validated by the same rules as a `services` entry of the file.
+struct ServiceFields {
+    std::string name;
+    std::string conventional;
+    std::vector<std::string> sdp;
+    std::optional<std::string> policy;
+    std::optional<std::string> pm_time;
+    std::optional<std::vector<std::string>> allow;
+};
+// On error the ConfigError has `context` as its file, line 0 and the key
+// ("sdp[1]", "pm_time"...).
+std::variant<Service, ConfigError> make_service(const ServiceFields& fields,
+                                                const std::string& context);
+// The text of a service's fields as make_service() reads them back
+// (conventional "*:80", sdp "*:8080", policy name, pm_time as the raw byte).
+ServiceFields service_fields(const Service& s);
 
 // Parses "5s", "250ms", "2m", "1h", "1.5s". Returns nullopt on bad syntax,
 // negative values or overflow.

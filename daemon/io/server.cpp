@@ -2,8 +2,13 @@
 
 #include <signal.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <system_error>
@@ -103,7 +108,8 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
       tx_(std::make_unique<TxBatch>()),
       timer_(io),
       log_timer_(io),
-      signals_(io) {
+      signals_(io),
+      lease_timer_(io) {
     apply_logging(config_);
     // Registered now so that a signal arriving during startup is queued for
     // the loop instead of taking its default action.
@@ -114,6 +120,12 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
 }
 
 Server::~Server() {
+    if (control_) {
+        control_->stop();
+    }
+    if (metrics_) {
+        metrics_->stop();
+    }
     for (auto& s : sockets_) {
         s->close();
     }
@@ -179,7 +191,145 @@ bool Server::bind() {
     for (const auto& s : sockets_) {
         log::notice("listening on UDP " + s->endpoint().to_string());
     }
+    load_state();
+    control_ = std::make_unique<ControlServer>(io_, *this);
+    control_->set_groups(config_.control);
+    if (auto error = control_->bind(config_.control.socket)) {
+        if (config_.control.socket_configured) {
+            log::err("control socket: " + *error);
+            return false;
+        }
+        // The default path is best effort: the Port Mapper itself still runs.
+        log::err("control socket: " + *error + "; running without a control socket");
+        control_.reset();
+    } else {
+        log::notice("control socket " + config_.control.socket);
+    }
+    if (config_.metrics) {
+        metrics_ = std::make_unique<MetricsServer>(
+            io_, [this] { return prometheus_text(metric_values()); });
+        if (auto error = metrics_->bind(*config_.metrics)) {
+            log::err("metrics: " + *error);
+            return false;
+        }
+        log::notice("metrics on http://" + metrics_->endpoint().to_string() + "/metrics");
+    }
     return true;
+}
+
+std::shared_ptr<const Registry> Server::make_registry(const std::vector<Service>& statics) const {
+    std::vector<Service> all = statics;
+    for (const Registration& r : registrations_) {
+        all.push_back(r.service);
+    }
+    return std::make_shared<const Registry>(std::move(all));
+}
+
+void Server::load_state() {
+    const std::string& path = config_.state_file;
+    StateLoad loaded = read_state_file(path, WallClock::now());
+    if (loaded.error) {
+        std::string error;
+        auto moved = move_aside(path, error);
+        log::err("state file " + path + " is corrupt (" + *loaded.error + "); " +
+                 (moved ? "moved aside to " + *moved
+                        : "could not move it aside: " + error +
+                              "; it will be overwritten on the "
+                              "next change") +
+                 "; starting without dynamic registrations");
+        return;
+    }
+    const auto now = WallClock::now();
+    std::vector<Registration> kept;
+    for (Registration& r : loaded.registrations) {
+        if (r.expired(now)) {
+            log::notice("registration \"" + r.service.name + "\" expired while stopped, dropped");
+            ++leases_expired_;
+            continue;
+        }
+        if (auto conflict = find_conflict(r, config_.services, kept)) {
+            log::warning("registration \"" + r.service.name +
+                         "\" from the state file dropped: " + *conflict);
+            continue;
+        }
+        auto same = std::find_if(kept.begin(), kept.end(), [&](const Registration& k) {
+            return k.service.name == r.service.name;
+        });
+        if (same != kept.end()) {
+            *same = std::move(r);
+        } else {
+            kept.push_back(std::move(r));
+        }
+    }
+    std::sort(kept.begin(), kept.end(),
+              [](const auto& a, const auto& b) { return a.service.name < b.service.name; });
+    const bool changed = kept.size() != loaded.registrations.size();
+    registrations_ = std::move(kept);
+    if (!loaded.missing) {
+        log::notice("state file " + path + ": " + std::to_string(registrations_.size()) +
+                    " dynamic registrations");
+    }
+    pmsp_->set_registry(make_registry(config_.services));
+    if (changed) {
+        if (auto error = persist()) {
+            log::err("state file: " + *error);
+        }
+    }
+}
+
+std::optional<std::string> Server::persist() {
+    auto error = write_state_file(config_.state_file, registrations_);
+    if (error) {
+        ++state_write_errors_;
+    }
+    return error;
+}
+
+void Server::arm_lease_timer() {
+    if (stopping_) {
+        return;
+    }
+    std::optional<WallClock::time_point> next;
+    for (const Registration& r : registrations_) {
+        if (r.expires && (!next || *r.expires < *next)) {
+            next = r.expires;
+        }
+    }
+    if (!next) {
+        lease_timer_.cancel();
+        return;
+    }
+    // Re-checked at least once a minute in case the wall clock jumps.
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*next - WallClock::now());
+    wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(60'000));
+    lease_timer_.expires_after(wait + std::chrono::milliseconds(1));
+    lease_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (ec || stopping_) {
+            return;
+        }
+        expire_leases();
+    });
+}
+
+void Server::expire_leases() {
+    const auto now = WallClock::now();
+    const auto before = registrations_.size();
+    std::erase_if(registrations_, [&](const Registration& r) {
+        if (r.expired(now)) {
+            log::notice("registration \"" + r.service.name + "\" lease expired, removed");
+            return true;
+        }
+        return false;
+    });
+    if (registrations_.size() != before) {
+        leases_expired_ += before - registrations_.size();
+        ++registrations_changed_;
+        pmsp_->set_registry(make_registry(config_.services));
+        if (auto error = persist()) {
+            log::err("state file: " + *error);
+        }
+    }
+    arm_lease_timer();
 }
 
 void Server::start() {
@@ -187,7 +337,14 @@ void Server::start() {
         wait_readable(s);
     }
     wait_signal();
-    notify("READY=1\nSTATUS=" + status());
+    if (control_) {
+        control_->start();
+    }
+    if (metrics_) {
+        metrics_->start();
+    }
+    arm_lease_timer();
+    notify("READY=1\nSTATUS=" + status_line());
     log::notice("ready: " + std::to_string(config_.services.size()) + " services, config " +
                 (config_optional_ && !std::filesystem::exists(config_path_)
                      ? std::string("built-in defaults")
@@ -207,6 +364,13 @@ void Server::stop(std::string_view why) {
     log_timer_.cancel();
     signals_.cancel(ignored);
     signals_.clear(ignored);
+    lease_timer_.cancel();
+    if (control_) {
+        control_->stop();
+    }
+    if (metrics_) {
+        metrics_->stop();
+    }
     notify("STOPPING=1");
     log::logger().flush_suppressed(log::Clock::now(), true);
     log::notice("stopping (" + std::string(why) + "); " + counters_line());
@@ -367,8 +531,8 @@ void Server::notify(const std::string& state) {
     }
 }
 
-std::string Server::status() const {
-    return std::to_string(config_.services.size()) + " services, " +
+std::string Server::status_line() const {
+    return std::to_string(config_.services.size() + registrations_.size()) + " services, " +
            std::to_string(sockets_.size()) + " sockets";
 }
 
@@ -376,7 +540,8 @@ bool Server::reload() {
     notify(reloading_state());
     const bool applied = apply_reload();
     // READY=1 in every case: the service manager leaves the reloading state.
-    notify("READY=1\nSTATUS=" + std::string(applied ? "reloaded: " : "reload failed: ") + status());
+    notify("READY=1\nSTATUS=" + std::string(applied ? "reloaded: " : "reload failed: ") +
+           status_line());
     return applied;
 }
 
@@ -391,6 +556,7 @@ bool Server::apply_reload() {
     ConfigResult loaded = load_config_file(config_path_);
     if (const auto* e = std::get_if<ConfigError>(&loaded)) {
         ++shell_.reload_failures;
+        last_reload_error_ = e->to_string();
         log::err("reload failed, keeping the running configuration: " + e->to_string());
         return false;
     }
@@ -403,14 +569,43 @@ bool Server::apply_reload() {
         sockets = open_sockets(next.listen, sockets_);
         if (!sockets) {
             ++shell_.reload_failures;
+            last_reload_error_ = "cannot listen on " + join(next.listen);
             log::err("reload failed, keeping the running configuration: cannot listen on " +
                      join(next.listen));
             return false;
         }
     }
-    auto registry = std::make_shared<const Registry>(next.services);
+    // Dynamic registrations persist across a reload, unless a static service
+    // of the new file now claims their name or Conventional Address.
+    const auto before = registrations_.size();
+    std::vector<Registration> kept;
+    for (Registration& r : registrations_) {
+        if (auto conflict = find_conflict(r, next.services, {})) {
+            log::warning("reload: registration \"" + r.service.name + "\" removed: " + *conflict);
+        } else {
+            kept.push_back(std::move(r));
+        }
+    }
+    registrations_ = std::move(kept);
+    if (registrations_.size() != before) {
+        ++registrations_changed_;
+        if (auto error = persist()) {
+            log::err("state file: " + *error);
+        }
+    }
+    if (next.control.socket != config_.control.socket || next.state_file != config_.state_file ||
+        next.metrics != config_.metrics) {
+        log::notice("reload: control.socket, state_file and metrics take effect at the next start");
+        next.control.socket = config_.control.socket;
+        next.control.socket_configured = config_.control.socket_configured;
+        next.state_file = config_.state_file;
+        next.metrics = config_.metrics;
+    }
+    if (control_) {
+        control_->set_groups(next.control);
+    }
 
-    pmsp_->set_registry(std::move(registry));
+    pmsp_->set_registry(make_registry(next.services));
     pmsp_->set_limits(limits_from(next));
     apply_logging(next);
     if (sockets) {
@@ -462,6 +657,288 @@ std::string Server::counters_line() const {
     add("send_errors", shell_.send_errors);
     add("reloads", shell_.reloads);
     add("reload_failures", shell_.reload_failures);
+    return out;
+}
+
+// --- the control socket's commands --------------------------------------------
+
+namespace {
+
+using nlohmann::json;
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+json Server::status() {
+    json listen = json::array();
+    for (const auto& e : bound()) {
+        listen.push_back(e.to_string());
+    }
+    json j;
+    j["version"] = SDPPM_VERSION;
+    j["pid"] = ::getpid();
+    j["uptime_seconds"] = std::floor(seconds_since(started_) * 1000.0) / 1000.0;
+    j["listen"] = std::move(listen);
+    j["config"] = config_optional_ && !std::filesystem::exists(config_path_)
+                      ? std::string("built-in defaults")
+                      : config_path_;
+    j["control_socket"] = control_ ? json(control_->path()) : json(nullptr);
+    j["state_file"] = config_.state_file;
+    j["metrics"] = metrics_ ? json(metrics_->endpoint().to_string()) : json(nullptr);
+    j["services"] = config_.services.size() + registrations_.size();
+    j["static_services"] = config_.services.size();
+    j["dynamic_services"] = registrations_.size();
+    j["transactions"] = pmsp_->transactions();
+    j["control_connections"] = control_ ? control_->connections() : 0;
+    return j;
+}
+
+json Server::services() {
+    // Live transactions per service: the one per-service figure the core
+    // keeps (see docs/control-protocol.md).
+    std::map<std::string, std::uint64_t, std::less<>> live;
+    pmsp_->for_each_transaction([&](const TransactionView& t) { ++live[std::string(t.service)]; });
+    const auto now = WallClock::now();
+    json list = json::array();
+    auto add = [&](json j) {
+        auto it = live.find(j["name"].get<std::string>());
+        j["counters"] = json{{"transactions", it == live.end() ? 0 : it->second}};
+        list.push_back(std::move(j));
+    };
+    for (const Service& s : config_.services) {
+        json j = service_json(s);
+        j["owner"] = nullptr;
+        j["lease_expires_in"] = nullptr;
+        add(std::move(j));
+    }
+    for (const Registration& r : registrations_) {
+        add(registration_json(r, now));
+    }
+    return list;
+}
+
+Reply Server::register_service(Registration r) {
+    if (auto conflict = find_conflict(r, config_.services, registrations_)) {
+        return Reply{kResultConflict, "conflict: " + *conflict, nullptr};
+    }
+    auto it = std::find_if(registrations_.begin(), registrations_.end(),
+                           [&](const Registration& o) { return o.service.name == r.service.name; });
+    const bool renewal = it != registrations_.end();
+    if (!renewal && registrations_.size() >= kMaxRegistrations) {
+        return Reply{kResultError,
+                     "too many registrations (" + std::to_string(kMaxRegistrations) + ")", nullptr};
+    }
+    std::vector<Registration> previous = registrations_;
+    if (renewal) {
+        *it = r;
+    } else {
+        registrations_.insert(std::upper_bound(registrations_.begin(), registrations_.end(), r,
+                                               [](const auto& a, const auto& b) {
+                                                   return a.service.name < b.service.name;
+                                               }),
+                              r);
+    }
+    if (auto error = persist()) {
+        registrations_ = std::move(previous);
+        log::err("register \"" + r.service.name + "\" failed: state file: " + *error);
+        return Reply{kResultError, "cannot save the registration: " + *error, nullptr};
+    }
+    ++registrations_changed_;
+    pmsp_->set_registry(make_registry(config_.services));
+    arm_lease_timer();
+    log::notice(std::string(renewal ? "renewed" : "registered") + " \"" + r.service.name + "\" " +
+                conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner));
+    json j = registration_json(r, WallClock::now());
+    j["counters"] = json{{"transactions", 0}};
+    return Reply{kResultOk, std::string(renewal ? "renewed " : "registered ") + r.service.name,
+                 std::move(j)};
+}
+
+Reply Server::unregister_service(const std::string& name) {
+    auto it = std::find_if(registrations_.begin(), registrations_.end(),
+                           [&](const Registration& o) { return o.service.name == name; });
+    if (it == registrations_.end()) {
+        const bool is_static = std::any_of(config_.services.begin(), config_.services.end(),
+                                           [&](const Service& s) { return s.name == name; });
+        if (is_static) {
+            return Reply{kResultConflict,
+                         "\"" + name + "\" is a static service; edit the config file and reload",
+                         nullptr};
+        }
+        std::string shown;
+        for (unsigned char c : name.substr(0, 64)) {
+            shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+        }
+        return Reply{kResultNotFound, "no dynamic service \"" + shown + "\"", nullptr};
+    }
+    Registration removed = *it;
+    registrations_.erase(it);
+    if (auto error = persist()) {
+        registrations_.insert(
+            std::upper_bound(
+                registrations_.begin(), registrations_.end(), removed,
+                [](const auto& a, const auto& b) { return a.service.name < b.service.name; }),
+            removed);
+        return Reply{kResultError, "cannot save the change: " + *error, nullptr};
+    }
+    ++registrations_changed_;
+    pmsp_->set_registry(make_registry(config_.services));
+    arm_lease_timer();
+    log::notice("unregistered \"" + name + "\"");
+    return Reply{kResultOk, "unregistered " + name, nullptr};
+}
+
+json Server::transactions(std::size_t limit) {
+    json list = json::array();
+    std::size_t total = 0;
+    const auto now = std::chrono::steady_clock::now();
+    pmsp_->for_each_transaction([&](const TransactionView& t) {
+        ++total;
+        if (list.size() >= limit) {
+            return;
+        }
+        char handle[19];
+        std::snprintf(handle, sizeof handle, "0x%016llx",
+                      static_cast<unsigned long long>(t.request.assoc_handle));
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t.expires - now);
+        list.push_back(json{
+            {"service", std::string(t.service)},
+            {"client", pm::Endpoint{t.request.cp_addr, t.request.cp_port}.to_string()},
+            {"conventional", pm::Endpoint{t.request.ap_addr, t.request.ap_port}.to_string()},
+            {"sdp", t.sdp.to_string()},
+            {"assoc_handle", handle},
+            {"expires_in_ms", std::max<std::int64_t>(0, left.count())},
+        });
+    });
+    return json{{"transactions", std::move(list)}, {"total", total}};
+}
+
+std::vector<MetricValue> Server::metric_values() const {
+    const Counters& c = pmsp_->counters();
+    std::vector<MetricValue> v;
+    auto counter = [&v](std::string stat, std::string prom, std::string help, std::uint64_t n,
+                        std::string label = {}) {
+        v.push_back(MetricValue{std::move(stat), std::move(prom), std::move(label), std::move(help),
+                                false, static_cast<double>(n)});
+    };
+    auto gauge = [&v](std::string stat, std::string prom, std::string help, double n,
+                      std::string label = {}) {
+        v.push_back(MetricValue{std::move(stat), std::move(prom), std::move(label), std::move(help),
+                                true, n});
+    };
+    counter("datagrams", "sdp_pmd_datagrams_total", "UDP datagrams received.", c.datagrams);
+    counter("requests", "sdp_pmd_requests_total", "PMReq decoded, new and duplicate.", c.requests);
+    counter("iwpm_requests", "sdp_pmd_iwpm_requests_total",
+            "PMReq in rdma-core iwpmd's 64-byte format.", c.iwpm_requests);
+    for (std::size_t i = 0; i < kOutcomeCount; ++i) {
+        const std::string name(to_string(static_cast<Outcome>(i)));
+        counter(name, "sdp_pmd_outcomes_total", "Datagrams by outcome.", c.outcome[i],
+                "outcome=\"" + name + "\"");
+    }
+    counter("superseded", "sdp_pmd_superseded_total",
+            "Transactions replaced by a PMReq with a new AssocHandle.", c.superseded);
+    counter("timeouts", "sdp_pmd_timeouts_total", "Transactions released without PMAck.",
+            c.timeouts);
+    counter("shed", "sdp_pmd_shed_total", "Transactions dropped at max_transactions.", c.shed);
+    counter("released_on_deny", "sdp_pmd_released_on_deny_total",
+            "Transactions released when a duplicate PMReq was denied.", c.released_on_deny);
+    counter("truncated", "sdp_pmd_truncated_total", "Datagrams longer than the receive buffer.",
+            shell_.truncated);
+    counter("receive_errors", "sdp_pmd_receive_errors_total", "UDP receive errors.",
+            shell_.receive_errors);
+    counter("send_errors", "sdp_pmd_send_errors_total", "UDP send errors.", shell_.send_errors);
+    counter("reloads", "sdp_pmd_reloads_total", "Configuration reloads applied.", shell_.reloads);
+    counter("reload_failures", "sdp_pmd_reload_failures_total", "Configuration reloads refused.",
+            shell_.reload_failures);
+    counter("registration_changes", "sdp_pmd_registration_changes_total",
+            "Dynamic registrations added, renewed, removed or expired.", registrations_changed_);
+    counter("leases_expired", "sdp_pmd_leases_expired_total", "Dynamic registrations expired.",
+            leases_expired_);
+    counter("state_write_errors", "sdp_pmd_state_write_errors_total",
+            "Failed writes of the state file.", state_write_errors_);
+    const ControlCounters cc = control_ ? control_->counters() : ControlCounters{};
+    counter("control_connections", "sdp_pmd_control_connections_total",
+            "Control socket connections accepted.", cc.connections);
+    counter("control_rejected_connections", "sdp_pmd_control_rejected_connections_total",
+            "Control socket connections refused (too many open).", cc.rejected_connections);
+    counter("control_requests", "sdp_pmd_control_requests_total", "Control requests answered.",
+            cc.requests);
+    counter("control_errors", "sdp_pmd_control_errors_total",
+            "Control requests answered with result 1 or 2.", cc.errors);
+    counter("control_denied", "sdp_pmd_control_denied_total",
+            "Control requests refused by peer credentials.", cc.denied);
+    counter("control_timeouts", "sdp_pmd_control_timeouts_total",
+            "Control connections closed when idle.", cc.timeouts);
+    counter("control_oversized", "sdp_pmd_control_oversized_total",
+            "Control requests over the size limit.", cc.oversized);
+    gauge("transactions", "sdp_pmd_transactions", "Live transactions waiting for PMAck.",
+          static_cast<double>(pmsp_->transactions()));
+    gauge("static_services", "sdp_pmd_services", "Services by kind.",
+          static_cast<double>(config_.services.size()), "kind=\"static\"");
+    gauge("dynamic_services", "sdp_pmd_services", "Services by kind.",
+          static_cast<double>(registrations_.size()), "kind=\"dynamic\"");
+    gauge("uptime_seconds", "sdp_pmd_uptime_seconds", "Seconds since the daemon started.",
+          std::floor(seconds_since(started_)));
+    return v;
+}
+
+json Server::stats() {
+    json j = json::object();
+    for (const MetricValue& m : metric_values()) {
+        if (m.gauge) {
+            j[m.stat] = m.value;
+        } else {
+            j[m.stat] = static_cast<std::uint64_t>(m.value);
+        }
+    }
+    return j;
+}
+
+void Server::reset_stats() {
+    pmsp_->reset_counters();
+    shell_ = {};
+    registrations_changed_ = 0;
+    leases_expired_ = 0;
+    state_write_errors_ = 0;
+    if (control_) {
+        control_->reset_counters();
+    }
+    log::notice("counters reset through the control socket");
+}
+
+Reply Server::reload_config() {
+    const auto failures = shell_.reload_failures;
+    last_reload_error_.clear();
+    if (reload()) {
+        return Reply{kResultOk, "reloaded " + config_path_, nullptr};
+    }
+    if (shell_.reload_failures == failures) {
+        return Reply{kResultOk, "no config file " + config_path_ + ", configuration unchanged",
+                     nullptr};
+    }
+    return Reply{kResultError, "reload failed: " + last_reload_error_, nullptr};
+}
+
+std::string prometheus_text(const std::vector<MetricValue>& values) {
+    std::string out;
+    std::vector<std::string> seen;
+    for (const MetricValue& m : values) {
+        if (std::find(seen.begin(), seen.end(), m.prom) == seen.end()) {
+            seen.push_back(m.prom);
+            out += "# HELP " + m.prom + " " + m.help + "\n";
+            out += "# TYPE " + m.prom + (m.gauge ? " gauge\n" : " counter\n");
+        }
+        out += m.prom;
+        if (!m.label.empty()) {
+            out += "{" + m.label + "}";
+        }
+        char num[64];
+        std::snprintf(num, sizeof num, " %.17g\n", m.value);
+        out += num;
+    }
     return out;
 }
 

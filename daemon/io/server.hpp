@@ -22,6 +22,10 @@
 
 #include "config/config.hpp"
 #include "core/pmsp.hpp"
+#include "io/control_handler.hpp"
+#include "io/control_socket.hpp"
+#include "io/metrics_http.hpp"
+#include "io/state_file.hpp"
 #include "io/udp_socket.hpp"
 
 namespace pmd::io {
@@ -37,19 +41,34 @@ struct ShellCounters {
 
 Limits limits_from(const Config& config);
 
-class Server {
+// One counter or gauge, named for both `stats` (stat) and Prometheus (prom,
+// with an optional label).
+struct MetricValue {
+    std::string stat;
+    std::string prom;
+    std::string label;  // e.g. outcome="accepted"; empty: none
+    std::string help;
+    bool gauge = false;
+    double value = 0;
+};
+
+// Prometheus text exposition 0.0.4 of the values (HELP/TYPE once per name).
+std::string prometheus_text(const std::vector<MetricValue>& values);
+
+class Server final : public ControlBackend {
   public:
     // `config_path` is re-read on SIGHUP. With `config_optional` (the default
     // path was used and did not exist at start) a still-missing file on
     // reload keeps the running configuration without an error.
     Server(boost::asio::io_context& io, Config config, std::string config_path,
            bool config_optional);
-    ~Server();
+    ~Server() override;
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;
 
-    // Binds every listen endpoint. On failure logs an error naming the
-    // address, binds nothing and returns false.
+    // Loads the state file, binds every listen endpoint, the control socket
+    // and the metrics address. On failure logs an error naming the address
+    // and returns false.
     bool bind();
     // Starts receiving, the timers and the signal handlers; logs "ready".
     void start();
@@ -64,6 +83,17 @@ class Server {
     const Pmsp& pmsp() const { return *pmsp_; }
     // The endpoints actually bound (a configured port 0 replaced by the real one).
     std::vector<pm::Endpoint> bound() const;
+    std::vector<MetricValue> metric_values() const;
+
+    // ControlBackend (docs/control-protocol.md).
+    nlohmann::json status() override;
+    nlohmann::json services() override;
+    Reply register_service(Registration r) override;
+    Reply unregister_service(const std::string& name) override;
+    nlohmann::json transactions(std::size_t limit) override;
+    nlohmann::json stats() override;
+    void reset_stats() override;
+    Reply reload_config() override;
 
   private:
     using SocketList = std::vector<std::shared_ptr<UdpSocket>>;
@@ -81,7 +111,12 @@ class Server {
     void apply_logging(const Config& c);
     bool apply_reload();
     void notify(const std::string& state);
-    std::string status() const;
+    std::string status_line() const;
+    void load_state();
+    std::shared_ptr<const Registry> make_registry(const std::vector<Service>& statics) const;
+    std::optional<std::string> persist();
+    void expire_leases();
+    void arm_lease_timer();
 
     boost::asio::io_context& io_;
     Config config_;
@@ -98,6 +133,16 @@ class Server {
     boost::asio::signal_set signals_;
     bool stopping_ = false;
     ShellCounters shell_;
+    std::string last_reload_error_;
+
+    std::vector<Registration> registrations_;  // dynamic, sorted by name
+    boost::asio::steady_timer lease_timer_;
+    std::unique_ptr<ControlServer> control_;
+    std::unique_ptr<MetricsServer> metrics_;
+    std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+    std::uint64_t registrations_changed_ = 0;
+    std::uint64_t leases_expired_ = 0;
+    std::uint64_t state_write_errors_ = 0;
 };
 
 }  // namespace pmd::io

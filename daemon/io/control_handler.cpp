@@ -1,0 +1,316 @@
+#include "io/control_handler.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <new>
+#include <variant>
+
+#include "config/config.hpp"
+
+namespace pmd::io {
+
+using nlohmann::json;
+
+namespace {
+
+struct CommandInfo {
+    std::string_view name;
+    Access needs;
+};
+
+constexpr std::array<CommandInfo, 10> kCommands{{
+    {"version", Access::read},
+    {"status", Access::read},
+    {"services", Access::read},
+    {"transactions", Access::read},
+    {"stats", Access::read},
+    {"config-test", Access::read},
+    {"register", Access::admin},
+    {"unregister", Access::admin},
+    {"stats-reset", Access::admin},
+    {"reload", Access::admin},
+}};
+
+std::string dump(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Handled answer(const Reply& r, std::string command) {
+    json out;
+    out["result"] = r.result;
+    out["text"] = r.text;
+    if (!r.arguments.is_null()) {
+        out["arguments"] = r.arguments;
+    }
+    return Handled{dump(out) + "\n", std::move(command), r.result};
+}
+
+Reply error(int result, std::string text) {
+    return Reply{result, std::move(text), nullptr};
+}
+
+// A short, printable rendering of a client-supplied string for a reply.
+std::string shown(std::string_view s) {
+    std::string out;
+    for (unsigned char c : s.substr(0, 64)) {
+        out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+    }
+    return out;
+}
+
+bool only_keys(const json& args, std::initializer_list<std::string_view> keys, Reply& err) {
+    for (const auto& item : args.items()) {
+        if (std::find(keys.begin(), keys.end(), item.key()) == keys.end()) {
+            err = error(kResultError, "unknown argument \"" + shown(item.key()) + "\"");
+            return false;
+        }
+    }
+    return true;
+}
+
+std::optional<std::string> read_regular_file(const std::string& path, std::string& out) {
+    constexpr std::size_t kMax = 16 * 1024 * 1024;
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        return std::string("cannot open: ") + std::strerror(errno);
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return std::string("not a regular file");
+    }
+    char buf[65536];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            const int err = errno;
+            ::close(fd);
+            return std::string("cannot read: ") + std::strerror(err);
+        }
+        if (n == 0) {
+            break;
+        }
+        out.append(buf, static_cast<std::size_t>(n));
+        if (out.size() > kMax) {
+            ::close(fd);
+            return std::string("file is larger than 16 MiB");
+        }
+    }
+    ::close(fd);
+    return std::nullopt;
+}
+
+Reply run(std::string_view command, const json& args, const Peer& peer, ControlBackend& b) {
+    Reply bad;
+    if (command == "version") {
+        return Reply{kResultOk, "sdp-pmd " SDPPM_VERSION, json{{"version", SDPPM_VERSION}}};
+    }
+    if (command == "status") {
+        return Reply{kResultOk, "running", b.status()};
+    }
+    if (command == "services") {
+        json s = b.services();
+        const std::size_t n = s.size();
+        return Reply{kResultOk, std::to_string(n) + " services", json{{"services", std::move(s)}}};
+    }
+    if (command == "transactions") {
+        if (!only_keys(args, {"limit"}, bad)) {
+            return bad;
+        }
+        std::size_t limit = 1000;
+        if (args.contains("limit")) {
+            if (!args["limit"].is_number_unsigned()) {
+                return error(kResultError, "limit: expected a number");
+            }
+            limit = static_cast<std::size_t>(
+                std::min<std::uint64_t>(args["limit"].get<std::uint64_t>(), 1'000'000));
+        }
+        json t = b.transactions(limit);
+        std::string text = std::to_string(t["total"].get<std::uint64_t>()) + " transactions";
+        return Reply{kResultOk, std::move(text), std::move(t)};
+    }
+    if (command == "stats") {
+        return Reply{kResultOk, "counters", b.stats()};
+    }
+    if (command == "stats-reset") {
+        b.reset_stats();
+        return Reply{kResultOk, "counters reset", nullptr};
+    }
+    if (command == "reload") {
+        return b.reload_config();
+    }
+    if (command == "config-test") {
+        if (!only_keys(args, {"path"}, bad)) {
+            return bad;
+        }
+        if (!args.contains("path") || !args["path"].is_string()) {
+            return error(kResultError, "missing argument \"path\" (a string)");
+        }
+        const std::string path = args["path"].get<std::string>();
+        if (path.empty() || path.find('\0') != std::string::npos || path.size() > 4096) {
+            return error(kResultError, "path: bad path");
+        }
+        // The daemon may read what the caller may not: only files the caller
+        // could read itself are tested, so no error message leaks content.
+        if (!peer_may_read(path, peer)) {
+            return error(kResultDenied, "path: " + shown(path) + " is not readable by the caller");
+        }
+        // Only regular files: a FIFO or a device must never block the daemon.
+        std::string text;
+        if (auto why = read_regular_file(path, text)) {
+            return error(kResultError, "path: " + shown(path) + ": " + *why);
+        }
+        ConfigResult loaded = load_config_string(text, path);
+        if (const auto* e = std::get_if<ConfigError>(&loaded)) {
+            return Reply{kResultError, e->to_string(), json{{"valid", false}}};
+        }
+        const auto& c = std::get<Config>(loaded);
+        return Reply{kResultOk, path + ": OK, " + std::to_string(c.services.size()) + " services",
+                     json{{"valid", true}, {"services", c.services.size()}}};
+    }
+    if (command == "register") {
+        if (!args.is_object()) {
+            return error(kResultError, "arguments: expected an object");
+        }
+        auto parsed = parse_registration(args, false, b.wall_now());
+        if (auto* e = std::get_if<std::string>(&parsed)) {
+            return error(kResultError, *e);
+        }
+        return b.register_service(std::move(std::get<Registration>(parsed)));
+    }
+    if (command == "unregister") {
+        if (!only_keys(args, {"name"}, bad)) {
+            return bad;
+        }
+        if (!args.contains("name") || !args["name"].is_string()) {
+            return error(kResultError, "missing argument \"name\" (a string)");
+        }
+        return b.unregister_service(args["name"].get<std::string>());
+    }
+    return error(kResultUnsupported, "unsupported command \"" + shown(command) + "\"");
+}
+
+}  // namespace
+
+int json_depth(std::string_view text, int limit) {
+    int depth = 0;
+    int max = 0;
+    bool in_string = false;
+    bool escaped = false;
+    for (char c : text) {
+        if (in_string) {
+            if (escaped) {
+                escaped = false;
+            } else if (c == '\\') {
+                escaped = true;
+            } else if (c == '"') {
+                in_string = false;
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            max = std::max(max, ++depth);
+            if (max > limit) {
+                return max;
+            }
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return max;
+}
+
+bool peer_may_read(const std::string& path, const Peer& peer) {
+    if (peer.uid == 0) {
+        return true;
+    }
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        return false;
+    }
+    if (st.st_uid == peer.uid) {
+        return (st.st_mode & S_IRUSR) != 0;
+    }
+    const bool in_group = st.st_gid == peer.gid || std::find(peer.groups.begin(), peer.groups.end(),
+                                                             st.st_gid) != peer.groups.end();
+    if (in_group) {
+        return (st.st_mode & S_IRGRP) != 0;
+    }
+    return (st.st_mode & S_IROTH) != 0;
+}
+
+Handled handle_control_line(std::string_view line, const Peer& peer, ControlBackend& backend) {
+    try {
+        if (!line.empty() && line.back() == '\r') {
+            line.remove_suffix(1);
+        }
+        if (line.size() > kMaxControlLine) {
+            return answer(error(kResultError, "request longer than " +
+                                                  std::to_string(kMaxControlLine) + " bytes"),
+                          "");
+        }
+        if (json_depth(line, kMaxControlDepth) > kMaxControlDepth) {
+            return answer(error(kResultError, "request nested deeper than " +
+                                                  std::to_string(kMaxControlDepth) + " levels"),
+                          "");
+        }
+        json request = json::parse(line.begin(), line.end(), nullptr, false);
+        if (request.is_discarded()) {
+            return answer(error(kResultError, "bad JSON"), "");
+        }
+        if (!request.is_object() || !request.contains("command") ||
+            !request["command"].is_string()) {
+            return answer(
+                error(kResultError, "expected {\"command\": \"...\", \"arguments\": {...}}"), "");
+        }
+        const std::string command = request["command"].get<std::string>();
+        for (const auto& item : request.items()) {
+            if (item.key() != "command" && item.key() != "arguments") {
+                return answer(error(kResultError, "unknown key \"" + shown(item.key()) + "\""),
+                              command);
+            }
+        }
+        json args = json::object();
+        if (request.contains("arguments") && !request["arguments"].is_null()) {
+            if (!request["arguments"].is_object()) {
+                return answer(error(kResultError, "arguments: expected an object"), command);
+            }
+            args = request["arguments"];
+        }
+        if (peer.access == Access::none) {
+            return answer(error(kResultDenied, "permission denied"), command);
+        }
+        auto info = std::find_if(kCommands.begin(), kCommands.end(),
+                                 [&](const CommandInfo& c) { return c.name == command; });
+        if (info == kCommands.end()) {
+            return answer(
+                error(kResultUnsupported, "unsupported command \"" + shown(command) + "\""),
+                command);
+        }
+        if (info->needs == Access::admin && peer.access != Access::admin) {
+            return answer(error(kResultDenied, "permission denied: \"" + command +
+                                                   "\" needs root or the admin group"),
+                          command);
+        }
+        return answer(run(command, args, peer, backend), command);
+    } catch (const std::bad_alloc&) {
+        return answer(error(kResultError, "out of memory"), "");
+    } catch (const std::exception& e) {
+        return answer(error(kResultError, std::string("internal error: ") + e.what()), "");
+    }
+}
+
+}  // namespace pmd::io

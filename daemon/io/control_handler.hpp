@@ -1,0 +1,77 @@
+// The control protocol (docs/control-protocol.md) without sockets: one
+// request line in, one response line out. The I/O layer (control_socket.hpp)
+// frames lines, checks peer credentials and logs refusals; the Backend (the
+// Server) carries the commands out. Never throws, whatever the bytes.
+#pragma once
+
+#include <sys/types.h>
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/state_file.hpp"
+
+namespace pmd::io {
+
+inline constexpr std::size_t kMaxControlLine = 64 * 1024;
+inline constexpr int kMaxControlDepth = 16;
+
+enum class Access : std::uint8_t { none, read, admin };
+
+// Who is asking (SO_PEERCRED / SO_PEERGROUPS).
+struct Peer {
+    pid_t pid = 0;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;  // supplementary
+    Access access = Access::none;
+};
+
+enum ControlResult : int {
+    kResultOk = 0,
+    kResultError = 1,
+    kResultUnsupported = 2,
+    kResultNotFound = 3,
+    kResultConflict = 4,
+    kResultDenied = 5,
+};
+
+struct Reply {
+    int result = kResultOk;
+    std::string text;
+    nlohmann::json arguments;  // null: left out
+};
+
+class ControlBackend {
+  public:
+    virtual ~ControlBackend() = default;
+    virtual nlohmann::json status() = 0;
+    virtual nlohmann::json services() = 0;
+    virtual Reply register_service(Registration r) = 0;
+    virtual Reply unregister_service(const std::string& name) = 0;
+    virtual nlohmann::json transactions(std::size_t limit) = 0;
+    virtual nlohmann::json stats() = 0;
+    virtual void reset_stats() = 0;
+    virtual Reply reload_config() = 0;
+    virtual WallClock::time_point wall_now() { return WallClock::now(); }
+};
+
+struct Handled {
+    std::string response;  // one JSON object and '\n'
+    std::string command;   // as sent, for logs ("" when unreadable)
+    int result = kResultOk;
+};
+
+// Max nesting of arrays/objects in `text`, counted without parsing (strings
+// skipped); stops counting past `limit`.
+int json_depth(std::string_view text, int limit);
+
+Handled handle_control_line(std::string_view line, const Peer& peer, ControlBackend& backend);
+
+// True when `peer` could open `path` for reading by its mode bits (root: always).
+bool peer_may_read(const std::string& path, const Peer& peer);
+
+}  // namespace pmd::io

@@ -1,0 +1,386 @@
+#include "io/state_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "config/config.hpp"
+
+namespace pmd::io {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::size_t kMaxStateSize = 64 * 1024 * 1024;
+
+std::string errno_text(int err) {
+    return std::generic_category().message(err);
+}
+
+// A string argument; error when present with another type.
+bool get_string(const json& args, const char* key, std::optional<std::string>& out,
+                std::string& error) {
+    auto it = args.find(key);
+    if (it == args.end() || it->is_null()) {
+        return true;
+    }
+    if (!it->is_string()) {
+        error = std::string(key) + ": expected a string";
+        return false;
+    }
+    out = it->get<std::string>();
+    return true;
+}
+
+bool get_string_list(const json& args, const char* key,
+                     std::optional<std::vector<std::string>>& out, std::string& error) {
+    auto it = args.find(key);
+    if (it == args.end() || it->is_null()) {
+        return true;
+    }
+    if (it->is_string()) {  // a single address is a list of one
+        out = std::vector<std::string>{it->get<std::string>()};
+        return true;
+    }
+    if (!it->is_array()) {
+        error = std::string(key) + ": expected a list of strings";
+        return false;
+    }
+    out.emplace();
+    for (std::size_t i = 0; i < it->size(); ++i) {
+        const json& v = (*it)[i];
+        if (!v.is_string()) {
+            error = std::string(key) + "[" + std::to_string(i) + "]: expected a string";
+            return false;
+        }
+        out->push_back(v.get<std::string>());
+    }
+    return true;
+}
+
+bool printable(std::string_view s) {
+    for (unsigned char c : s) {
+        if (c < 0x20 || c == 0x7f) {
+            return false;
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
+std::string conventional_text(const Service& s) {
+    return service_fields(s).conventional;
+}
+
+std::variant<Registration, std::string> parse_registration(const json& args, bool from_state,
+                                                           WallClock::time_point now) {
+    if (!args.is_object()) {
+        return std::string("arguments: expected an object");
+    }
+    static constexpr std::string_view kKeys[] = {"name",    "conventional", "sdp",   "policy",
+                                                 "pm_time", "allow",        "lease", "owner"};
+    for (const auto& [key, value] : args.items()) {
+        bool known = std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys);
+        if (!known && !(from_state && key == "expires_at")) {
+            return "unknown argument \"" + (printable(key) && key.size() < 64 ? key : "?") + "\"";
+        }
+    }
+    std::string error;
+    std::optional<std::string> name, conventional, policy, pm_time, lease, owner;
+    std::optional<std::vector<std::string>> sdp, allow;
+    if (!get_string(args, "name", name, error) ||
+        !get_string(args, "conventional", conventional, error) ||
+        !get_string_list(args, "sdp", sdp, error) || !get_string(args, "policy", policy, error) ||
+        !get_string_list(args, "allow", allow, error) || !get_string(args, "lease", lease, error) ||
+        !get_string(args, "owner", owner, error)) {
+        return error;
+    }
+    if (auto it = args.find("pm_time"); it != args.end() && !it->is_null()) {
+        if (it->is_number_unsigned()) {
+            pm_time = std::to_string(it->get<std::uint64_t>());
+        } else if (it->is_string()) {
+            pm_time = it->get<std::string>();
+        } else {
+            return std::string("pm_time: expected a string or a number 0-255");
+        }
+    }
+    for (const char* required : {"name", "conventional", "sdp"}) {
+        if (!args.contains(required) || args[required].is_null()) {
+            return "missing argument \"" + std::string(required) + "\"";
+        }
+    }
+    ServiceFields fields;
+    fields.name = *name;
+    fields.conventional = *conventional;
+    fields.sdp = *sdp;
+    fields.policy = policy;
+    fields.pm_time = pm_time;
+    fields.allow = allow;
+    auto made = make_service(fields, "register");
+    if (auto* e = std::get_if<ConfigError>(&made)) {
+        return e->key.empty() ? e->message : e->key + ": " + e->message;
+    }
+    Registration r;
+    r.service = std::move(std::get<Service>(made));
+    r.service.dynamic = true;
+    if (owner) {
+        if (owner->size() > kMaxOwner || !printable(*owner)) {
+            return "owner: at most " + std::to_string(kMaxOwner) +
+                   " bytes without control characters";
+        }
+        r.owner = *owner;
+    }
+    if (lease) {
+        auto d = parse_duration(*lease);
+        if (!d) {
+            return std::string("lease: bad duration (use a number and ms, s, m or h, e.g. 30s)");
+        }
+        if (*d < kMinLease || *d > kMaxLease) {
+            return std::string("lease: out of range (1s to 365 days)");
+        }
+        r.lease = *d;
+        r.expires = now + *d;
+    }
+    if (from_state) {
+        auto it = args.find("expires_at");
+        if (it != args.end() && !it->is_null()) {
+            if (!it->is_number_integer() || !r.lease) {
+                return std::string("expires_at: expected a number of milliseconds, with a lease");
+            }
+            r.expires = WallClock::time_point(std::chrono::milliseconds(it->get<std::int64_t>()));
+        }
+    }
+    return r;
+}
+
+json service_json(const Service& s) {
+    ServiceFields f = service_fields(s);
+    json j;
+    j["name"] = f.name;
+    j["conventional"] = f.conventional;
+    j["sdp"] = f.sdp;
+    j["policy"] = *f.policy;
+    j["pm_time"] = s.pm_time;
+    j["allow"] = f.allow ? *f.allow : std::vector<std::string>{};
+    j["dynamic"] = s.dynamic;
+    return j;
+}
+
+json registration_json(const Registration& r, WallClock::time_point now) {
+    json j = service_json(r.service);
+    j["owner"] = r.owner;
+    if (r.expires) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*r.expires - now);
+        j["lease_expires_in"] = std::max<double>(0.0, static_cast<double>(left.count()) / 1000.0);
+    } else {
+        j["lease_expires_in"] = nullptr;
+    }
+    return j;
+}
+
+std::optional<std::string> find_conflict(const Registration& r, std::span<const Service> statics,
+                                         std::span<const Registration> dynamic) {
+    const Service& s = r.service;
+    for (const Service& o : statics) {
+        if (o.name == s.name) {
+            return "a static service is named \"" + s.name + "\"";
+        }
+        if (o.conventional_port == s.conventional_port &&
+            o.conventional_address == s.conventional_address) {
+            return "conventional address " + conventional_text(s) +
+                   " is used by static service \"" + o.name + "\"";
+        }
+    }
+    for (const Registration& d : dynamic) {
+        if (d.service.name == s.name) {
+            continue;  // a renewal
+        }
+        if (d.service.conventional_port == s.conventional_port &&
+            d.service.conventional_address == s.conventional_address) {
+            return "conventional address " + conventional_text(s) + " is used by service \"" +
+                   d.service.name + "\"";
+        }
+    }
+    return std::nullopt;
+}
+
+std::string state_text(std::span<const Registration> registrations) {
+    json list = json::array();
+    for (const Registration& r : registrations) {
+        json j;
+        ServiceFields f = service_fields(r.service);
+        j["name"] = f.name;
+        j["conventional"] = f.conventional;
+        j["sdp"] = f.sdp;
+        j["policy"] = *f.policy;
+        j["pm_time"] = r.service.pm_time;
+        if (f.allow) {
+            j["allow"] = *f.allow;
+        }
+        if (!r.owner.empty()) {
+            j["owner"] = r.owner;
+        }
+        if (r.lease && r.expires) {
+            j["lease"] = std::to_string(r.lease->count()) + "ms";
+            j["expires_at"] =
+                std::chrono::duration_cast<std::chrono::milliseconds>(r.expires->time_since_epoch())
+                    .count();
+        }
+        list.push_back(std::move(j));
+    }
+    json doc;
+    doc["version"] = 1;
+    doc["registrations"] = std::move(list);
+    return doc.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+StateLoad parse_state(const std::string& text, WallClock::time_point now) {
+    StateLoad out;
+    json doc = json::parse(text, nullptr, false);
+    if (doc.is_discarded()) {
+        out.error = "not valid JSON (torn or corrupt)";
+        return out;
+    }
+    if (!doc.is_object() || !doc.contains("version") || doc["version"] != 1 ||
+        !doc.contains("registrations") || !doc["registrations"].is_array()) {
+        out.error =
+            "not a version 1 state file (expected {\"version\": 1, \"registrations\": [...]})";
+        return out;
+    }
+    const json& list = doc["registrations"];
+    if (list.size() > kMaxRegistrations) {
+        out.error = "more than " + std::to_string(kMaxRegistrations) + " registrations";
+        return out;
+    }
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        auto parsed = parse_registration(list[i], true, now);
+        if (auto* e = std::get_if<std::string>(&parsed)) {
+            out.error = "registrations[" + std::to_string(i) + "]: " + *e;
+            out.registrations.clear();
+            return out;
+        }
+        out.registrations.push_back(std::move(std::get<Registration>(parsed)));
+    }
+    return out;
+}
+
+StateLoad read_state_file(const std::string& path, WallClock::time_point now) {
+    StateLoad out;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            out.missing = true;
+        } else {
+            out.error = "cannot open: " + errno_text(errno);
+        }
+        return out;
+    }
+    std::string text;
+    char buf[65536];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            out.error = "cannot read: " + errno_text(errno);
+            ::close(fd);
+            return out;
+        }
+        if (n == 0) {
+            break;
+        }
+        text.append(buf, static_cast<std::size_t>(n));
+        if (text.size() > kMaxStateSize) {
+            ::close(fd);
+            out.error = "larger than " + std::to_string(kMaxStateSize) + " bytes";
+            return out;
+        }
+    }
+    ::close(fd);
+    try {
+        return parse_state(text, now);
+    } catch (const std::exception& e) {
+        out.error = std::string("cannot parse: ") + e.what();
+        return out;
+    }
+}
+
+std::optional<std::string> write_state_file(const std::string& path,
+                                            std::span<const Registration> registrations) {
+    namespace fs = std::filesystem;
+    const fs::path target(path);
+    const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+        return "cannot create " + dir.string() + ": " + ec.message();
+    }
+    const std::string text = state_text(registrations);
+    const std::string tmp = path + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        return "cannot create " + tmp + ": " + errno_text(errno);
+    }
+    std::size_t off = 0;
+    while (off < text.size()) {
+        ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            const int err = errno;
+            ::close(fd);
+            ::unlink(tmp.c_str());
+            return "cannot write " + tmp + ": " + errno_text(err);
+        }
+        off += static_cast<std::size_t>(n);
+    }
+    if (::fsync(fd) != 0) {
+        const int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return "cannot fsync " + tmp + ": " + errno_text(err);
+    }
+    ::close(fd);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        return "cannot rename " + tmp + " to " + path + ": " + errno_text(err);
+    }
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        ::fsync(dfd);  // the rename itself is durable only after this
+        ::close(dfd);
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> move_aside(const std::string& path, std::string& error) {
+    std::time_t t = WallClock::to_time_t(WallClock::now());
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &tm);
+    std::string target = path + ".corrupt-" + stamp;
+    // Never overwrite an earlier corrupt copy from the same second.
+    for (int i = 1; ::access(target.c_str(), F_OK) == 0 && i < 100; ++i) {
+        target = path + ".corrupt-" + stamp + "." + std::to_string(i);
+    }
+    if (::rename(path.c_str(), target.c_str()) != 0) {
+        error = errno_text(errno);
+        return std::nullopt;
+    }
+    return target;
+}
+
+}  // namespace pmd::io

@@ -1,0 +1,81 @@
+// Dynamic registrations (control socket `register`) and the state file that
+// keeps them across restarts.
+//
+// A registration is a Service (dynamic = true) plus an owner and an optional
+// lease. Leases are wall-clock deadlines so that they keep their meaning
+// across a restart. The state file is one JSON document, rewritten
+// atomically (temporary file in the same directory, fsync, rename, fsync of
+// the directory) on every change:
+//
+//   {"version": 1, "registrations": [{"name": "web", "conventional": "...",
+//     "sdp": ["..."], "policy": "first", "pm_time": 120, "allow": ["..."],
+//     "owner": "...", "lease": "30000ms", "expires_at": 1700000000000}]}
+#pragma once
+
+#include <chrono>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/service.hpp"
+
+namespace pmd::io {
+
+using WallClock = std::chrono::system_clock;
+
+inline constexpr std::chrono::milliseconds kMinLease{1000};
+inline constexpr std::chrono::milliseconds kMaxLease = std::chrono::hours{24 * 365};
+inline constexpr std::size_t kMaxOwner = 256;
+inline constexpr std::size_t kMaxRegistrations = 10'000;
+
+struct Registration {
+    Service service;  // dynamic = true
+    std::string owner;
+    std::optional<std::chrono::milliseconds> lease;  // nullopt: until unregistered
+    std::optional<WallClock::time_point> expires;    // set when lease is
+
+    bool expired(WallClock::time_point now) const { return expires && *expires <= now; }
+};
+
+// Reads `register` arguments (or, with from_state, a state file entry, which
+// may carry "expires_at"). The lease starts at `now`. On error returns one
+// line naming the argument at fault.
+std::variant<Registration, std::string> parse_registration(const nlohmann::json& args,
+                                                           bool from_state,
+                                                           WallClock::time_point now);
+
+// The service as listed by `services` and `register` (without counters).
+nlohmann::json service_json(const Service& s);
+nlohmann::json registration_json(const Registration& r, WallClock::time_point now);
+
+// Name or Conventional Address clash with a static service or another
+// registration (one of the same name is a renewal, not a clash). Returns the
+// reason.
+std::optional<std::string> find_conflict(const Registration& r, std::span<const Service> statics,
+                                         std::span<const Registration> dynamic);
+
+struct StateLoad {
+    std::vector<Registration> registrations;
+    bool missing = false;              // no file: a first start
+    std::optional<std::string> error;  // unreadable, torn or invalid: the file is corrupt
+};
+StateLoad read_state_file(const std::string& path, WallClock::time_point now);
+// Parses the text of a state file (exposed for tests and fuzzing).
+StateLoad parse_state(const std::string& text, WallClock::time_point now);
+std::string state_text(std::span<const Registration> registrations);
+
+// Writes atomically; returns the error, if any. Creates the directory when
+// missing.
+std::optional<std::string> write_state_file(const std::string& path,
+                                            std::span<const Registration> registrations);
+// Renames a corrupt file to PATH.corrupt-YYYYmmddTHHMMSS (UTC); returns the
+// new name, or an error text in `error`.
+std::optional<std::string> move_aside(const std::string& path, std::string& error);
+
+// "IP:PORT" / "*:PORT" of the service's Conventional Address.
+std::string conventional_text(const Service& s);
+
+}  // namespace pmd::io
