@@ -45,7 +45,8 @@ add_library(pmclient::pmclient ALIAS pmclient)
 # --- install: library, headers, CMake package, pkg-config ---------------------
 include(CMakePackageConfigHelpers)
 set(_pmclient_public_headers
-  address.hpp message.hpp pm_time.hpp types.hpp resolver.hpp connect.hpp pmclient.h export.h)
+  address.hpp sockaddr.hpp message.hpp pm_time.hpp types.hpp resolver.hpp connect.hpp pmclient.h
+  export.h)
 list(TRANSFORM _pmclient_public_headers PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/include/pmclient/)
 install(FILES ${_pmclient_public_headers}
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/pmclient COMPONENT pmclient-dev)

@@ -17,46 +17,12 @@
 #include <vector>
 
 #include "pmclient/address.hpp"
+#include "pmclient/sockaddr.hpp"
 
 namespace bench {
 
-inline socklen_t to_sockaddr(const pm::Endpoint& ep, sockaddr_storage& ss) {
-    std::memset(&ss, 0, sizeof ss);
-    if (ep.address.is_v4()) {
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(ep.port);
-        std::memcpy(&a.sin_addr, ep.address.bytes().data(), 4);
-        std::memcpy(&ss, &a, sizeof a);
-        return sizeof a;
-    }
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_port = htons(ep.port);
-    std::memcpy(&a.sin6_addr, ep.address.bytes().data(), 16);
-    std::memcpy(&ss, &a, sizeof a);
-    return sizeof a;
-}
-
-inline pm::Endpoint from_sockaddr(const sockaddr_storage& ss) {
-    pm::Endpoint ep;
-    if (ss.ss_family == AF_INET) {
-        sockaddr_in a{};
-        std::memcpy(&a, &ss, sizeof a);
-        std::array<std::uint8_t, 4> b{};
-        std::memcpy(b.data(), &a.sin_addr, 4);
-        ep.address = pm::IpAddress::v4(b);
-        ep.port = ntohs(a.sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-        sockaddr_in6 a{};
-        std::memcpy(&a, &ss, sizeof a);
-        std::array<std::uint8_t, 16> b{};
-        std::memcpy(b.data(), &a.sin6_addr, 16);
-        ep.address = pm::IpAddress::v6(b);
-        ep.port = ntohs(a.sin6_port);
-    }
-    return ep;
-}
+using pm::from_sockaddr;
+using pm::to_sockaddr;
 
 template <typename T>
 std::optional<T> parse_number(std::string_view s) {

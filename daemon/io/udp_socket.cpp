@@ -23,27 +23,6 @@ boost::asio::ip::udp::endpoint to_asio(const pm::Endpoint& ep) {
     return {asio::ip::address_v6(v6), ep.port};
 }
 
-pm::Endpoint from_sockaddr(const sockaddr_storage& sa) {
-    pm::Endpoint ep;
-    if (sa.ss_family == AF_INET) {
-        sockaddr_in in{};
-        std::memcpy(&in, &sa, sizeof in);
-        std::array<std::uint8_t, 4> b{};
-        std::memcpy(b.data(), &in.sin_addr, 4);
-        ep.address = pm::IpAddress::v4(b);
-        ep.port = ntohs(in.sin_port);
-    } else if (sa.ss_family == AF_INET6) {
-        sockaddr_in6 in6{};
-        std::memcpy(&in6, &sa, sizeof in6);
-        std::array<std::uint8_t, 16> b{};
-        std::memcpy(b.data(), &in6.sin6_addr, 16);
-        // A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d.
-        ep.address = pm::IpAddress::v6(b).unmapped();
-        ep.port = ntohs(in6.sin6_port);
-    }
-    return ep;
-}
-
 namespace {
 
 bool is_link_local(const pm::IpAddress& a) {

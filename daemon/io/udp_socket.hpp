@@ -25,6 +25,7 @@
 
 #include "pmclient/address.hpp"
 #include "pmclient/message.hpp"
+#include "pmclient/sockaddr.hpp"
 
 namespace pmd::io {
 
@@ -122,6 +123,6 @@ class UdpSocket {
 
 // Conversions between the protocol's address types and socket addresses.
 boost::asio::ip::udp::endpoint to_asio(const pm::Endpoint& ep);
-pm::Endpoint from_sockaddr(const sockaddr_storage& sa);
+using pm::from_sockaddr;
 
 }  // namespace pmd::io

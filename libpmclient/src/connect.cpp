@@ -1,5 +1,7 @@
 #include "pmclient/connect.hpp"
 
+#include "pmclient/sockaddr.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -14,34 +16,8 @@ namespace pmclient {
 
 namespace {
 
-socklen_t to_sockaddr(const pm::Endpoint& e, sockaddr_storage& ss) {
-    std::memset(&ss, 0, sizeof ss);
-    if (e.address.is_v4()) {
-        auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
-        sin->sin_family = AF_INET;
-        sin->sin_port = htons(e.port);
-        std::memcpy(&sin->sin_addr, e.address.bytes().data(), 4);
-        return sizeof(sockaddr_in);
-    }
-    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    sin6->sin6_family = AF_INET6;
-    sin6->sin6_port = htons(e.port);
-    std::memcpy(&sin6->sin6_addr, e.address.bytes().data(), 16);
-    return sizeof(sockaddr_in6);
-}
-
-pm::Endpoint from_sockaddr(const sockaddr_storage& ss) {
-    if (ss.ss_family == AF_INET) {
-        const auto* sin = reinterpret_cast<const sockaddr_in*>(&ss);
-        std::array<std::uint8_t, 4> b{};
-        std::memcpy(b.data(), &sin->sin_addr, 4);
-        return pm::Endpoint{pm::IpAddress::v4(b), ntohs(sin->sin_port)};
-    }
-    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    std::array<std::uint8_t, 16> b{};
-    std::memcpy(b.data(), &sin6->sin6_addr, 16);
-    return pm::Endpoint{pm::IpAddress::v6(b).unmapped(), ntohs(sin6->sin6_port)};
-}
+using pm::from_sockaddr;
+using pm::to_sockaddr;
 
 int family_of(const pm::IpAddress& a) {
     return a.is_v4() ? AF_INET : AF_INET6;

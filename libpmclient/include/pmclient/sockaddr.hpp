@@ -1,0 +1,18 @@
+// Conversions between the protocol's endpoint type and BSD socket addresses,
+// for the programs and libraries that talk to sockets directly.
+#pragma once
+
+#include <sys/socket.h>
+
+#include "pmclient/address.hpp"
+
+namespace pm {
+
+// Fills `ss` (zeroed first) and returns the length to pass to bind/sendto.
+socklen_t to_sockaddr(const Endpoint& e, sockaddr_storage& ss);
+// An AF_INET or AF_INET6 address; IPv4-mapped IPv6 comes back as IPv4 (a
+// dual-stack socket reports IPv4 peers that way). Other families give an
+// IPv4 0.0.0.0:0.
+Endpoint from_sockaddr(const sockaddr_storage& ss);
+
+}  // namespace pm
