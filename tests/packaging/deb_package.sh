@@ -27,7 +27,7 @@ skipped=()
 (cd "$build" && "$cpack" -G DEB -B "$TMP/out" --config "$build/CPackConfig.cmake") \
     > "$TMP/cpack.log" 2>&1 || { cat "$TMP/cpack.log" >&2; fail "cpack -G DEB failed"; }
 debs=()
-for pkg in sdp-pmd libpmclient1 libpmclient-dev; do
+for pkg in sdp-pmd libpmclient1 libpmclient-dev sdp-tools; do
     deb=$(ls "$TMP/out/${pkg}_${debversion}_"*.deb 2>/dev/null | head -n1 || true)
     [[ -n $deb ]] || { ls "$TMP/out" >&2; fail "no ${pkg}_${debversion} package"; }
     debs+=("$deb")
@@ -73,19 +73,20 @@ need() {
         [[ -e $stage$f || -L $stage$f ]] || fail "missing from the packages: $f"
     done
 }
+need /usr/bin/sdp-cat /usr/bin/sdp-perf /usr/share/man/man1/sdp-cat.1.gz
 need /usr/sbin/sdp-pmd /etc/sdp-pmd/sdp-pmd.yaml \
      /usr/lib/systemd/system/sdp-pmd.service /usr/lib/systemd/system/sdp-pmd.socket \
      /usr/lib/sysusers.d/sdp-pmd.conf /usr/lib/tmpfiles.d/sdp-pmd.conf \
      /usr/share/man/man8/sdp-pmd.8.gz /usr/share/man/man5/sdp-pmd.yaml.5.gz \
      /usr/share/man/man7/sdp-pm.7.gz /usr/share/man/man5/pmclient.yaml.5.gz \
      /usr/share/man/man3/libpmclient.3.gz /usr/include/pmclient/pmclient.h
-for pkg in sdp-pmd libpmclient1 libpmclient-dev; do
+for pkg in sdp-pmd sdp-tools libpmclient1 libpmclient-dev; do
     need /usr/share/doc/$pkg/copyright /usr/share/doc/$pkg/changelog.Debian.gz
 done
 # Nothing else rides along in sdp-pmd (an install() rule without a COMPONENT
 # lands there, see packaging/CMakeLists.txt).
 stray=$(dpkg-deb -c "${debs[0]}" | awk '$1 !~ /^d/ { print $6 }' | sed 's|^\.||' \
-    | grep -v -E '^/(etc/sdp-pmd/|usr/sbin/|usr/lib/systemd/system/|usr/lib/(sysusers|tmpfiles)\.d/|usr/share/man/man[578]/|usr/share/doc/sdp-pmd/)' || true)
+    | grep -v -E '^/(etc/sdp-pmd/|usr/sbin/|usr/lib/systemd/system/|usr/lib/(sysusers|tmpfiles)\.d/|usr/share/man/man[578]/|usr/share/doc/sdp-pmd/|usr/share/bash-completion/completions/sdp-pmctl$)' || true)
 [[ -z $stray ]] || fail "unexpected files in the sdp-pmd package:"$'\n'"$stray"
 grep -qx /etc/sdp-pmd/sdp-pmd.yaml "$TMP/control/sdp-pmd/conffiles" \
     || fail "/etc/sdp-pmd/sdp-pmd.yaml is not a conffile"
@@ -107,14 +108,19 @@ out=$("$stage/usr/sbin/sdp-pmd" --version)
 echo "staged sdp-pmd --version: $out"
 "$stage/usr/sbin/sdp-pmd" --config "$stage/etc/sdp-pmd/sdp-pmd.yaml" --check-config \
     || fail "the shipped /etc/sdp-pmd/sdp-pmd.yaml does not validate"
-if [[ -e $stage/usr/sbin/sdp-pmctl ]]; then
-    out=$("$stage/usr/sbin/sdp-pmctl" --version)
-    echo "staged sdp-pmctl --version: $out"
-    [[ $out == *"$version"* ]] || fail "staged sdp-pmctl --version says '$out'"
-fi
 so=$(find "$stage/usr/lib" -name 'libpmclient.so.1' | head -n1)
 [[ -n $so ]] || fail "no libpmclient.so.1 in libpmclient1"
 libdir=$(dirname "$so")
+# sdp-pmctl and the SDP tools use libpmclient1 (a dependency of their packages).
+out=$(LD_LIBRARY_PATH=$libdir "$stage/usr/sbin/sdp-pmctl" --version) \
+    || fail "staged sdp-pmctl does not run"
+echo "staged sdp-pmctl --version: $out"
+[[ $out == *"$version"* ]] || fail "staged sdp-pmctl --version says '$out'"
+for tool in sdp-cat sdp-perf; do
+    LD_LIBRARY_PATH=$libdir "$stage/usr/bin/$tool" --help >/dev/null 2>&1 || true
+    LD_LIBRARY_PATH=$libdir ldd "$stage/usr/bin/$tool" | grep -q 'not found' \
+        && fail "staged $tool misses a library"
+done
 [[ -L $libdir/libpmclient.so ]] || fail "no libpmclient.so link in libpmclient-dev"
 [[ $(readelf -d "$so" | sed -n 's/.*SONAME.*\[\(.*\)\].*/\1/p') == libpmclient.so.1 ]] \
     || fail "soname of libpmclient is not libpmclient.so.1"

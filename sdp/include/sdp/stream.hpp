@@ -1,0 +1,175 @@
+// The public SDP stream API (blocking, socket-like).
+//
+//   sdp::stream s;
+//   auto ec = s.connect(*pm::Endpoint::parse("192.0.2.10:5000"));  // Port Mapper + fallback
+//   s.write(bytes, ec); n = s.read_some(buf, ec); s.shutdown_write(); s.close();
+//
+//   sdp::acceptor a;
+//   a.open(*pm::Endpoint::parse("0.0.0.0:5001"), opts);   // SDP port (+ registration)
+//   sdp::stream peer; a.accept(peer);
+//
+// connect() resolves the Conventional Address through libpmclient
+// (section 7.5.1), connects to the SDP Address over the soft iWARP provider
+// (MPA with the SDP Hello as private data), and falls back to plain TCP to
+// the Conventional Address on PMDeny, PM timeout, or when the SDP Address
+// refuses, resets or times out (TCP connect or SDP/MPA startup).
+// connect_info() says which path was used and why. See docs/sdp.md.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+
+#include "pmclient/address.hpp"
+
+namespace sdp {
+
+enum class transport : std::uint8_t { none, sdp, tcp };
+const char* to_string(transport t);
+
+struct stream_options {
+    // Each TCP connect attempt.
+    std::chrono::milliseconds connect_timeout{5000};
+    // MPA startup + SDP Hello/HelloAck.
+    std::chrono::milliseconds handshake_timeout{5000};
+    // close(): how long to wait for the peer's DisConn and LLP teardown
+    // before closing abortively.
+    std::chrono::milliseconds linger{10000};
+    // read_some()/write() fail with timed_out after this long without
+    // progress; 0 waits for ever (SO_RCVTIMEO / SO_SNDTIMEO).
+    std::chrono::milliseconds io_timeout{0};
+    // Fall back to plain TCP to the Conventional Address (connect()).
+    bool fallback = true;
+    // PMSP to ask; unset: libpmclient's configuration (SDP_PMSP,
+    // pmclient.yaml, else ApIPAddr:3935).
+    std::optional<pm::Endpoint> pmsp;
+    // Port Mapper resolution bound (PMReq retransmissions inside it).
+    std::chrono::milliseconds resolve_deadline{3000};
+    std::chrono::milliseconds resolve_initial_timeout{250};
+    bool use_pm_cache = true;
+    // Soft provider / SDP engine.
+    bool crc = true;                          // ask for MPA CRC32c
+    std::uint32_t recv_buf_size = 64 * 1024;  // SDP private buffer size
+    std::uint16_t recv_buf_count = 16;        // buffers posted (initial credit)
+    std::size_t send_queue_limit = 1024 * 1024;
+};
+
+struct connect_info {
+    transport used = transport::none;
+    pm::Endpoint peer;       // where the stream is connected
+    std::string reason;      // why SDP was not used, or the failure
+    std::string resolution;  // Port Mapper outcome ("accepted", "denied", ...; empty: not asked)
+    bool from_cache = false;
+};
+
+class stream {
+  public:
+    stream();
+    ~stream();  // abortive if still open (like close() with SO_LINGER 0)
+    stream(stream&&) noexcept;
+    stream& operator=(stream&&) noexcept;
+    stream(const stream&) = delete;
+    stream& operator=(const stream&) = delete;
+
+    // Port Mapper resolution, SDP, fallback to TCP (see above).
+    std::error_code connect(const pm::Endpoint& conventional, const stream_options& opts = {});
+    // SDP straight to an SDP Address (no Port Mapper, no fallback).
+    std::error_code connect_sdp(const pm::Endpoint& sdp_address, const stream_options& opts = {});
+    // Plain TCP (no SDP), for comparisons.
+    std::error_code connect_tcp(const pm::Endpoint& address, const stream_options& opts = {});
+
+    // Blocks until some bytes are available. Returns 0 without error at end
+    // of stream (peer's DisConn / FIN). Errors: connection_reset (peer
+    // aborted, LLP lost, iWARP Terminate), not_connected.
+    std::size_t read_some(std::span<std::uint8_t> buf, std::error_code& ec);
+    // Reads exactly buf.size() bytes unless EOF/error; returns the count.
+    std::size_t read(std::span<std::uint8_t> buf, std::error_code& ec);
+    // Blocks until every byte is queued for sending. Errors: broken_pipe
+    // (after shutdown_write or the peer closed), connection_reset.
+    std::size_t write(std::span<const std::uint8_t> buf, std::error_code& ec);
+    // Half-close: the peer reads EOF after the queued data.
+    std::error_code shutdown_write();
+    // Graceful close, bounded by options().linger (then abortive: timed_out).
+    std::error_code close();
+    // Abortive close: the peer gets connection_reset.
+    void abort();
+
+    bool is_open() const;
+    transport used() const;
+    const connect_info& info() const;
+    // The TCP socket (for poll()); use pump() when it is ready.
+    int native_handle() const;
+    // Event-loop helper: non-blocking service of the SDP machines; returns
+    // the poll events to wait for next (POLLIN/POLLOUT). TCP: POLLIN.
+    short pump();
+    // Details of the SDP connection (MSS, CRC, errors) for messages.
+    std::string describe() const;
+
+    struct impl;
+
+  private:
+    friend class acceptor;
+    std::unique_ptr<impl> impl_;
+};
+
+struct acceptor_options {
+    stream_options stream;  // for accepted streams (handshake timeout, buffers, linger)
+    int backlog = 128;
+    // Registration with the local sdp-pmd (docs/control-protocol.md). Unset
+    // control_socket: no registration.
+    std::optional<std::string> control_socket;
+    std::string service_name;                 // default: "sdp-" + port
+    std::optional<std::string> conventional;  // "IP:PORT" or "*:PORT"
+    std::optional<std::string> sdp_address;  // default: the listening "IP:PORT" ("*:P" for 0.0.0.0)
+    std::optional<std::string> pm_time;      // e.g. "30s", "permanent"
+    std::chrono::milliseconds control_timeout{2000};
+};
+
+class acceptor {
+  public:
+    acceptor();
+    ~acceptor();  // close()
+    acceptor(const acceptor&) = delete;
+    acceptor& operator=(const acceptor&) = delete;
+
+    // Listens (SO_REUSEADDR) and, with a control socket, registers the
+    // mapping. A failed registration closes the listener and returns the
+    // error; registration_error() has the daemon's text.
+    std::error_code open(const pm::Endpoint& local, const acceptor_options& opts = {});
+    // Accepts one TCP connection and runs the MPA responder + SDP accept.
+    // A connection whose startup fails is dropped and the next one waited
+    // for, unless timeout passes (timed_out). The last startup failure is
+    // in last_error().
+    std::error_code accept(stream& out, std::optional<std::chrono::milliseconds> timeout = {});
+    // Unregisters (if registered) and closes the listener.
+    std::error_code close();
+
+    bool is_open() const { return fd_ >= 0; }
+    pm::Endpoint local_endpoint() const { return local_; }
+    bool registered() const { return registered_; }
+    const std::string& registration_error() const { return reg_error_; }
+    const std::string& last_error() const { return last_error_; }
+    int native_handle() const { return fd_; }
+
+  private:
+    int fd_ = -1;
+    pm::Endpoint local_;
+    acceptor_options opts_;
+    bool registered_ = false;
+    std::string reg_name_;
+    std::string reg_error_;
+    std::string last_error_;
+};
+
+// The control-socket client used by acceptor (one JSON line each way).
+// Returns the daemon's "result" (0 success) or -1 with `text` set when the
+// socket cannot be used or the answer is not understood.
+int control_request(const std::string& socket_path, const std::string& json_line, std::string& text,
+                    std::chrono::milliseconds timeout);
+
+}  // namespace sdp

@@ -1,0 +1,125 @@
+// The socket shell for the soft provider: drives a SoftSession over one
+// connected TCP socket from the caller's threads (blocking calls, poll(2)),
+// with TCP_NODELAY and FPDUs sized to TCP_MAXSEG.
+//
+// Threads: any number of threads may call read/write/shutdown concurrently
+// (typically one reader and one writer). One of them at a time polls the
+// socket (leader); the others wait on a condition variable and are woken
+// when the leader has fed new bytes to the session. Calls drive the I/O
+// themselves, so a 64-byte round trip costs no thread hand-off. A helper
+// thread per channel takes over only while sends are queued (waiting for
+// credit or socket space, or a DisConn to go out) and no caller drives, the
+// way a kernel socket keeps sending after write() returned.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "sdp/io/soft_session.hpp"
+
+namespace sdp::io {
+
+using Clock = std::chrono::steady_clock;
+
+struct ChannelOptions {
+    SessionConfig session;
+    // Bound on the MPA startup plus Hello/HelloAck.
+    std::chrono::milliseconds handshake_timeout{5000};
+    // read_some()/write() give up with timed_out after this long without
+    // progress (0: wait for ever), like SO_RCVTIMEO / SO_SNDTIMEO.
+    std::chrono::milliseconds io_timeout{0};
+};
+
+// TCP socket helpers (errno-style: false on failure).
+bool set_nodelay(int fd);
+bool set_nonblocking(int fd, bool on);
+// TCP_MAXSEG of a connected socket, or 1460 when unknown.
+std::size_t tcp_mss(int fd);
+// Abortive close without releasing the descriptor: RST to the peer.
+void reset_connection(int fd);
+
+class SoftChannel {
+  public:
+    // Takes ownership of `fd` (a connected TCP socket) and runs the MPA
+    // startup and SDP setup in `role`, bounded by handshake_timeout. On
+    // failure returns nullptr with ec (timed_out, connection_reset,
+    // connection_refused: MPA/SDP rejected, protocol_error) and `why`; the
+    // socket is closed.
+    static std::unique_ptr<SoftChannel> handshake(int fd, iwarp::MpaRole role,
+                                                  const ChannelOptions& opts, std::error_code& ec,
+                                                  std::string* why = nullptr);
+    ~SoftChannel();  // aborts (RST) if not closed
+    SoftChannel(const SoftChannel&) = delete;
+    SoftChannel& operator=(const SoftChannel&) = delete;
+
+    // Blocks until bytes are available; 0 with no error at end of stream.
+    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec);
+    // Blocks until every byte is queued in the SDP engine (as a kernel
+    // socket's send buffer); returns the count queued.
+    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec);
+    // Half-close (DisConn after the queued data).
+    void shutdown_write(std::error_code& ec);
+    // Graceful close: DisConn, wait up to `linger` for the peer's DisConn
+    // and the LLP teardown; abortive when the time runs out.
+    void close(std::chrono::milliseconds linger, std::error_code& ec);
+    // Abortive close: AbortConn (if possible) and RST.
+    void abort();
+    // Waits until all queued data has been handed to TCP (bounded).
+    bool flush(std::chrono::milliseconds timeout);
+    // Non-blocking service for event loops: reads what is there and writes
+    // what it can. Returns POLLIN|POLLOUT events to wait for next.
+    short pump();
+
+    [[nodiscard]] int native_handle() const { return fd_; }
+    [[nodiscard]] std::string describe() const;
+    [[nodiscard]] std::size_t mss() const { return mss_; }
+    [[nodiscard]] bool crc() const;
+    [[nodiscard]] const engine::Stats& stats() const { return session_.sdp().stats(); }
+
+  private:
+    SoftChannel(int fd, iwarp::MpaRole role, const ChannelOptions& opts);
+    // Runs the I/O loop until pred() holds (true), the deadline passes or the
+    // socket is finished (pred() again). lk holds mu_.
+    bool drive(std::unique_lock<std::mutex>& lk, const std::function<bool()>& pred,
+               std::optional<Clock::time_point> deadline);
+    void service_locked();
+    void read_locked();
+    void wake_poller();
+    std::optional<Clock::time_point> io_deadline() const;
+    bool tx_pending_locked() const;
+    void helper_loop();
+    void kick_helper();
+    std::error_code state_error(bool for_write) const;
+
+    int fd_ = -1;
+    int wake_fd_ = -1;
+    std::size_t mss_ = 1460;
+    std::chrono::milliseconds io_timeout_{0};
+    SoftSession session_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    bool polling_ = false;
+    bool rd_eof_ = false;  // TCP delivered EOF / error: nothing more will come
+    bool wr_shut_ = false;
+    bool rst_done_ = false;
+    int sock_error_ = 0;
+    std::vector<std::uint8_t> out_;
+    std::size_t out_off_ = 0;
+    std::vector<std::uint8_t> in_;
+    bool stop_ = false;
+    std::condition_variable helper_cv_;  // only the helper waits here
+    std::thread helper_;
+};
+
+}  // namespace sdp::io

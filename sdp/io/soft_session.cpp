@@ -1,0 +1,289 @@
+#include "sdp/io/soft_session.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace sdp::io {
+
+namespace {
+
+iwarp::MpaConfig mpa_config(const SessionConfig& cfg) {
+    iwarp::MpaConfig m;
+    m.enhanced = true;
+    m.crc = cfg.crc;
+    // SDP's Accepting Peer sends first (HelloAck), so both sides run MPA
+    // peer-to-peer mode with a zero-length RDMA Write/Read as RTR (DESIGN).
+    m.p2p = true;
+    m.ird = cfg.ird;
+    m.ord = cfg.ord;
+    return m;
+}
+
+engine::Role engine_role(iwarp::MpaRole r) {
+    return r == iwarp::MpaRole::initiator ? engine::Role::connecting : engine::Role::accepting;
+}
+
+}  // namespace
+
+SoftSession::SoftSession(iwarp::MpaRole role, const SessionConfig& cfg)
+    : cfg_(cfg), mpa_(role, mpa_config(cfg)), conn_(engine_role(role), cfg.engine, *this) {}
+
+SoftSession::~SoftSession() = default;
+
+bool SoftSession::start() {
+    if (mpa_.role() != iwarp::MpaRole::initiator || mpa_.state() != iwarp::MpaState::idle) {
+        return false;
+    }
+    auto hello = conn_.connect();
+    // The negotiator copies its config: rebuild it with the Hello.
+    iwarp::MpaConfig m = mpa_config(cfg_);
+    m.private_data = std::move(hello);
+    mpa_ = iwarp::MpaNegotiator(iwarp::MpaRole::initiator, m);
+    if (auto e = mpa_.start()) {
+        setup_failed_ = true;
+        setup_error_ = std::string("MPA: ") + iwarp::to_string(*e);
+        return false;
+    }
+    return true;
+}
+
+void SoftSession::on_bytes(std::span<const std::uint8_t> in) {
+    if (eof_ || setup_failed_) {
+        return;
+    }
+    if (!qp_) {
+        const std::size_t n = mpa_.on_bytes(in);
+        in = in.subspan(n);
+        if (mpa_.state() == iwarp::MpaState::request_received ||
+            mpa_.state() == iwarp::MpaState::established ||
+            mpa_.state() == iwarp::MpaState::failed) {
+            after_mpa();
+        }
+        if (!qp_ || in.empty()) {
+            return;
+        }
+    }
+    auto r = qp_->on_bytes(in);
+    poll_completions();
+    if (r.entered_error) {
+        qp_failed();
+    }
+}
+
+void SoftSession::after_mpa() {
+    if (mpa_.state() == iwarp::MpaState::failed) {
+        setup_failed_ = true;
+        setup_error_ =
+            std::string("MPA: ") + (mpa_.error() ? iwarp::to_string(*mpa_.error()) : "failed");
+        // An automatic MPA reject may be queued; the driver writes it, then FIN.
+        llp_ = LlpRequest::fin;
+        return;
+    }
+    if (mpa_.state() == iwarp::MpaState::request_received) {
+        // Accepting Peer: the Hello is the Request's private data (8.1.1).
+        auto hello = mpa_.outcome().peer_private_data;
+        auto err = conn_.accept(hello);
+        if (err != engine::Error::none) {
+            (void)mpa_.reject({});
+            setup_failed_ = true;
+            setup_error_ = std::string("SDP Hello rejected: ") + std::string(to_string(err));
+            llp_ = LlpRequest::fin;
+            return;
+        }
+        if (auto e = mpa_.accept({})) {
+            setup_failed_ = true;
+            setup_error_ = std::string("MPA: ") + iwarp::to_string(*e);
+            llp_ = LlpRequest::fin;
+            return;
+        }
+    }
+    if (mpa_.state() == iwarp::MpaState::established) {
+        attach_qp();
+    }
+}
+
+void SoftSession::attach_qp() {
+    auto qc = iwarp::qp_config_from(mpa_, mss_);
+    qc.max_recv_wr = std::max<std::size_t>(qc.max_recv_wr, cfg_.engine.recv_buf_count + 8u);
+    qp_ = std::make_unique<iwarp::QpEngine>(qc);
+    if (pending_recvs_ > 0) {
+        const std::uint32_t n = std::exchange(pending_recvs_, 0);
+        post_recv(n);
+    }
+    while (!pending_sends_.empty()) {
+        auto [bytes, se] = std::move(pending_sends_.front());
+        pending_sends_.pop_front();
+        post_send(bytes, se);
+    }
+    if (qp_->state() == iwarp::QpState::error) {
+        qp_failed();
+    }
+}
+
+void SoftSession::post_send(std::span<const std::uint8_t> message, bool solicited) {
+    if (!qp_) {
+        pending_sends_.emplace_back(std::vector<std::uint8_t>(message.begin(), message.end()),
+                                    solicited);
+        return;
+    }
+    send_bufs_.emplace_back(message.begin(), message.end());
+    iwarp::SendWr wr;
+    wr.opcode = solicited ? iwarp::WrOpcode::send_se : iwarp::WrOpcode::send;
+    wr.data = send_bufs_.back();
+    if (qp_->post_send(wr)) {
+        // QP in error or queue full: the stream is broken.
+        send_bufs_.pop_back();
+        qp_failed();
+    }
+}
+
+void SoftSession::post_recv(std::uint32_t count) {
+    if (!qp_) {
+        pending_recvs_ += count;
+        return;
+    }
+    const std::size_t size = conn_.local_recv_size();
+    for (std::uint32_t i = 0; i < count; ++i) {
+        std::uint64_t id;
+        if (!free_recv_.empty()) {
+            id = free_recv_.back();
+            free_recv_.pop_back();
+        } else {
+            id = recv_bufs_.size();
+            recv_bufs_.emplace_back(size);
+        }
+        iwarp::RecvWr wr;
+        wr.wr_id = id;
+        wr.buffer = recv_bufs_[id];
+        if (qp_->post_recv(wr)) {
+            free_recv_.push_back(id);
+            qp_failed();
+            return;
+        }
+    }
+}
+
+void SoftSession::disconnect(bool graceful) {
+    if (graceful) {
+        if (llp_ == LlpRequest::none) {
+            llp_ = LlpRequest::fin;
+        }
+    } else {
+        llp_ = LlpRequest::rst;
+    }
+}
+
+void SoftSession::poll_completions() {
+    if (!qp_) {
+        return;
+    }
+    cq_.resize(64);
+    while (true) {
+        const std::size_t n = qp_->poll_cq(cq_);
+        if (n == 0) {
+            break;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto& c = cq_[i];
+            if (c.opcode == iwarp::WcOpcode::recv) {
+                const auto id = c.wr_id;
+                if (c.status == iwarp::WcStatus::success && !llp_reported_) {
+                    conn_.on_recv(std::span<const std::uint8_t>(recv_bufs_[id].data(), c.byte_len),
+                                  c.solicited);
+                }
+                free_recv_.push_back(id);
+            } else if (c.opcode == iwarp::WcOpcode::send && !send_bufs_.empty()) {
+                send_bufs_.pop_front();
+            }
+        }
+    }
+}
+
+void SoftSession::qp_failed() {
+    // A Terminate was sent or received: the SDP stream is lost. The Terminate
+    // (if ours) is still in take_output(); FIN after it.
+    poll_completions();
+    if (llp_ == LlpRequest::none) {
+        llp_ = LlpRequest::fin;
+    }
+    if (!llp_reported_) {
+        llp_reported_ = true;
+        conn_.on_llp_closed();
+    }
+}
+
+void SoftSession::on_eof() {
+    if (eof_) {
+        return;
+    }
+    eof_ = true;
+    if (qp_) {
+        qp_->on_llp_closed();
+        poll_completions();
+    } else if (!setup_failed_) {
+        setup_failed_ = true;
+        setup_error_ = "connection closed during MPA startup";
+    }
+    if (!llp_reported_) {
+        llp_reported_ = true;
+        conn_.on_llp_closed();
+    }
+}
+
+void SoftSession::take_output(std::vector<std::uint8_t>& out, std::size_t max_bytes) {
+    auto m = mpa_.take_output();
+    out.insert(out.end(), m.begin(), m.end());
+    if (qp_ && !eof_) {
+        const std::size_t before = out.size();
+        while (qp_->has_output() && out.size() - before < max_bytes) {
+            auto o = qp_->take_output(max_bytes - (out.size() - before));
+            if (o.empty()) {
+                break;
+            }
+            out.insert(out.end(), o.begin(), o.end());
+        }
+        // Send completions arrive as FPDUs are handed out.
+        poll_completions();
+    }
+}
+
+bool SoftSession::has_output() const {
+    // mpa_ output is taken immediately after each transition; the QP decides.
+    return qp_ && !eof_ && qp_->has_output();
+}
+
+SessionPhase SoftSession::phase() const {
+    if (setup_failed_) {
+        return SessionPhase::failed;
+    }
+    switch (conn_.state()) {
+        case engine::State::idle:
+            return SessionPhase::mpa;
+        case engine::State::connecting:
+            return qp_ ? SessionPhase::hello : SessionPhase::mpa;
+        case engine::State::failed:
+            return SessionPhase::failed;
+        default:
+            return SessionPhase::established;
+    }
+}
+
+std::string SoftSession::describe_error() const {
+    if (!setup_error_.empty()) {
+        return setup_error_;
+    }
+    std::string s = "SDP ";
+    s += to_string(conn_.state());
+    if (conn_.error() != engine::Error::none) {
+        s += ": ";
+        s += to_string(conn_.error());
+    }
+    if (qp_ && qp_->terminate_received()) {
+        s += " (iWARP Terminate received)";
+    } else if (qp_ && qp_->terminate_sent()) {
+        s += " (iWARP Terminate sent)";
+    }
+    return s;
+}
+
+}  // namespace sdp::io

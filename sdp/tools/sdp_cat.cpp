@@ -1,0 +1,234 @@
+// sdp-cat: netcat over SDP (soft iWARP provider).
+//
+//   sdp-cat [-v] HOST PORT          connect to the Conventional Address HOST:PORT
+//                                   (Port Mapper, SDP, else plain TCP)
+//   sdp-cat [-v] --sdp HOST PORT    SDP straight to HOST:PORT (no Port Mapper)
+//   sdp-cat [-v] -l [--register CONV] [--control PATH] PORT
+//                                   accept one SDP connection on PORT
+//
+// stdin goes to the peer (EOF: half-close), the peer's bytes go to stdout;
+// the program ends when the peer's stream ends. -v reports on stderr which
+// transport was used (sdp / tcp fallback and why).
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sdp/stream.hpp"
+
+namespace {
+
+void usage() {
+    std::fprintf(stderr,
+                 "usage: sdp-cat [-v] [--pmsp IP:PORT] [--no-fallback] HOST PORT\n"
+                 "       sdp-cat [-v] --sdp HOST PORT\n"
+                 "       sdp-cat [-v] -l [--register CONV_IP:PORT] [--control SOCKET] "
+                 "[--bind IP] PORT\n");
+}
+
+bool write_all(int fd, const std::uint8_t* p, std::size_t n) {
+    while (n > 0) {
+        ssize_t w = ::write(fd, p, n);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return false;
+        }
+        p += w;
+        n -= static_cast<std::size_t>(w);
+    }
+    return true;
+}
+
+int run(sdp::stream& s, bool verbose) {
+    // stdin -> stream in a thread, stream -> stdout here.
+    std::error_code wec;
+    std::atomic<bool> stop{false};
+    std::thread in([&] {
+        std::vector<std::uint8_t> buf(64 * 1024);
+        while (!stop) {
+            pollfd p{STDIN_FILENO, POLLIN, 0};
+            if (::poll(&p, 1, 100) == 0) {
+                continue;
+            }
+            ssize_t n = ::read(STDIN_FILENO, buf.data(), buf.size());
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            if (n <= 0) {
+                break;
+            }
+            s.write(std::span(buf.data(), static_cast<std::size_t>(n)), wec);
+            if (wec) {
+                return;
+            }
+        }
+        s.shutdown_write();
+    });
+    std::vector<std::uint8_t> buf(256 * 1024);
+    std::error_code ec;
+    int rc = 0;
+    while (true) {
+        std::size_t n = s.read_some(buf, ec);
+        if (ec) {
+            std::fprintf(stderr, "sdp-cat: read: %s\n", ec.message().c_str());
+            rc = 1;
+            break;
+        }
+        if (n == 0) {
+            break;
+        }
+        if (!write_all(STDOUT_FILENO, buf.data(), n)) {
+            rc = 1;
+            break;
+        }
+    }
+    // The peer finished sending: keep sending stdin until its EOF (then
+    // half-close), unless the stream failed. close() then waits for the
+    // DisConn exchange.
+    if (rc != 0) {
+        stop = true;
+    }
+    in.join();
+    if (rc != 0) {
+        s.abort();
+        return rc;
+    }
+    if (auto e = s.close(); e && verbose) {
+        std::fprintf(stderr, "sdp-cat: close: %s\n", e.message().c_str());
+    }
+    if (wec && wec != std::errc::broken_pipe) {
+        std::fprintf(stderr, "sdp-cat: write: %s\n", wec.message().c_str());
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool verbose = false, listen = false, direct = false, fallback = true;
+    std::string reg, control = "/run/sdp-pmd/control.sock", bind_ip = "0.0.0.0", pmsp;
+    std::vector<std::string> pos;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                usage();
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (a == "-v") {
+            verbose = true;
+        } else if (a == "-l") {
+            listen = true;
+        } else if (a == "--sdp") {
+            direct = true;
+        } else if (a == "--no-fallback") {
+            fallback = false;
+        } else if (a == "--register") {
+            reg = next();
+        } else if (a == "--control") {
+            control = next();
+        } else if (a == "--bind") {
+            bind_ip = next();
+        } else if (a == "--pmsp") {
+            pmsp = next();
+        } else if (a == "-h" || a == "--help") {
+            usage();
+            return 0;
+        } else {
+            pos.push_back(a);
+        }
+    }
+    sdp::stream_options so;
+    so.fallback = fallback;
+    if (!pmsp.empty()) {
+        auto ep = pm::Endpoint::parse(pmsp);
+        if (!ep) {
+            std::fprintf(stderr, "sdp-cat: bad --pmsp %s\n", pmsp.c_str());
+            return 2;
+        }
+        so.pmsp = *ep;
+    }
+    sdp::stream s;
+    if (listen) {
+        if (pos.size() != 1) {
+            usage();
+            return 2;
+        }
+        auto local = pm::Endpoint::parse(bind_ip + ":" + pos[0]);
+        if (!local) {
+            std::fprintf(stderr, "sdp-cat: bad address %s:%s\n", bind_ip.c_str(), pos[0].c_str());
+            return 2;
+        }
+        sdp::acceptor acc;
+        sdp::acceptor_options ao;
+        ao.stream = so;
+        if (!reg.empty()) {
+            ao.control_socket = control;
+            ao.conventional = reg;
+        }
+        if (auto ec = acc.open(*local, ao)) {
+            std::fprintf(stderr, "sdp-cat: listen %s: %s%s%s\n", local->to_string().c_str(),
+                         ec.message().c_str(), acc.registration_error().empty() ? "" : ": ",
+                         acc.registration_error().c_str());
+            return 1;
+        }
+        if (verbose) {
+            std::fprintf(stderr, "sdp-cat: listening on %s (sdp)%s%s\n",
+                         acc.local_endpoint().to_string().c_str(),
+                         acc.registered() ? ", registered " : "",
+                         acc.registered() ? reg.c_str() : "");
+        }
+        if (auto ec = acc.accept(s)) {
+            std::fprintf(stderr, "sdp-cat: accept: %s\n", ec.message().c_str());
+            return 1;
+        }
+        if (verbose) {
+            std::fprintf(stderr, "sdp-cat: accepted %s\n", s.describe().c_str());
+        }
+        int rc = run(s, verbose);
+        acc.close();
+        return rc;
+    }
+    if (pos.size() != 2) {
+        usage();
+        return 2;
+    }
+    auto ep = pm::Endpoint::parse(pos[0] + ":" + pos[1]);
+    if (!ep) {
+        ep = pm::Endpoint::parse("[" + pos[0] + "]:" + pos[1]);
+    }
+    if (!ep) {
+        std::fprintf(stderr, "sdp-cat: bad address %s %s (numeric IP expected)\n", pos[0].c_str(),
+                     pos[1].c_str());
+        return 2;
+    }
+    std::error_code ec = direct ? s.connect_sdp(*ep, so) : s.connect(*ep, so);
+    if (ec) {
+        std::fprintf(stderr, "sdp-cat: connect %s: %s%s%s\n", ep->to_string().c_str(),
+                     ec.message().c_str(), s.info().reason.empty() ? "" : ": ",
+                     s.info().reason.c_str());
+        return 1;
+    }
+    if (verbose) {
+        const auto& i = s.info();
+        if (s.used() == sdp::transport::sdp) {
+            std::fprintf(stderr, "sdp-cat: connected over SDP to %s (%s)\n",
+                         i.peer.to_string().c_str(), s.describe().c_str());
+        } else {
+            std::fprintf(stderr, "sdp-cat: connected over TCP (fallback) to %s: %s\n",
+                         i.peer.to_string().c_str(), i.reason.c_str());
+        }
+    }
+    return run(s, verbose);
+}

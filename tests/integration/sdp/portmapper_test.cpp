@@ -1,0 +1,264 @@
+// sdp::stream through the real sdp-pmd: PMAccept -> SDP to the acceptor;
+// PMDeny, PM timeout and a refused SDP Address -> plain TCP fallback; and
+// the acceptor's registration over the daemon's control socket.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "daemon/harness.hpp"
+#include "sdp/stream.hpp"
+#include "sdp_test_util.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+    for (auto pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
+        s.replace(pos, from.size(), to);
+    }
+    return s;
+}
+
+class SdpPortMapper : public ::testing::Test {
+  protected:
+    void SetUp() override { ASSERT_TRUE(dir_.ok()); }
+    void TearDown() override {
+        if (daemon_ && daemon_->running()) {
+            daemon_->signal(SIGTERM);
+            daemon_->wait_exit(5000ms);
+        }
+    }
+    std::string log() const { return pmtest::read_file(dir_.path() / "pmd.err"); }
+
+    // {PORT} is the daemon's UDP port; other {KEY}s from `vars`.
+    void start(std::string yaml) {
+        for (int attempt = 0; attempt < 5; ++attempt) {
+            auto port = pmtest::free_udp_port(false);
+            ASSERT_TRUE(port.has_value());
+            port_ = *port;
+            pmtest::write_file(dir_.path() / "pmd.yaml",
+                               replace_all(yaml, "{PORT}", std::to_string(port_)));
+            daemon_ = std::make_unique<pmtest::Process>(
+                std::vector<std::string>{SDPPM_PMD_BIN, "--config",
+                                         (dir_.path() / "pmd.yaml").string()},
+                dir_.path() / "pmd.out", dir_.path() / "pmd.err");
+            ASSERT_TRUE(daemon_->started());
+            ASSERT_TRUE(pmtest::wait_until([&] {
+                return !daemon_->running() || log().find("ready") != std::string::npos;
+            })) << log();
+            if (daemon_->running()) {
+                return;
+            }
+        }
+        FAIL() << "sdp-pmd did not start: " << log();
+    }
+
+    sdp::stream_options opts() const {
+        sdp::stream_options o;
+        o.pmsp = pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_};
+        o.io_timeout = 20s;
+        o.resolve_deadline = 2s;
+        o.use_pm_cache = false;
+        return o;
+    }
+
+    pmtest::TempDir dir_;
+    std::uint16_t port_ = 0;
+    std::unique_ptr<pmtest::Process> daemon_;
+};
+
+// Sends "ping" and expects "pong" back from a peer running `serve`.
+void ping_pong(sdp::stream& s) {
+    std::error_code ec;
+    const std::string ping = "ping";
+    s.write(std::span(reinterpret_cast<const std::uint8_t*>(ping.data()), ping.size()), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    std::vector<std::uint8_t> b(4);
+    ASSERT_EQ(s.read(b, ec), 4u) << ec.message();
+    EXPECT_EQ(std::string(b.begin(), b.end()), "pong");
+}
+
+template <typename Read, typename Write>
+void serve_one(Read rd, Write wr) {
+    std::vector<std::uint8_t> b(4);
+    if (rd(b)) {
+        const std::string pong = "pong";
+        wr(std::span(reinterpret_cast<const std::uint8_t*>(pong.data()), pong.size()));
+    }
+}
+
+TEST_F(SdpPortMapper, AcceptedMappingCarriesDataOverSdp) {
+    sdptest::TcpListener conv;  // reserves the Conventional port (unused)
+    sdp::acceptor acc;
+    sdp::acceptor_options ao;
+    ao.stream.io_timeout = 20s;
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    ASSERT_NO_FATAL_FAILURE(
+        start("listen: [\"127.0.0.1:{PORT}\"]\nservices:\n"
+              "  - name: app\n    conventional: \"127.0.0.1:" +
+              std::to_string(conv.port()) +
+              "\"\n    sdp: [\"127.0.0.1:" + std::to_string(acc.local_endpoint().port) + "\"]\n"));
+    std::thread srv([&] {
+        sdp::stream s;
+        if (acc.accept(s, 10s)) {
+            return;
+        }
+        std::error_code ec;
+        serve_one([&](std::span<std::uint8_t> b) { return s.read(b, ec) == b.size(); },
+                  [&](std::span<const std::uint8_t> b) { s.write(b, ec); });
+        s.close();
+    });
+    sdp::stream s;
+    auto ec = s.connect(conv.endpoint(), opts());
+    ASSERT_FALSE(ec) << ec.message() << " " << s.info().reason;
+    EXPECT_EQ(s.used(), sdp::transport::sdp) << s.info().reason;
+    EXPECT_EQ(s.info().resolution, "accept");  // pmclient::to_string(ResultKind)
+    EXPECT_EQ(s.info().peer, acc.local_endpoint());
+    ping_pong(s);
+    s.close();
+    srv.join();
+}
+
+void tcp_fallback_case(sdp::stream& s, sdptest::TcpListener& conv, const pm::Endpoint& target,
+                       const sdp::stream_options& o) {
+    std::thread srv([&] {
+        int fd = conv.accept();
+        if (fd < 0) {
+            return;
+        }
+        serve_one(
+            [&](std::span<std::uint8_t> b) {
+                return ::recv(fd, b.data(), b.size(), MSG_WAITALL) ==
+                       static_cast<ssize_t>(b.size());
+            },
+            [&](std::span<const std::uint8_t> b) { (void)!::send(fd, b.data(), b.size(), 0); });
+        ::close(fd);
+    });
+    auto ec = s.connect(target, o);
+    if (!ec) {
+        EXPECT_EQ(s.used(), sdp::transport::tcp);
+        EXPECT_FALSE(s.info().reason.empty());
+        EXPECT_EQ(s.info().peer, conv.endpoint());
+        ping_pong(s);
+    }
+    s.close();
+    if (ec) {
+        // Unblock the listener thread.
+        int fd = sdptest::tcp_connect(conv.endpoint());
+        if (fd >= 0) {
+            ::close(fd);
+        }
+    }
+    srv.join();
+    ASSERT_FALSE(ec) << ec.message();
+}
+
+TEST_F(SdpPortMapper, DenyFallsBackToPlainTcp) {
+    sdptest::TcpListener conv;
+    ASSERT_NO_FATAL_FAILURE(
+        start("listen: [\"127.0.0.1:{PORT}\"]\nservices:\n"
+              "  - name: app\n    conventional: \"127.0.0.1:" +
+              std::to_string(conv.port()) +
+              "\"\n    sdp: [\"127.0.0.1:9\"]\n    allow: [\"10.0.0.0/8\"]\n"));
+    sdp::stream s;
+    ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(s, conv, conv.endpoint(), opts()));
+}
+
+TEST_F(SdpPortMapper, RefusedSdpAddressFallsBackToPlainTcp) {
+    sdptest::TcpListener conv;
+    sdptest::TcpListener gone;
+    const auto dead = gone.port();
+    gone.close();
+    ASSERT_NO_FATAL_FAILURE(
+        start("listen: [\"127.0.0.1:{PORT}\"]\nservices:\n"
+              "  - name: app\n    conventional: \"127.0.0.1:" +
+              std::to_string(conv.port()) + "\"\n    sdp: [\"127.0.0.1:" + std::to_string(dead) +
+              "\"]\n"));
+    sdp::stream s;
+    ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(s, conv, conv.endpoint(), opts()));
+}
+
+TEST_F(SdpPortMapper, NoPortMapperTimesOutAndFallsBack) {
+    sdptest::TcpListener conv;
+    auto silent = pmtest::free_udp_port(false);  // nobody answers there
+    ASSERT_TRUE(silent.has_value());
+    port_ = *silent;
+    auto o = opts();
+    o.resolve_deadline = 300ms;
+    o.resolve_initial_timeout = 100ms;
+    sdp::stream s;
+    ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(s, conv, conv.endpoint(), o));
+    EXPECT_EQ(s.info().resolution, "");  // closed: info reset
+}
+
+TEST_F(SdpPortMapper, NoFallbackWhenDisabled) {
+    sdptest::TcpListener conv;
+    auto silent = pmtest::free_udp_port(false);
+    ASSERT_TRUE(silent.has_value());
+    port_ = *silent;
+    auto o = opts();
+    o.resolve_deadline = 200ms;
+    o.resolve_initial_timeout = 100ms;
+    o.fallback = false;
+    sdp::stream s;
+    EXPECT_TRUE(s.connect(conv.endpoint(), o));
+    EXPECT_FALSE(s.is_open());
+}
+
+// The acceptor registers its mapping through the control socket; a client
+// then resolves it and lands on SDP; close() unregisters it.
+TEST_F(SdpPortMapper, AcceptorRegistersThroughTheControlSocket) {
+    const auto sock = dir_.path() / "control.sock";
+    ASSERT_NO_FATAL_FAILURE(start("listen: [\"127.0.0.1:{PORT}\"]\ncontrol:\n  socket: \"" +
+                                  sock.string() + "\"\nstate_file: \"" +
+                                  (dir_.path() / "state.json").string() + "\"\n"));
+    if (!pmtest::wait_until([&] { return std::filesystem::exists(sock); }, 2000ms)) {
+        GTEST_SKIP() << "sdp-pmd has no control socket yet: " << log();
+    }
+    sdptest::TcpListener conv;
+    sdp::acceptor acc;
+    sdp::acceptor_options ao;
+    ao.stream.io_timeout = 20s;
+    ao.control_socket = sock.string();
+    ao.conventional = conv.endpoint().to_string();
+    ao.service_name = "sdp-cat-test";
+    auto ec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao);
+    ASSERT_FALSE(ec) << ec.message() << ": " << acc.registration_error();
+    EXPECT_TRUE(acc.registered());
+    std::thread srv([&] {
+        sdp::stream s;
+        if (acc.accept(s, 10s)) {
+            return;
+        }
+        std::error_code e;
+        serve_one([&](std::span<std::uint8_t> b) { return s.read(b, e) == b.size(); },
+                  [&](std::span<const std::uint8_t> b) { s.write(b, e); });
+        s.close();
+    });
+    sdp::stream s;
+    ec = s.connect(conv.endpoint(), opts());
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(s.used(), sdp::transport::sdp) << s.info().reason;
+    ping_pong(s);
+    s.close();
+    srv.join();
+    EXPECT_FALSE(acc.close()) << acc.registration_error();
+    // Unregistered: the same Conventional Address is now denied -> TCP.
+    sdp::stream t;
+    ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(t, conv, conv.endpoint(), opts()));
+}
+
+TEST_F(SdpPortMapper, RegistrationWithoutDaemonIsAClearError) {
+    sdp::acceptor acc;
+    sdp::acceptor_options ao;
+    ao.control_socket = (dir_.path() / "nobody.sock").string();
+    ao.conventional = "127.0.0.1:1";
+    auto ec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao);
+    EXPECT_TRUE(ec);
+    EXPECT_FALSE(acc.is_open());
+    EXPECT_NE(acc.registration_error().find("control socket"), std::string::npos)
+        << acc.registration_error();
+}
+
+}  // namespace

@@ -1,0 +1,112 @@
+// Small helpers for the SDP integration tests: a position-dependent byte
+// pattern and a plain TCP listener on loopback.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+
+#include "pmclient/address.hpp"
+
+namespace sdptest {
+
+// Byte at stream offset `pos` for a seed: differs between neighbouring
+// bytes and between runs, so reordering, loss and duplication show.
+inline std::uint8_t pattern_byte(std::uint64_t pos, std::uint32_t seed) {
+    std::uint64_t x = pos * 0x9E3779B97F4A7C15ull + seed;
+    x ^= x >> 29;
+    return static_cast<std::uint8_t>(x ^ (x >> 17));
+}
+
+inline void pattern(std::span<std::uint8_t> out, std::uint64_t pos, std::uint32_t seed) {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        out[i] = pattern_byte(pos + i, seed);
+    }
+}
+
+inline bool check_pattern(std::span<const std::uint8_t> in, std::uint64_t pos, std::uint32_t seed) {
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        if (in[i] != pattern_byte(pos + i, seed)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+inline int tcp_connect(const pm::Endpoint& ep) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(ep.port);
+    std::memcpy(&a.sin_addr, ep.address.bytes().data(), 4);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+// A plain TCP listener on 127.0.0.1 (port 0 = any, or a given port).
+class TcpListener {
+  public:
+    explicit TcpListener(std::uint16_t port = 0) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int on = 1;
+        ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(port);
+        if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) {
+            close();
+            return;
+        }
+        socklen_t len = sizeof a;
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+        port_ = ntohs(a.sin_port);
+    }
+    ~TcpListener() { close(); }
+    TcpListener(const TcpListener&) = delete;
+    TcpListener& operator=(const TcpListener&) = delete;
+
+    bool ok() const { return fd_ >= 0; }
+    std::uint16_t port() const { return port_; }
+    pm::Endpoint endpoint() const {
+        return pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_};
+    }
+    void close() {
+        if (fd_ >= 0) {
+            ::close(fd_);
+            fd_ = -1;
+        }
+    }
+    // Accepts one connection (bounded wait), or -1.
+    int accept(int timeout_ms = 10000) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, timeout_ms) <= 0) {
+            return -1;
+        }
+        return ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    }
+    // Accepts one connection, sends `text`, closes.
+    void accept_and_send(const std::string& text) {
+        int c = accept();
+        if (c >= 0) {
+            (void)!::send(c, text.data(), text.size(), MSG_NOSIGNAL);
+            ::close(c);
+        }
+    }
+
+  private:
+    int fd_ = -1;
+    std::uint16_t port_ = 0;
+};
+
+}  // namespace sdptest

@@ -1,0 +1,419 @@
+// End-to-end SDP streams over loopback on the soft iWARP provider (no port
+// mapper): sizes with content checks, both directions at once, half-close,
+// abort, a killed peer, startup failures. Every wait is bounded by
+// stream_options::io_timeout / handshake_timeout or a join of a thread whose
+// own calls are bounded.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "sdp/stream.hpp"
+#include "sdp_test_util.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using sdptest::check_pattern;
+using sdptest::pattern;
+
+sdp::stream_options opts() {
+    sdp::stream_options o;
+    o.io_timeout = 20s;
+    o.handshake_timeout = 5s;
+    o.linger = 5s;
+    return o;
+}
+
+struct Pair {
+    sdp::acceptor acc;
+    sdp::stream client;
+    sdp::stream server;
+};
+
+// Opens an acceptor on 127.0.0.1:0 and connects a client to it.
+void make_pair(Pair& p, const sdp::stream_options& o = opts()) {
+    sdp::acceptor_options ao;
+    ao.stream = o;
+    ASSERT_FALSE(p.acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    std::error_code aec;
+    std::thread t([&] { aec = p.acc.accept(p.server, 10s); });
+    auto cec = p.client.connect_sdp(p.acc.local_endpoint(), o);
+    t.join();
+    ASSERT_FALSE(cec) << cec.message() << " " << p.client.info().reason;
+    ASSERT_FALSE(aec) << aec.message() << " " << p.acc.last_error();
+    ASSERT_EQ(p.client.used(), sdp::transport::sdp);
+    ASSERT_EQ(p.server.used(), sdp::transport::sdp);
+}
+
+// Writes `n` pattern bytes (seeded) in chunks of `chunk`.
+std::error_code send_pattern(sdp::stream& s, std::size_t n, std::uint32_t seed,
+                             std::size_t chunk = 256 * 1024) {
+    std::vector<std::uint8_t> buf;
+    std::size_t off = 0;
+    std::error_code ec;
+    while (off < n) {
+        const std::size_t k = std::min(chunk, n - off);
+        buf.resize(k);
+        pattern(buf, off, seed);
+        s.write(buf, ec);
+        if (ec) {
+            return ec;
+        }
+        off += k;
+    }
+    return {};
+}
+
+// Reads until EOF; checks the pattern; returns the count.
+std::size_t recv_pattern(sdp::stream& s, std::uint32_t seed, std::error_code& ec, bool& ok) {
+    std::vector<std::uint8_t> buf(300 * 1024);
+    std::size_t off = 0;
+    ok = true;
+    while (true) {
+        std::size_t n = s.read_some(buf, ec);
+        if (ec || n == 0) {
+            return off;
+        }
+        if (ok && !check_pattern(std::span(buf.data(), n), off, seed)) {
+            ok = false;
+        }
+        off += n;
+    }
+}
+
+void transfer(std::size_t n) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    std::error_code wec;
+    std::thread w([&] {
+        wec = send_pattern(p.client, n, 7);
+        if (!wec) {
+            wec = p.client.shutdown_write();
+        }
+    });
+    std::error_code rec;
+    bool ok = false;
+    const std::size_t got = recv_pattern(p.server, 7, rec, ok);
+    w.join();
+    EXPECT_FALSE(wec) << wec.message();
+    EXPECT_FALSE(rec) << rec.message() << " " << p.server.describe();
+    EXPECT_EQ(got, n);
+    EXPECT_TRUE(ok);
+    // Graceful close from both sides (8.2.1).
+    std::error_code sc;
+    std::thread c([&] { sc = p.server.close(); });
+    std::vector<std::uint8_t> b(16);
+    std::error_code ec;
+    EXPECT_EQ(p.client.read_some(b, ec), 0u);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_FALSE(p.client.close());
+    c.join();
+    EXPECT_FALSE(sc) << sc.message();
+}
+
+TEST(SdpStream, OneByte) {
+    transfer(1);
+}
+
+TEST(SdpStream, SixtyFourKiB) {
+    transfer(64 * 1024);
+}
+
+TEST(SdpStream, SixtyFourMiB) {
+    transfer(64u * 1024 * 1024);
+}
+
+TEST(SdpStream, OddSizesAndSmallWrites) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    const std::size_t n = 3 * 1024 * 1024 + 17;
+    std::error_code wec;
+    std::thread w([&] {
+        wec = send_pattern(p.client, n, 3, 1000);
+        p.client.shutdown_write();
+    });
+    std::error_code rec;
+    bool ok = false;
+    EXPECT_EQ(recv_pattern(p.server, 3, rec, ok), n);
+    w.join();
+    EXPECT_TRUE(ok);
+    EXPECT_FALSE(wec);
+    EXPECT_FALSE(rec);
+}
+
+TEST(SdpStream, BothDirectionsAtOnce) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    const std::size_t n = 16u * 1024 * 1024;
+    std::error_code w1, w2, r1, r2;
+    bool ok1 = false, ok2 = false;
+    std::size_t g1 = 0, g2 = 0;
+    std::thread tw1([&] {
+        w1 = send_pattern(p.client, n, 11);
+        p.client.shutdown_write();
+    });
+    std::thread tw2([&] {
+        w2 = send_pattern(p.server, n, 22);
+        p.server.shutdown_write();
+    });
+    std::thread tr1([&] { g1 = recv_pattern(p.client, 22, r1, ok1); });
+    g2 = recv_pattern(p.server, 11, r2, ok2);
+    tw1.join();
+    tw2.join();
+    tr1.join();
+    EXPECT_FALSE(w1) << w1.message();
+    EXPECT_FALSE(w2) << w2.message();
+    EXPECT_FALSE(r1) << r1.message();
+    EXPECT_FALSE(r2) << r2.message();
+    EXPECT_EQ(g1, n);
+    EXPECT_EQ(g2, n);
+    EXPECT_TRUE(ok1);
+    EXPECT_TRUE(ok2);
+    // Both sides sent DisConn: close() completes at once on both.
+    std::error_code c1;
+    std::thread tc([&] { c1 = p.client.close(); });
+    EXPECT_FALSE(p.server.close());
+    tc.join();
+    EXPECT_FALSE(c1);
+}
+
+TEST(SdpStream, HalfCloseThenReply) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    std::error_code ec;
+    const std::string req = "request";
+    p.client.write(std::span(reinterpret_cast<const std::uint8_t*>(req.data()), req.size()), ec);
+    ASSERT_FALSE(ec);
+    ASSERT_FALSE(p.client.shutdown_write());
+    // Writing after the half-close fails like a socket (EPIPE).
+    p.client.write(std::span(reinterpret_cast<const std::uint8_t*>(req.data()), 1), ec);
+    EXPECT_EQ(ec, std::errc::broken_pipe);
+
+    std::vector<std::uint8_t> buf(64);
+    std::string got;
+    while (true) {
+        std::size_t n = p.server.read_some(buf, ec);
+        ASSERT_FALSE(ec) << ec.message();
+        if (n == 0) {
+            break;
+        }
+        got.append(reinterpret_cast<const char*>(buf.data()), n);
+    }
+    EXPECT_EQ(got, req);
+    // The server's write half is still open after the client's half-close.
+    ASSERT_FALSE(send_pattern(p.server, 200000, 5));
+    std::error_code sc;
+    std::thread t([&] { sc = p.server.close(); });
+    bool ok = false;
+    EXPECT_EQ(recv_pattern(p.client, 5, ec, ok), 200000u);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_TRUE(ok);
+    EXPECT_FALSE(p.client.close());
+    t.join();
+    EXPECT_FALSE(sc) << sc.message();
+}
+
+TEST(SdpStream, AbortMidTransferResetsTheReader) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    std::error_code wec;
+    std::atomic<bool> started{false};
+    std::thread w([&] {
+        std::vector<std::uint8_t> buf(64 * 1024, 0x5a);
+        std::error_code ec;
+        p.client.write(buf, ec);
+        started = true;
+    });
+    std::vector<std::uint8_t> buf(64 * 1024);
+    std::error_code ec;
+    std::size_t total = 0;
+    while (total < 64 * 1024) {
+        std::size_t n = p.server.read_some(buf, ec);
+        ASSERT_FALSE(ec);
+        ASSERT_GT(n, 0u);
+        total += n;
+    }
+    w.join();
+    p.client.abort();
+    // The reader sees a reset (AbortConn or RST), never a clean EOF.
+    std::size_t n = 1;
+    while (!ec && n > 0) {
+        n = p.server.read_some(buf, ec);
+    }
+    EXPECT_EQ(ec, std::errc::connection_reset) << ec.message();
+}
+
+TEST(SdpStream, AbortMidTransferFailsTheWriter) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    std::error_code wec;
+    std::thread w([&] { wec = send_pattern(p.client, 1u << 30, 1); });
+    std::vector<std::uint8_t> buf(1024 * 1024);
+    std::error_code ec;
+    std::size_t total = 0;
+    while (total < 4 * 1024 * 1024) {
+        std::size_t n = p.server.read_some(buf, ec);
+        ASSERT_FALSE(ec);
+        total += n;
+    }
+    p.server.abort();
+    w.join();
+    EXPECT_TRUE(wec == std::errc::connection_reset || wec == std::errc::broken_pipe)
+        << wec.message();
+}
+
+// The peer process dies (SIGKILL): the kernel closes its socket without
+// DisConn, and the survivor gets an error instead of EOF or a hang.
+TEST(SdpStream, PeerKilledWhileSending) {
+    sdp::acceptor acc;
+    sdp::acceptor_options ao;
+    ao.stream = opts();
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    const auto ep = acc.local_endpoint();
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        sdp::stream s;
+        if (s.connect_sdp(ep, opts())) {
+            ::_exit(3);
+        }
+        std::vector<std::uint8_t> buf(64 * 1024, 1);
+        std::error_code ec;
+        while (!ec) {
+            s.write(buf, ec);
+        }
+        ::_exit(4);
+    }
+    sdp::stream server;
+    auto aec = acc.accept(server, 10s);
+    ASSERT_FALSE(aec) << aec.message() << acc.last_error();
+    std::vector<std::uint8_t> buf(256 * 1024);
+    std::error_code ec;
+    std::size_t total = 0;
+    while (total < 1024 * 1024) {
+        std::size_t n = server.read_some(buf, ec);
+        ASSERT_FALSE(ec) << ec.message();
+        ASSERT_GT(n, 0u);
+        total += n;
+    }
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    std::size_t n = 1;
+    while (!ec && n > 0) {
+        n = server.read_some(buf, ec);
+    }
+    EXPECT_EQ(ec, std::errc::connection_reset) << ec.message();
+}
+
+TEST(SdpStream, PeerKilledWhileReceiving) {
+    sdp::acceptor acc;
+    sdp::acceptor_options ao;
+    ao.stream = opts();
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    const auto ep = acc.local_endpoint();
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        ::close(ready[0]);
+        sdp::stream s;
+        if (s.connect_sdp(ep, opts())) {
+            ::_exit(3);
+        }
+        std::vector<std::uint8_t> buf(1000);
+        std::error_code ec;
+        s.read_some(buf, ec);
+        (void)!::write(ready[1], "r", 1);
+        ::pause();
+        ::_exit(4);
+    }
+    ::close(ready[1]);
+    sdp::stream server;
+    ASSERT_FALSE(acc.accept(server, 10s));
+    std::error_code ec;
+    std::vector<std::uint8_t> one(1, 9);
+    server.write(one, ec);
+    ASSERT_FALSE(ec);
+    char c;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    ::close(ready[0]);
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    // Keep writing: credits run out or the socket errors; either way the
+    // write fails (bounded by io_timeout at worst).
+    auto wec = send_pattern(server, 1u << 30, 2);
+    EXPECT_TRUE(wec == std::errc::connection_reset || wec == std::errc::broken_pipe)
+        << wec.message();
+}
+
+TEST(SdpStream, HandshakeTimesOutAgainstASilentServer) {
+    // A plain TCP listener that never answers the MPA Request.
+    sdptest::TcpListener silent;
+    ASSERT_TRUE(silent.ok());
+    auto o = opts();
+    o.handshake_timeout = 300ms;
+    sdp::stream s;
+    auto ec = s.connect_sdp(silent.endpoint(), o);
+    EXPECT_EQ(ec, std::errc::timed_out) << ec.message();
+    EXPECT_FALSE(s.is_open());
+}
+
+TEST(SdpStream, NonSdpServerIsAProtocolError) {
+    sdptest::TcpListener garbage;
+    ASSERT_TRUE(garbage.ok());
+    std::thread t([&] { garbage.accept_and_send("HTTP/1.0 400 Bad Request\r\n\r\n"); });
+    sdp::stream s;
+    auto ec = s.connect_sdp(garbage.endpoint(), opts());
+    t.join();
+    EXPECT_TRUE(ec == std::errc::protocol_error || ec == std::errc::connection_reset)
+        << ec.message();
+}
+
+TEST(SdpStream, ConnectRefused) {
+    sdptest::TcpListener l;
+    auto ep = l.endpoint();
+    l.close();
+    sdp::stream s;
+    EXPECT_EQ(s.connect_sdp(ep, opts()), std::errc::connection_refused);
+}
+
+TEST(SdpStream, AcceptorSurvivesABadClient) {
+    sdp::acceptor acc;
+    sdp::acceptor_options ao;
+    ao.stream = opts();
+    ao.stream.handshake_timeout = 500ms;
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    // A client that sends garbage, then a real one.
+    int fd = sdptest::tcp_connect(acc.local_endpoint());
+    ASSERT_GE(fd, 0);
+    const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+    ASSERT_GT(::send(fd, junk, sizeof junk - 1, MSG_NOSIGNAL), 0);
+    sdp::stream client;
+    std::error_code cec;
+    std::thread t([&] { cec = client.connect_sdp(acc.local_endpoint(), opts()); });
+    sdp::stream server;
+    EXPECT_FALSE(acc.accept(server, 10s));
+    t.join();
+    ::close(fd);
+    EXPECT_FALSE(cec);
+    EXPECT_FALSE(acc.last_error().empty());
+    std::error_code ec;
+    std::vector<std::uint8_t> b{42};
+    client.write(b, ec);
+    EXPECT_FALSE(ec);
+    std::vector<std::uint8_t> r(1);
+    EXPECT_EQ(server.read_some(r, ec), 1u);
+    EXPECT_EQ(r[0], 42);
+}
+
+}  // namespace

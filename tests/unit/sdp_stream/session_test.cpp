@@ -1,0 +1,121 @@
+// Two SoftSessions (MPA + soft QP + SDP engine, sans-I/O) joined by an
+// in-memory byte pipe: startup, data both ways, half-close and teardown,
+// abort, and startup against a peer that is not SDP.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "sdp/io/soft_session.hpp"
+
+namespace {
+
+using sdp::io::LlpRequest;
+using sdp::io::SessionPhase;
+using sdp::io::SoftSession;
+
+// Moves bytes both ways until nothing moves; honours FIN requests.
+struct Pipe {
+    SoftSession& a;
+    SoftSession& b;
+    bool a_fin = false, b_fin = false;
+    std::size_t chunk = 7;  // odd split sizes
+
+    void pump() {
+        for (int round = 0; round < 100000; ++round) {
+            bool moved = move(a, b, a_fin) | move(b, a, b_fin);
+            if (!moved) {
+                return;
+            }
+        }
+    }
+    bool move(SoftSession& from, SoftSession& to, bool& fin) {
+        std::vector<std::uint8_t> out;
+        from.take_output(out);
+        for (std::size_t off = 0; off < out.size(); off += chunk) {
+            to.on_bytes(std::span(out).subspan(off, std::min(chunk, out.size() - off)));
+        }
+        bool moved = !out.empty();
+        if (!fin && from.llp_request() == LlpRequest::fin && !from.has_output()) {
+            fin = true;
+            to.on_eof();
+            moved = true;
+        }
+        return moved;
+    }
+};
+
+sdp::io::SessionConfig config() {
+    sdp::io::SessionConfig c;
+    c.engine.recv_buf_size = 4096;
+    c.engine.send_buf_size = 4096;
+    return c;
+}
+
+TEST(SoftSession, StartupDataAndGracefulClose) {
+    SoftSession c(sdp::iwarp::MpaRole::initiator, config());
+    SoftSession s(sdp::iwarp::MpaRole::responder, config());
+    c.set_mss(1460);
+    s.set_mss(1460);
+    ASSERT_TRUE(c.start());
+    Pipe p{c, s};
+    p.pump();
+    ASSERT_EQ(c.phase(), SessionPhase::established) << c.describe_error();
+    ASSERT_EQ(s.phase(), SessionPhase::established) << s.describe_error();
+    EXPECT_TRUE(c.mpa().outcome().crc);
+    EXPECT_TRUE(c.mpa().outcome().p2p);
+
+    std::vector<std::uint8_t> data(100000);
+    for (std::size_t i = 0; i < data.size(); ++i) {
+        data[i] = static_cast<std::uint8_t>(i * 31 + 7);
+    }
+    std::size_t sent = 0;
+    std::vector<std::uint8_t> got;
+    std::vector<std::uint8_t> buf(3000);
+    for (int i = 0; i < 10000 && got.size() < data.size(); ++i) {
+        sent += c.sdp().write(std::span(data).subspan(sent));
+        p.pump();
+        std::size_t n = s.sdp().read(buf);
+        got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+        p.pump();
+    }
+    EXPECT_EQ(got, data);
+
+    c.sdp().shutdown_write();
+    p.pump();
+    EXPECT_TRUE(s.sdp().eof());
+    s.sdp().shutdown_write();
+    p.pump();
+    EXPECT_EQ(c.sdp().state(), sdp::engine::State::closed);
+    EXPECT_EQ(s.sdp().state(), sdp::engine::State::closed);
+}
+
+TEST(SoftSession, AbortRequestsReset) {
+    SoftSession c(sdp::iwarp::MpaRole::initiator, config());
+    SoftSession s(sdp::iwarp::MpaRole::responder, config());
+    ASSERT_TRUE(c.start());
+    Pipe p{c, s};
+    p.pump();
+    ASSERT_EQ(s.phase(), SessionPhase::established);
+    c.sdp().abort();
+    EXPECT_EQ(c.llp_request(), LlpRequest::rst);
+    s.on_eof();  // the RST
+    EXPECT_EQ(s.sdp().state(), sdp::engine::State::reset);
+}
+
+TEST(SoftSession, GarbageFailsTheStartup) {
+    SoftSession s(sdp::iwarp::MpaRole::responder, config());
+    const std::string junk = "GET / HTTP/1.0\r\n\r\n";
+    s.on_bytes(std::span(reinterpret_cast<const std::uint8_t*>(junk.data()), junk.size()));
+    EXPECT_EQ(s.phase(), SessionPhase::failed);
+    EXPECT_FALSE(s.describe_error().empty());
+}
+
+TEST(SoftSession, EofDuringStartupFails) {
+    SoftSession c(sdp::iwarp::MpaRole::initiator, config());
+    ASSERT_TRUE(c.start());
+    c.on_eof();
+    EXPECT_EQ(c.phase(), SessionPhase::failed);
+}
+
+}  // namespace
