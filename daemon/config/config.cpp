@@ -34,12 +34,18 @@ constexpr std::uint64_t kMaxTransactions = 100'000'000;
 constexpr std::uint64_t kMaxLogRateLimit = 1'000'000;
 constexpr std::size_t kMaxServiceName = 64;
 
-constexpr std::array<std::string_view, 11> kTopLevelKeys = {
-    "listen",       "ack_timeout",         "max_transactions", "services",
-    "deny_ap_port", "accept_iwpm_request", "log_level",        "log_rate_limit",
-    "control",      "state_file",          "metrics",
+constexpr std::array<std::string_view, 12> kTopLevelKeys = {
+    "limits",         "listen",       "ack_timeout",         "max_transactions",
+    "services",       "deny_ap_port", "accept_iwpm_request", "log_level",
+    "log_rate_limit", "control",      "state_file",          "metrics",
 };
 constexpr std::array<std::string_view, 3> kControlKeys = {"socket", "admin_group", "read_group"};
+constexpr std::array<std::string_view, 2> kLimitsKeys = {"per_source", "source_quench"};
+constexpr std::array<std::string_view, 3> kPerSourceKeys = {"rate", "burst", "max_sources"};
+constexpr std::array<std::string_view, 4> kQuenchKeys = {"max_unacked", "window", "period",
+                                                         "max_sources"};
+constexpr std::uint64_t kMaxRate = 100'000'000;
+constexpr std::uint64_t kMaxTrackedSources = 10'000'000;
 constexpr std::size_t kMaxSocketPath = 107;  // sizeof(sockaddr_un::sun_path) - 1
 constexpr std::size_t kMaxGroupName = 256;
 constexpr std::array<std::string_view, 6> kServiceKeys = {
@@ -351,6 +357,9 @@ class Loader {
     bool load_pm_time(const Field& f, std::uint8_t& out);
     bool load_allow(const Field& f, std::vector<pm::Prefix>& out);
     bool load_control(const Field& f, ControlConfig& out);
+    bool load_limits(const Field& f, Config& config);
+    bool load_per_source(const Field& f, LimiterConfig& out);
+    bool load_quench(const Field& f, QuenchConfig& out);
     bool load_path(const Field& f, std::size_t max, std::string& out);
     bool load_group(const Field& f, std::string& out);
     bool load_metrics(const Field& f, std::optional<pm::Endpoint>& out);
@@ -502,6 +511,8 @@ bool Loader::load_root(const Field& root, Config& config) {
             ok = load_path(f, 4096, config.state_file);
         } else if (e.key == "metrics") {
             ok = load_metrics(f, config.metrics);
+        } else if (e.key == "limits") {
+            ok = load_limits(f, config);
         }
         if (!ok) {
             return false;
@@ -841,6 +852,78 @@ bool Loader::load_control(const Field& f, ControlConfig& out) {
             ok = load_group(e.value, out.admin_group);
         } else if (e.key == "read_group") {
             ok = load_group(e.value, out.read_group);
+        }
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool Loader::load_limits(const Field& f, Config& config) {
+    std::vector<Entry> entries;
+    if (!map_entries(f, "a map with per_source, source_quench", kLimitsKeys, entries)) {
+        return false;
+    }
+    for (const Entry& e : entries) {
+        bool ok = e.key == "per_source" ? load_per_source(e.value, config.per_source)
+                                        : load_quench(e.value, config.quench);
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool Loader::load_per_source(const Field& f, LimiterConfig& out) {
+    std::vector<Entry> entries;
+    if (!map_entries(f, "a map with rate, burst, max_sources", kPerSourceKeys, entries)) {
+        return false;
+    }
+    for (const Entry& e : entries) {
+        std::uint64_t n = 0;
+        bool ok = true;
+        if (e.key == "rate") {
+            ok = load_number(e.value, 0, kMaxRate, n);
+            out.rate = static_cast<double>(n);
+        } else if (e.key == "burst") {
+            ok = load_number(e.value, 1, kMaxRate, n);
+            out.burst = static_cast<double>(n);
+        } else {
+            ok = load_number(e.value, 1, kMaxTrackedSources, n);
+            out.max_sources = static_cast<std::size_t>(n);
+        }
+        if (!ok) {
+            return false;
+        }
+    }
+    if (out.rate > 0 && out.burst < 1) {
+        out.burst = out.rate;  // a second's worth unless told otherwise
+    }
+    return true;
+}
+
+bool Loader::load_quench(const Field& f, QuenchConfig& out) {
+    std::vector<Entry> entries;
+    if (!map_entries(f, "a map with max_unacked, window, period, max_sources", kQuenchKeys,
+                     entries)) {
+        return false;
+    }
+    for (const Entry& e : entries) {
+        std::uint64_t n = 0;
+        bool ok = true;
+        if (e.key == "max_unacked") {
+            ok = load_number(e.value, 0, kMaxRate, n);
+            out.max_unacked = static_cast<std::uint32_t>(n);
+        } else if (e.key == "window") {
+            ok = load_duration(e.value, std::chrono::milliseconds(10), std::chrono::hours(1),
+                               "10ms and 1h", out.window);
+        } else if (e.key == "period") {
+            ok = load_duration(e.value, std::chrono::milliseconds(10), std::chrono::hours(24),
+                               "10ms and 24h", out.period);
+        } else {
+            ok = load_number(e.value, 1, kMaxTrackedSources, n);
+            out.max_sources = static_cast<std::size_t>(n);
         }
         if (!ok) {
             return false;

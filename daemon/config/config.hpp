@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/limiter.hpp"
 #include "core/service.hpp"
 #include "pmclient/address.hpp"
 #include "pmclient/message.hpp"
@@ -50,6 +51,9 @@ struct Config {
     std::string state_file = "/var/lib/sdp-pmd/registrations.json";
     // Prometheus text exposition over HTTP (GET /metrics); nullopt: off.
     std::optional<pm::Endpoint> metrics;
+    // Section 15.2 defences (`limits:`); both off by default.
+    LimiterConfig per_source;  // token bucket of PMReqs per source address
+    QuenchConfig quench;       // cut off sources that leave PMAccepts un-acked
 
     static Config defaults();
 };

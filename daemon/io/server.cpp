@@ -94,6 +94,8 @@ Limits limits_from(const Config& c) {
     l.max_transactions = c.max_transactions;
     l.deny_ap_port = c.deny_ap_port;
     l.accept_iwpm_request = c.accept_iwpm_request;
+    l.per_source = c.per_source;
+    l.quench = c.quench;
     return l;
 }
 
