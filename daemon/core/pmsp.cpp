@@ -389,6 +389,10 @@ bool allowed(const Service& s, const pm::Message& req, const pm::Endpoint& sourc
 // Section 15.2 defences in front of the protocol: a quenched source and a
 // source over its token bucket are dropped before they can create state.
 Result Pmsp::admit_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now) {
+    ++counters_.requests;
+    if (req.iwpm_trailer) {
+        ++counters_.iwpm_requests;
+    }
     if (quench_.enabled()) {
         auto before = quench_.counters().quench_events;
         bool quenched = quench_.quenched(source.address, now);
@@ -410,10 +414,6 @@ Result Pmsp::admit_request(const pm::Message& req, const pm::Endpoint& source, T
 }
 
 Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now) {
-    ++counters_.requests;
-    if (req.iwpm_trailer) {
-        ++counters_.iwpm_requests;
-    }
     if (req.cp_port == 0 || req.cp_addr.is_unspecified() || req.ap_addr.is_unspecified()) {
         return count(Outcome::drop_bad_request);
     }

@@ -65,7 +65,7 @@ bool is_drop(Outcome o);
 struct Counters {
     std::array<std::uint64_t, kOutcomeCount> outcome{};
     std::uint64_t datagrams = 0;         // every datagram handed in
-    std::uint64_t requests = 0;          // PMReq decoded (new and duplicate)
+    std::uint64_t requests = 0;          // PMReq decoded, including rate-limited ones
     std::uint64_t iwpm_requests = 0;     // of which iwpmd 64-byte format
     std::uint64_t superseded = 0;        // same 4-tuple, new AssocHandle: old state dropped
     std::uint64_t timeouts = 0;          // PMAck timer expired, state released

@@ -470,6 +470,7 @@ TEST_F(PmspTest, PerSourceTokenBucketDropsTheExcess) {
     req.cp_port = 100;
     EXPECT_EQ(send(req, "10.0.0.5:4000").outcome, Outcome::accepted);
     EXPECT_EQ(core->counters()[Outcome::drop_rate_limited], 15u);
+    EXPECT_EQ(core->counters().requests, 22u);  // limited ones are requests too
 }
 
 TEST_F(PmspTest, SourceLeavingAcceptsUnackedIsQuenched) {
