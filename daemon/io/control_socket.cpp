@@ -11,6 +11,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <cerrno>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -320,6 +322,33 @@ std::optional<std::string> ControlServer::bind(const std::string& path) {
     return std::nullopt;
 }
 
+std::optional<std::string> ControlServer::adopt(int fd) {
+    sockaddr_un sa{};
+    socklen_t len = sizeof sa;
+    std::string path;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0 &&
+        len > offsetof(sockaddr_un, sun_path) && sa.sun_path[0] != '\0') {
+        path.assign(sa.sun_path, ::strnlen(sa.sun_path, len - offsetof(sockaddr_un, sun_path)));
+    }
+    boost::system::error_code ec;
+    acceptor_.assign(stream(), fd, ec);
+    if (!ec) {
+        acceptor_.non_blocking(true, ec);
+    }
+    if (ec) {
+        boost::system::error_code ignored;
+        if (acceptor_.is_open()) {
+            acceptor_.close(ignored);
+        } else {
+            ::close(fd);
+        }
+        return "cannot use the inherited control socket: " + ec.message();
+    }
+    path_ = path.empty() ? "(inherited fd " + std::to_string(fd) + ")" : path;
+    inode_ = 0;  // never unlinked by stop()
+    return std::nullopt;
+}
+
 void ControlServer::start() {
     accept();
 }
@@ -377,7 +406,7 @@ void ControlServer::stop() {
     }
     sessions_.clear();
     struct stat st {};
-    if (!path_.empty() && ::stat(path_.c_str(), &st) == 0 && st.st_ino == inode_) {
+    if (inode_ != 0 && ::stat(path_.c_str(), &st) == 0 && st.st_ino == inode_) {
         ::unlink(path_.c_str());
     }
 }

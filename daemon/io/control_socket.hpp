@@ -41,6 +41,9 @@ class ControlServer {
     // Binds `path` (mode 0666: peer credentials decide), creating its
     // directory if needed and replacing a stale socket. Returns the error.
     std::optional<std::string> bind(const std::string& path);
+    // Takes over a listening Unix stream socket inherited from the service
+    // manager. Its file belongs to the socket unit: stop() leaves it.
+    std::optional<std::string> adopt(int fd);
     void start();
     // Closes the listener and every connection; removes the socket file if
     // it is still ours.

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <system_error>
@@ -24,6 +25,20 @@ bool sd_notify(std::string_view state, std::string* error) {
         return false;
     }
     return true;
+}
+
+bool notify_socket_set() {
+    const char* e = std::getenv("NOTIFY_SOCKET");
+    return e != nullptr && *e != '\0';
+}
+
+std::optional<std::chrono::microseconds> watchdog_timeout() {
+    std::uint64_t usec = 0;
+    // unset_environment=0: $WATCHDOG_* stay for anyone who checks later.
+    if (::sd_watchdog_enabled(0, &usec) <= 0 || usec == 0) {
+        return std::nullopt;
+    }
+    return std::chrono::microseconds(usec);
 }
 
 std::string reloading_state() {

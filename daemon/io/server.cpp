@@ -14,6 +14,7 @@
 #include <system_error>
 #include <variant>
 
+#include "io/listen_fds.hpp"
 #include "io/log.hpp"
 #include "io/sd_notify.hpp"
 
@@ -65,6 +66,12 @@ LogLevel level_of(Outcome o) {
         case Outcome::denied_not_allowed:
         case Outcome::denied_no_address:
             return LogLevel::info;
+        case Outcome::drop_rate_limited:
+        case Outcome::drop_quenched:
+            // The flood alarm of section 15.2.1: a source beyond its bounds.
+            // Rate-limited per cause like every other line, with the rest
+            // summarised as "suppressed N messages".
+            return LogLevel::warning;
         default:
             return LogLevel::debug;
     }
@@ -111,7 +118,9 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
       timer_(io),
       log_timer_(io),
       signals_(io),
-      lease_timer_(io) {
+      lease_timer_(io),
+      status_timer_(io),
+      watchdog_timer_(io) {
     apply_logging(config_);
     // Registered now so that a signal arriving during startup is queued for
     // the loop instead of taking its default action.
@@ -185,18 +194,52 @@ std::optional<Server::SocketList> Server::open_sockets(const std::vector<pm::End
 }
 
 bool Server::bind() {
-    auto sockets = open_sockets(config_.listen, {});
-    if (!sockets) {
-        return false;
-    }
-    sockets_ = std::move(*sockets);
-    for (const auto& s : sockets_) {
-        log::notice("listening on UDP " + s->endpoint().to_string());
+    // Socket activation: what the service manager passed replaces the
+    // configured addresses, kind by kind.
+    InheritedSockets inherited = take_inherited_sockets();
+    if (!inherited.udp.empty()) {
+        for (int fd : inherited.udp) {
+            boost::system::error_code ec;
+            auto s = UdpSocket::adopt(io_, fd, ec);
+            if (!s) {
+                log::err("inherited UDP socket (fd " + std::to_string(fd) + "): " + ec.message());
+                return false;
+            }
+            sockets_.push_back(std::move(s));
+        }
+        inherited_udp_ = true;
+        log::notice(std::to_string(sockets_.size()) +
+                    (sockets_.size() == 1 ? " UDP socket" : " UDP sockets") +
+                    " inherited from the service manager; listen: from the "
+                    "configuration (" +
+                    join(config_.listen) + ") is ignored");
+        for (const auto& s : sockets_) {
+            log::notice("listening on UDP " + s->endpoint().to_string() + " (inherited)");
+        }
+    } else {
+        auto sockets = open_sockets(config_.listen, {});
+        if (!sockets) {
+            return false;
+        }
+        sockets_ = std::move(*sockets);
+        for (const auto& s : sockets_) {
+            log::notice("listening on UDP " + s->endpoint().to_string());
+        }
     }
     load_state();
     control_ = std::make_unique<ControlServer>(io_, *this);
     control_->set_groups(config_.control);
-    if (auto error = control_->bind(config_.control.socket)) {
+    if (inherited.control) {
+        if (auto error = control_->adopt(*inherited.control)) {
+            log::err("control socket: " + *error);
+            return false;
+        }
+        inherited_control_ = true;
+        log::notice("control socket " + control_->path() +
+                    " inherited from the service manager; control.socket from the "
+                    "configuration (" +
+                    config_.control.socket + ") is ignored");
+    } else if (auto error = control_->bind(config_.control.socket)) {
         if (config_.control.socket_configured) {
             log::err("control socket: " + *error);
             return false;
@@ -346,7 +389,17 @@ void Server::start() {
         metrics_->start();
     }
     arm_lease_timer();
-    notify("READY=1\nSTATUS=" + status_line());
+    last_status_ = status_line();
+    notify("READY=1\nSTATUS=" + last_status_);
+    arm_status_timer();
+    if (auto timeout = watchdog_timeout()) {
+        // Half the timeout, as sd_watchdog_enabled(3) recommends; from this
+        // thread, so a stuck loop stops the pings and systemd restarts it.
+        watchdog_interval_ = std::max(std::chrono::microseconds(1000), *timeout / 2);
+        log::notice("watchdog: WATCHDOG=1 every " +
+                    std::to_string(watchdog_interval_.count() / 1000) + " ms");
+        arm_watchdog();
+    }
     log::notice("ready: " + std::to_string(config_.services.size()) + " services, config " +
                 (config_optional_ && !std::filesystem::exists(config_path_)
                      ? std::string("built-in defaults")
@@ -367,13 +420,15 @@ void Server::stop(std::string_view why) {
     signals_.cancel(ignored);
     signals_.clear(ignored);
     lease_timer_.cancel();
+    status_timer_.cancel();
+    watchdog_timer_.cancel();
     if (control_) {
         control_->stop();
     }
     if (metrics_) {
         metrics_->stop();
     }
-    notify("STOPPING=1");
+    notify("STOPPING=1\nSTATUS=stopping");
     log::logger().flush_suppressed(log::Clock::now(), true);
     log::notice("stopping (" + std::string(why) + "); " + counters_line());
 }
@@ -535,15 +590,48 @@ void Server::notify(const std::string& state) {
 
 std::string Server::status_line() const {
     return std::to_string(config_.services.size() + registrations_.size()) + " services, " +
-           std::to_string(sockets_.size()) + " sockets";
+           std::to_string(pmsp_->transactions()) + " transactions, " +
+           std::to_string(pmsp_->counters().requests) + " requests";
+}
+
+void Server::arm_status_timer() {
+    if (stopping_ || !notify_socket_set()) {
+        return;
+    }
+    status_timer_.expires_after(kStatusInterval);
+    status_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (ec == asio::error::operation_aborted || stopping_) {
+            return;
+        }
+        std::string line = status_line();
+        if (line != last_status_) {
+            notify("STATUS=" + line);
+            last_status_ = std::move(line);
+        }
+        arm_status_timer();
+    });
+}
+
+void Server::arm_watchdog() {
+    if (stopping_ || watchdog_interval_.count() == 0) {
+        return;
+    }
+    watchdog_timer_.expires_after(watchdog_interval_);
+    watchdog_timer_.async_wait([this](const boost::system::error_code& ec) {
+        if (ec == asio::error::operation_aborted || stopping_) {
+            return;
+        }
+        notify("WATCHDOG=1");
+        arm_watchdog();
+    });
 }
 
 bool Server::reload() {
     notify(reloading_state());
     const bool applied = apply_reload();
     // READY=1 in every case: the service manager leaves the reloading state.
-    notify("READY=1\nSTATUS=" + std::string(applied ? "reloaded: " : "reload failed: ") +
-           status_line());
+    last_status_ = std::string(applied ? "reloaded: " : "reload failed: ") + status_line();
+    notify("READY=1\nSTATUS=" + last_status_);
     return applied;
 }
 
@@ -566,6 +654,12 @@ bool Server::apply_reload() {
 
     // Everything that can fail happens before anything is applied: the new
     // sockets are bound while the old ones still serve.
+    if (inherited_udp_ && next.listen != config_.listen) {
+        log::notice(
+            "reload: listen: ignored, the UDP sockets are inherited from the service "
+            "manager");
+        next.listen = config_.listen;
+    }
     std::optional<SocketList> sockets;
     if (next.listen != config_.listen) {
         sockets = open_sockets(next.listen, sockets_);
@@ -653,6 +747,7 @@ std::string Server::counters_line() const {
     add("timeouts", c.timeouts);
     add("shed", c.shed);
     add("released_on_deny", c.released_on_deny);
+    add("quench_events", c.quench_events);
     add("transactions", pmsp_->transactions());
     add("truncated", shell_.truncated);
     add("receive_errors", shell_.receive_errors);
@@ -847,6 +942,8 @@ std::vector<MetricValue> Server::metric_values() const {
     counter("shed", "sdp_pmd_shed_total", "Transactions dropped at max_transactions.", c.shed);
     counter("released_on_deny", "sdp_pmd_released_on_deny_total",
             "Transactions released when a duplicate PMReq was denied.", c.released_on_deny);
+    counter("quench_events", "sdp_pmd_quench_events_total",
+            "Sources quenched for leaving PMAccepts un-acknowledged.", c.quench_events);
     counter("truncated", "sdp_pmd_truncated_total", "Datagrams longer than the receive buffer.",
             shell_.truncated);
     counter("receive_errors", "sdp_pmd_receive_errors_total", "UDP receive errors.",

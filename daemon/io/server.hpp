@@ -4,7 +4,12 @@
 // Everything runs on the thread that runs the io_context (one shard for now);
 // signals are delivered through asio::signal_set, so no work ever happens in
 // a real signal handler. The service manager is told READY=1 once every
-// socket is bound, RELOADING=1 / READY=1 around a reload and STOPPING=1.
+// socket is bound, RELOADING=1 / READY=1 around a reload, STATUS= with live
+// counts (at most every kStatusInterval, when they changed), WATCHDOG=1 at
+// half of $WATCHDOG_USEC from the loop's own thread, and STOPPING=1.
+//
+// Sockets inherited from the service manager (socket activation) replace
+// `listen:` (UDP) and `control.socket` (a listening Unix stream socket).
 //
 //   SIGHUP           re-read the config file; apply it completely or not at all
 //   SIGTERM, SIGINT  stop: close the sockets, log the final counters
@@ -14,6 +19,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -29,6 +35,9 @@
 #include "io/udp_socket.hpp"
 
 namespace pmd::io {
+
+// How often STATUS= is refreshed (only sent when the text changed).
+inline constexpr std::chrono::seconds kStatusInterval{10};
 
 // What the shell itself counts, next to the core's Counters.
 struct ShellCounters {
@@ -117,6 +126,8 @@ class Server final : public ControlBackend {
     std::optional<std::string> persist();
     void expire_leases();
     void arm_lease_timer();
+    void arm_status_timer();
+    void arm_watchdog();
 
     boost::asio::io_context& io_;
     Config config_;
@@ -143,6 +154,15 @@ class Server final : public ControlBackend {
     std::uint64_t registrations_changed_ = 0;
     std::uint64_t leases_expired_ = 0;
     std::uint64_t state_write_errors_ = 0;
+
+    // Socket activation: which sockets came from the service manager.
+    bool inherited_udp_ = false;
+    bool inherited_control_ = false;
+    // sd_notify beyond READY / RELOADING / STOPPING.
+    boost::asio::steady_timer status_timer_;
+    std::string last_status_;  // the last STATUS= text sent
+    boost::asio::steady_timer watchdog_timer_;
+    std::chrono::microseconds watchdog_interval_{0};  // 0: no watchdog
 };
 
 }  // namespace pmd::io

@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/ip/v6_only.hpp>
@@ -133,7 +134,7 @@ bool TxBatch::add(const pm::Wire& bytes, const Received& to, bool v6_socket) {
 }
 
 UdpSocket::UdpSocket(boost::asio::io_context& io, const pm::Endpoint& ep)
-    : endpoint_(ep), socket_(io) {}
+    : endpoint_(ep), v6_(ep.address.is_v6()), socket_(io) {}
 
 std::shared_ptr<UdpSocket> UdpSocket::open(boost::asio::io_context& io, const pm::Endpoint& ep,
                                            boost::system::error_code& ec) {
@@ -172,6 +173,39 @@ std::shared_ptr<UdpSocket> UdpSocket::open(boost::asio::io_context& io, const pm
             return nullptr;
         }
         s->endpoint_.port = bound.port();
+    }
+    return s;
+}
+
+std::shared_ptr<UdpSocket> UdpSocket::adopt(boost::asio::io_context& io, int fd,
+                                            boost::system::error_code& ec) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+        ec.assign(errno, boost::system::system_category());
+        ::close(fd);
+        return nullptr;
+    }
+    const bool v6 = ss.ss_family == AF_INET6;
+    int on = 1;
+    // The same packet info as a socket bound here (section 7.4: the reply
+    // leaves from the address the request was sent to); harmless when the
+    // socket unit already set it (PassPacketInfo=yes).
+    const int rc = v6 ? ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof on)
+                      : ::setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on);
+    if (rc != 0) {
+        ec.assign(errno, boost::system::system_category());
+        ::close(fd);
+        return nullptr;
+    }
+    auto s = std::make_shared<UdpSocket>(io, from_sockaddr(ss));
+    s->v6_ = v6;
+    if (s->socket_.assign(v6 ? asio::ip::udp::v6() : asio::ip::udp::v4(), fd, ec)) {
+        ::close(fd);
+        return nullptr;
+    }
+    if (s->socket_.non_blocking(true, ec)) {
+        return nullptr;  // the asio socket owns and closes fd
     }
     return s;
 }

@@ -94,9 +94,16 @@ class UdpSocket {
     // binds a socket. On failure returns nullptr with ec set.
     static std::shared_ptr<UdpSocket> open(boost::asio::io_context& io, const pm::Endpoint& ep,
                                            boost::system::error_code& ec);
+    // Takes over an already bound UDP socket (inherited from the service
+    // manager): enables packet info, makes it non-blocking and reads its
+    // address. On failure returns nullptr with ec set; `fd` is then closed.
+    static std::shared_ptr<UdpSocket> adopt(boost::asio::io_context& io, int fd,
+                                            boost::system::error_code& ec);
 
     const pm::Endpoint& endpoint() const { return endpoint_; }
-    bool is_v6() const { return endpoint_.address.is_v6(); }
+    // The socket's family (an inherited dual-stack IPv6 socket bound to an
+    // IPv4-mapped address still is one).
+    bool is_v6() const { return v6_; }
     boost::asio::ip::udp::socket& socket() { return socket_; }
     bool is_open() const { return socket_.is_open(); }
     void close();
@@ -118,6 +125,7 @@ class UdpSocket {
 
   private:
     pm::Endpoint endpoint_;
+    bool v6_ = false;
     boost::asio::ip::udp::socket socket_;
 };
 
