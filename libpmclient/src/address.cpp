@@ -1,8 +1,6 @@
 #include "pmclient/address.hpp"
-#include "pmclient/sockaddr.hpp"
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
 
 #include <charconv>
 #include <cstring>
@@ -158,42 +156,6 @@ bool Prefix::contains(const IpAddress& candidate) const {
 
 std::string Prefix::to_string() const {
     return network.to_string() + "/" + std::to_string(length);
-}
-
-socklen_t to_sockaddr(const Endpoint& e, sockaddr_storage& ss) {
-    std::memset(&ss, 0, sizeof ss);
-    if (e.address.is_v4()) {
-        sockaddr_in sin{};
-        sin.sin_family = AF_INET;
-        sin.sin_port = htons(e.port);
-        std::memcpy(&sin.sin_addr, e.address.bytes().data(), 4);
-        std::memcpy(&ss, &sin, sizeof sin);
-        return sizeof sin;
-    }
-    sockaddr_in6 sin6{};
-    sin6.sin6_family = AF_INET6;
-    sin6.sin6_port = htons(e.port);
-    std::memcpy(&sin6.sin6_addr, e.address.bytes().data(), 16);
-    std::memcpy(&ss, &sin6, sizeof sin6);
-    return sizeof sin6;
-}
-
-Endpoint from_sockaddr(const sockaddr_storage& ss) {
-    if (ss.ss_family == AF_INET) {
-        sockaddr_in sin{};
-        std::memcpy(&sin, &ss, sizeof sin);
-        std::array<std::uint8_t, 4> b{};
-        std::memcpy(b.data(), &sin.sin_addr, 4);
-        return Endpoint{IpAddress::v4(b), ntohs(sin.sin_port)};
-    }
-    if (ss.ss_family == AF_INET6) {
-        sockaddr_in6 sin6{};
-        std::memcpy(&sin6, &ss, sizeof sin6);
-        std::array<std::uint8_t, 16> b{};
-        std::memcpy(b.data(), &sin6.sin6_addr, 16);
-        return Endpoint{IpAddress::v6(b).unmapped(), ntohs(sin6.sin6_port)};
-    }
-    return Endpoint{};
 }
 
 }  // namespace pm

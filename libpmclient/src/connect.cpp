@@ -67,35 +67,14 @@ int bound_socket(const pm::IpAddress& addr, pm::Endpoint& local) {
     return fd;
 }
 
-// Connects with a timeout. Returns 0 or an errno value (ETIMEDOUT on timeout).
+// Connects with a timeout and gives the socket back in blocking mode.
+// Returns 0 or an errno value (ETIMEDOUT on timeout).
 int connect_timeout(int fd, const pm::Endpoint& to, std::chrono::milliseconds timeout) {
     int flags = ::fcntl(fd, F_GETFL, 0);
-    if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    if (flags < 0) {
         return errno;
     }
-    sockaddr_storage ss;
-    socklen_t len = to_sockaddr(to, ss);
-    int err = 0;
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-            pollfd p{fd, POLLOUT, 0};
-            int n = 0;
-            do {
-                n = ::poll(&p, 1, static_cast<int>(timeout.count()));
-            } while (n < 0 && errno == EINTR);
-            if (n == 0) {
-                err = ETIMEDOUT;
-            } else if (n < 0) {
-                err = errno;
-            } else {
-                socklen_t elen = sizeof err;
-                if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
-                    err = errno;
-                }
-            }
-        }
-    }
+    int err = pm::connect_nonblocking(fd, to, timeout);
     if (err == 0 && ::fcntl(fd, F_SETFL, flags) != 0) {
         err = errno;
     }

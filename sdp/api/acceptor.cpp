@@ -34,31 +34,7 @@ int tcp_socket(bool v4) {
 }
 
 int connect_with_timeout(int fd, const pm::Endpoint& to, std::chrono::milliseconds timeout) {
-    io::set_nonblocking(fd, true);
-    sockaddr_storage ss;
-    socklen_t len = to_sockaddr(to, ss);
-    int err = 0;
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-            pollfd p{fd, POLLOUT, 0};
-            int n = 0;
-            do {
-                n = ::poll(&p, 1, static_cast<int>(timeout.count()));
-            } while (n < 0 && errno == EINTR);
-            if (n == 0) {
-                err = ETIMEDOUT;
-            } else if (n < 0) {
-                err = errno;
-            } else {
-                socklen_t elen = sizeof err;
-                if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
-                    err = errno;
-                }
-            }
-        }
-    }
-    return err;
+    return pm::connect_nonblocking(fd, to, timeout);
 }
 
 }  // namespace detail

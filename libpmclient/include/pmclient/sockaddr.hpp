@@ -1,8 +1,11 @@
 // Conversions between the protocol's endpoint type and BSD socket addresses,
-// for the programs and libraries that talk to sockets directly.
+// and a bounded connect, for the programs and libraries that talk to sockets
+// directly.
 #pragma once
 
 #include <sys/socket.h>
+
+#include <chrono>
 
 #include "pmclient/address.hpp"
 
@@ -14,5 +17,10 @@ socklen_t to_sockaddr(const Endpoint& e, sockaddr_storage& ss);
 // dual-stack socket reports IPv4 peers that way). Other families give an
 // IPv4 0.0.0.0:0.
 Endpoint from_sockaddr(const sockaddr_storage& ss);
+
+// Connects the stream socket `fd` to `to`, waiting at most `timeout`.
+// Returns 0 or an errno value (ETIMEDOUT when the wait ran out). The socket
+// is left non-blocking.
+int connect_nonblocking(int fd, const Endpoint& to, std::chrono::milliseconds timeout);
 
 }  // namespace pm
