@@ -471,6 +471,9 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
     }
 
     if (!chosen) {
+        if (service) {
+            registry_->note_deny(*service);
+        }
         if (existing != kNil) {
             table_->release(existing);
             ++counters_.released_on_deny;
@@ -479,6 +482,7 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
     }
 
     auto reply = pm::encode(pm::make_accept(req, *chosen, service->pm_time));
+    registry_->note_accept(*service, existing != kNil);
     TimePoint expires = now + limits_.ack_timeout;
     if (existing != kNil) {
         table_->slab[existing].sdp = *chosen;

@@ -109,6 +109,7 @@ class Pmsp {
     // a duplicate PMReq is answered from the new snapshot (7.5.2: most recent
     // state of the service).
     void set_registry(std::shared_ptr<const Registry> registry);
+    const Registry& registry() const { return *registry_; }
     // New limits (reload). A lower max_transactions sheds at once.
     void set_limits(const Limits& limits);
 

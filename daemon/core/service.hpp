@@ -43,12 +43,21 @@ struct Service {
     bool operator==(const Service&) const = default;
 };
 
+// What became of the PMReqs a service answered.
+struct ServiceCounts {
+    std::uint64_t accepted = 0;            // new transactions
+    std::uint64_t accepted_duplicate = 0;  // PMAccept re-sent for a duplicate PMReq
+    std::uint64_t denied = 0;              // not allowed, or no address of the family
+};
+
 // Immutable snapshot of all services. Lookups are lock-free; a reload or a
 // registration builds a new Registry and swaps the shared_ptr.
 class Registry {
   public:
     Registry() = default;
-    explicit Registry(std::vector<Service> services);
+    // `previous`: the snapshot this one replaces; services of the same name
+    // keep counting from its per-service counts.
+    explicit Registry(std::vector<Service> services, const Registry* previous = nullptr);
 
     // Exact (address, port) match first, then the "*" service for the port.
     // ap must be in canonical form (IPv4-mapped IPv6 is NOT unmapped here).
@@ -58,6 +67,11 @@ class Registry {
     // this snapshot (relaxed atomic, no lock).
     std::uint64_t next_round_robin(const Service& s) const;
 
+    // Per-service counts, kept with the snapshot (relaxed atomics, no lock).
+    void note_accept(const Service& s, bool duplicate) const;
+    void note_deny(const Service& s) const;
+    ServiceCounts counts(const Service& s) const;
+
   private:
     struct EndpointHash {
         std::size_t operator()(const pm::Endpoint& e) const noexcept {
@@ -66,6 +80,15 @@ class Registry {
     };
     std::vector<Service> services_;
     std::unique_ptr<std::atomic<std::uint64_t>[]> cursors_;
+    struct AtomicCounts {
+        std::atomic<std::uint64_t> accepted{0};
+        std::atomic<std::uint64_t> accepted_duplicate{0};
+        std::atomic<std::uint64_t> denied{0};
+    };
+    std::unique_ptr<AtomicCounts[]> counts_;
+    std::size_t index_of(const Service& s) const {
+        return static_cast<std::size_t>(&s - services_.data());
+    }
     std::unordered_map<pm::Endpoint, std::size_t, EndpointHash> exact_;
     std::unordered_map<std::uint16_t, std::size_t> wildcard_;
 };

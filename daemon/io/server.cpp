@@ -267,7 +267,8 @@ std::shared_ptr<const Registry> Server::make_registry(const std::vector<Service>
     for (const Registration& r : registrations_) {
         all.push_back(r.service);
     }
-    return std::make_shared<const Registry>(std::move(all));
+    // Services keep their counts across reloads and registrations.
+    return std::make_shared<const Registry>(std::move(all), pmsp_ ? &pmsp_->registry() : nullptr);
 }
 
 void Server::load_state() {
@@ -794,15 +795,23 @@ json Server::status() {
 }
 
 json Server::services() {
-    // Live transactions per service: the one per-service figure the core
-    // keeps (see docs/control-protocol.md).
+    // Live transactions per service, and what each service answered.
     std::map<std::string, std::uint64_t, std::less<>> live;
     pmsp_->for_each_transaction([&](const TransactionView& t) { ++live[std::string(t.service)]; });
     const auto now = WallClock::now();
     json list = json::array();
+    std::map<std::string, ServiceCounts, std::less<>> counts;
+    for (const Service& s : pmsp_->registry().services()) {
+        counts[s.name] = pmsp_->registry().counts(s);
+    }
     auto add = [&](json j) {
-        auto it = live.find(j["name"].get<std::string>());
-        j["counters"] = json{{"transactions", it == live.end() ? 0 : it->second}};
+        const auto name = j["name"].get<std::string>();
+        auto it = live.find(name);
+        const ServiceCounts c = counts.count(name) ? counts[name] : ServiceCounts{};
+        j["counters"] = json{{"transactions", it == live.end() ? 0 : it->second},
+                             {"accepted", c.accepted},
+                             {"accepted_duplicate", c.accepted_duplicate},
+                             {"denied", c.denied}};
         list.push_back(std::move(j));
     };
     for (const Service& s : config_.services) {

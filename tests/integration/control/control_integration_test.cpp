@@ -326,6 +326,9 @@ TEST_F(Control, RegisterThenQueryAcceptsAndUnregisterDenies) {
             EXPECT_EQ(s["dynamic"], true);
             EXPECT_EQ(s["owner"], "test");
             EXPECT_EQ(s["sdp"], json::array({"127.0.0.1:7001"}));
+            // The query above was answered by this service.
+            EXPECT_EQ(s["counters"]["accepted"], 1) << s.dump();
+            EXPECT_EQ(s["counters"]["denied"], 0) << s.dump();
         }
     }
     EXPECT_TRUE(found) << services.dump();

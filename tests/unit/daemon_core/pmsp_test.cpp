@@ -504,6 +504,27 @@ TEST_F(PmspTest, SourceLeavingAcceptsUnackedIsQuenched) {
     EXPECT_EQ(send(from(5), "10.0.0.9:4000").outcome, Outcome::accepted);
 }
 
+TEST_F(PmspTest, PerServiceCountsSurviveANewSnapshot) {
+    Service web = service("web", "192.0.2.10:80", {"198.51.100.1:1"});
+    Service closed = service("closed", "192.0.2.10:81", {"198.51.100.1:2"});
+    closed.allow = {*pm::Prefix::parse("203.0.113.0/24")};
+    make({web, closed});
+    Message req = request("192.0.2.10:80", "10.0.0.5:1");
+    send(req);
+    send(req);                                     // duplicate
+    send(request("192.0.2.10:81", "10.0.0.5:2"));  // not allowed
+    send(request("192.0.2.10:82", "10.0.0.5:3"));  // no service: counted nowhere
+    const auto& reg = core->registry();
+    EXPECT_EQ(reg.counts(reg.services()[0]).accepted, 1u);
+    EXPECT_EQ(reg.counts(reg.services()[0]).accepted_duplicate, 1u);
+    EXPECT_EQ(reg.counts(reg.services()[1]).denied, 1u);
+    // A registration or reload builds a new snapshot: counts carry over by name.
+    auto next = std::make_shared<const Registry>(std::vector<Service>{closed, web}, &reg);
+    core->set_registry(next);
+    EXPECT_EQ(next->counts(next->services()[1]).accepted, 1u);
+    EXPECT_EQ(next->counts(next->services()[0]).denied, 1u);
+}
+
 // Hostile input never crashes, never answers with more bytes than it got, and
 // never grows the table past its bound.
 TEST_F(PmspTest, RandomDatagramsNeverAmplifyOrGrowPastBounds) {
