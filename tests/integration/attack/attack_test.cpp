@@ -263,36 +263,25 @@ class Attack : public ::testing::Test {
     }
 
     void start_daemon(const std::string& limits) {
-        for (int attempt = 0; attempt < 5; ++attempt) {
-            auto port = pmtest::free_udp_port(false);
-            ASSERT_TRUE(port);
-            pmsp_ = pm::Endpoint{v4(127, 0, 0, 1), *port};
-            const std::string cfg = "listen: [\"127.0.0.1:" + std::to_string(*port) +
-                                    "\"]\n"
-                                    "log_level: notice\n"
-                                    "ack_timeout: 2s\n"
-                                    "max_transactions: " +
-                                    std::to_string(kMaxTransactions) + "\n" + limits +
-                                    "services:\n"
-                                    "  - name: web\n"
-                                    "    conventional: \"127.0.0.1:80\"\n"
-                                    "    sdp: [\"127.0.0.1:8080\"]\n"
-                                    "    pm_time: 30s\n";
-            pmtest::write_file(dir_.path() / "pmd.yaml", cfg);
-            daemon_ = std::make_unique<Process>(
-                std::vector<std::string>{SDPPM_PMD_BIN, "--config",
-                                         (dir_.path() / "pmd.yaml").string()},
-                dir_.path() / "pmd.out", dir_.path() / "pmd.err");
-            ASSERT_TRUE(daemon_->started());
-            if (pmtest::wait_until([&] {
-                    return log().find("ready") != std::string::npos || !daemon_->running();
-                }) &&
-                daemon_->running()) {
-                return;
-            }
-            daemon_.reset();
-        }
-        FAIL() << "sdp-pmd did not start: " << log();
+        std::uint16_t port = 0;
+        daemon_ = pmtest::start_pmd(
+            SDPPM_PMD_BIN, dir_.path(),
+            [&](std::uint16_t p) {
+                return "listen: [\"127.0.0.1:" + std::to_string(p) +
+                       "\"]\n"
+                       "log_level: notice\n"
+                       "ack_timeout: 2s\n"
+                       "max_transactions: " +
+                       std::to_string(kMaxTransactions) + "\n" + limits +
+                       "services:\n"
+                       "  - name: web\n"
+                       "    conventional: \"127.0.0.1:80\"\n"
+                       "    sdp: [\"127.0.0.1:8080\"]\n"
+                       "    pm_time: 30s\n";
+            },
+            port);
+        ASSERT_TRUE(daemon_) << "sdp-pmd did not start: " << log();
+        pmsp_ = pm::Endpoint{v4(127, 0, 0, 1), port};
     }
 
     // SIGUSR1, then the counters of the line it logged (empty on failure).

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -279,6 +280,38 @@ inline bool ipv6_loopback_available() {
 
 // A UDP socket bound to `local` (port 0: any) that sends raw bytes and
 // receives with a bounded wait, reporting where each reply came from.
+// Starts `bin --config DIR/pmd.yaml` on a loopback port that was free, with
+// the config `config_for(port)` returns, and waits (bounded) for its "ready"
+// line; another port is tried when the bind raced with someone else. Returns
+// the running process and sets `port`, or nullptr after five attempts. The
+// daemon's stderr is DIR/pmd.err.
+inline std::unique_ptr<Process> start_pmd(
+    const std::string& bin, const fs::path& dir,
+    const std::function<std::string(std::uint16_t)>& config_for, std::uint16_t& port) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        auto free = free_udp_port(false);
+        if (!free) {
+            return nullptr;
+        }
+        write_file(dir / "pmd.yaml", config_for(*free));
+        auto daemon = std::make_unique<Process>(
+            std::vector<std::string>{bin, "--config", (dir / "pmd.yaml").string()}, dir / "pmd.out",
+            dir / "pmd.err");
+        if (!daemon->started()) {
+            return nullptr;
+        }
+        if (wait_until([&] {
+                return read_file(dir / "pmd.err").find("ready") != std::string::npos ||
+                       !daemon->running();
+            }) &&
+            daemon->running()) {
+            port = *free;
+            return daemon;
+        }
+    }
+    return nullptr;
+}
+
 class UdpClient {
   public:
     struct Datagram {

@@ -48,31 +48,18 @@ class Faults : public ::testing::Test {
     std::string log() const { return pmtest::read_file(dir_.path() / "pmd.err"); }
 
     void start_daemon() {
-        for (int attempt = 0; attempt < 5; ++attempt) {
-            auto port = pmtest::free_udp_port(false);
-            ASSERT_TRUE(port);
-            port_ = *port;
-            const std::string cfg =
-                "listen: [\"127.0.0.1:" + std::to_string(port_) +
-                "\"]\nlog_level: notice\nack_timeout: " + std::to_string(kAckTimeout.count()) +
-                "ms\nservices:\n  - name: web\n    conventional: "
-                "\"127.0.0.1:80\"\n    sdp: [\"127.0.0.1:8080\"]\n"
-                "    pm_time: 30s\n";
-            pmtest::write_file(dir_.path() / "pmd.yaml", cfg);
-            daemon_ = std::make_unique<Process>(
-                std::vector<std::string>{SDPPM_PMD_BIN, "--config",
-                                         (dir_.path() / "pmd.yaml").string()},
-                dir_.path() / "pmd.out", dir_.path() / "pmd.err");
-            ASSERT_TRUE(daemon_->started());
-            if (pmtest::wait_until([&] {
-                    return log().find("ready") != std::string::npos || !daemon_->running();
-                }) &&
-                daemon_->running()) {
-                return;
-            }
-            daemon_.reset();
-        }
-        FAIL() << "sdp-pmd did not start: " << log();
+        daemon_ = pmtest::start_pmd(
+            SDPPM_PMD_BIN, dir_.path(),
+            [](std::uint16_t port) {
+                return "listen: [\"127.0.0.1:" + std::to_string(port) +
+                       "\"]\nlog_level: notice\nack_timeout: " +
+                       std::to_string(kAckTimeout.count()) +
+                       "ms\nservices:\n  - name: web\n    conventional: "
+                       "\"127.0.0.1:80\"\n    sdp: [\"127.0.0.1:8080\"]\n"
+                       "    pm_time: 30s\n";
+            },
+            port_);
+        ASSERT_TRUE(daemon_) << "sdp-pmd did not start: " << log();
     }
 
     void start_proxy() {
