@@ -5,9 +5,9 @@ set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config
       libboost-dev libboost-program-options-dev libyaml-cpp-dev
-      libsystemd-dev nlohmann-json3-dev)
+      libsystemd-dev nlohmann-json3-dev libibverbs-dev librdmacm-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev clang-format iproute2 procps nftables mandoc lintian tshark)
+  pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev clang-format iproute2 procps nftables mandoc lintian tshark clang libclang-rt-14-dev)
 fi
 
 missing=()

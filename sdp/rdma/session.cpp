@@ -1,0 +1,296 @@
+#include "rdma/session.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace sdp::rdma {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void set_why(std::string* why, std::string s) {
+    if (why != nullptr) {
+        *why = std::move(s);
+    }
+}
+
+std::chrono::milliseconds left(Clock::time_point deadline) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
+        return std::chrono::milliseconds(0);
+    }
+    return std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+}
+
+}  // namespace
+
+RdmaSession::RdmaSession(engine::Role role, const RdmaSessionConfig& cfg)
+    : cfg_(cfg), adapter_(role, cfg.engine, cfg.cm.max_send_wr) {
+    cfg_.cm.ird = cfg.engine.ird;
+    cfg_.cm.ord = cfg.engine.ord;
+    cfg_.cm.max_recv_wr = std::max(cfg_.cm.max_recv_wr, adapter_.recv_slots());
+}
+
+RdmaSession::~RdmaSession() {
+    if (conn_ && !adapter_.llp_reported() && !conn_->disconnected()) {
+        conn_->abort();
+    }
+}
+
+std::unique_ptr<RdmaSession> RdmaSession::connect(const sockaddr* dst, const RdmaSessionConfig& cfg,
+                                                  std::error_code& ec, std::string* why) {
+    std::unique_ptr<RdmaSession> s(new RdmaSession(engine::Role::connecting, cfg));
+    s->conn_ = Connection::create_active(dst, nullptr, s->cfg_.cm, ec, why);
+    if (!s->conn_) {
+        return nullptr;
+    }
+    if ((ec = s->adapter_.attach(s->conn_->qp(), why))) {
+        return nullptr;
+    }
+    // 8.1.1 step 1c: the receive buffers are posted (QP in INIT) before the
+    // Hello leaves, so the HelloAck always finds one.
+    const std::vector<std::uint8_t> hello = s->sdp().connect();
+    s->adapter_.progress();
+    if (s->adapter_.broken()) {
+        ec = Errc::resources;
+        set_why(why, "posting the receive buffers failed: " + s->adapter_.error_text());
+        return nullptr;
+    }
+    if ((ec = s->conn_->connect(hello, why))) {
+        return nullptr;
+    }
+    s->adapter_.set_can_send();
+    if ((ec = s->await_established(why))) {
+        return nullptr;
+    }
+    return s;
+}
+
+std::error_code RdmaSession::await_established(std::string* why) {
+    const auto deadline = Clock::now() + cfg_.cm.establish_timeout;
+    progress();
+    while (sdp().state() == engine::State::connecting) {
+        const auto l = left(deadline);
+        if (l.count() == 0) {
+            set_why(why, "no SDP HelloAck within " +
+                             std::to_string(cfg_.cm.establish_timeout.count()) + " ms");
+            return Errc::timed_out;
+        }
+        wait(l);
+    }
+    if (sdp().state() != engine::State::established) {
+        set_why(why, describe_error());
+        return sdp().error() == engine::Error::llp_lost ? std::error_code(Errc::disconnected)
+                                                        : std::error_code(Errc::hello_rejected);
+    }
+    return {};
+}
+
+std::unique_ptr<RdmaSession> RdmaSession::accept(Listener& l, const RdmaSessionConfig& cfg,
+                                                 std::chrono::milliseconds timeout,
+                                                 std::error_code& ec, std::string* why) {
+    std::unique_ptr<RdmaSession> s(new RdmaSession(engine::Role::accepting, cfg));
+    s->conn_ = l.get_request(timeout, s->cfg_.cm, ec, why);
+    if (!s->conn_) {
+        return nullptr;
+    }
+    if ((ec = s->adapter_.attach(s->conn_->qp(), why))) {
+        (void)s->conn_->reject();
+        return nullptr;
+    }
+    // Steps 3-5: check the Hello; the receive buffers are posted now, the
+    // HelloAck waits in the adapter until the QP is in RTS.
+    const engine::Error err = s->sdp().accept(s->conn_->peer_private_data());
+    if (err != engine::Error::none) {
+        (void)s->conn_->reject();
+        ec = Errc::hello_rejected;
+        set_why(why, "SDP Hello rejected: " + std::string(engine::to_string(err)));
+        return nullptr;
+    }
+    s->adapter_.progress();
+    if ((ec = s->conn_->accept({}, why))) {
+        return nullptr;
+    }
+    s->adapter_.set_can_send();
+    s->progress();  // the HelloAck goes out
+    return s;
+}
+
+bool RdmaSession::progress() {
+    if (!conn_) {
+        return false;
+    }
+    bool any = false;
+    for (int round = 0; round < 64; ++round) {
+        bool moved = adapter_.progress();
+        if (conn_->poll_events() && !adapter_.llp_reported()) {
+            adapter_.llp_closed();  // DISCONNECTED: the LLP is gone
+            moved = true;
+        }
+        if (adapter_.broken() && !adapter_.llp_reported()) {
+            // Error completion (Terminate sent or received, LLP lost).
+            conn_->disconnect();
+            adapter_.llp_closed();
+            moved = true;
+        }
+        if (!teardown_issued_ && adapter_.teardown() != EngineAdapter::Teardown::none) {
+            if (adapter_.teardown() == EngineAdapter::Teardown::abortive &&
+                (adapter_.sends_drained() || adapter_.broken())) {
+                // The AbortConn has left (its Send completed): QP to error,
+                // then disconnect.
+                conn_->abort();
+                teardown_issued_ = true;
+                moved = true;
+            } else if (adapter_.teardown() == EngineAdapter::Teardown::graceful &&
+                       adapter_.sends_drained()) {
+                conn_->disconnect();  // FIN after every Send completed
+                teardown_issued_ = true;
+                moved = true;
+            }
+        }
+        any = any || moved;
+        if (!moved) {
+            break;
+        }
+    }
+    return any;
+}
+
+bool RdmaSession::wait(std::chrono::milliseconds timeout, bool solicited_only) {
+    if (!conn_) {
+        return false;
+    }
+    if (progress()) {
+        return true;
+    }
+    auto& qp = conn_->qp();
+    qp.arm(solicited_only);
+    // A completion that arrived before the CQs were armed raises no event.
+    if (progress()) {
+        return true;
+    }
+    pollfd p[2] = {{qp.fd(), POLLIN, 0}, {conn_->cm_fd(), POLLIN, 0}};
+    const int rc = ::poll(p, 2, static_cast<int>(std::min<long long>(timeout.count(), 60'000)));
+    qp.consume_events();
+    const bool any = progress();
+    return rc > 0 || any;
+}
+
+std::error_code RdmaSession::write_all(std::span<const std::uint8_t> bytes,
+                                       std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::size_t off = 0;
+    while (off < bytes.size()) {
+        const std::size_t n = sdp().write(bytes.subspan(off));
+        off += n;
+        progress();
+        if (n > 0) {
+            continue;
+        }
+        const auto st = sdp().state();
+        if (st == engine::State::reset || st == engine::State::failed) {
+            return std::make_error_code(std::errc::connection_reset);
+        }
+        if (st != engine::State::established || sdp().disconn_sent()) {
+            return std::make_error_code(std::errc::broken_pipe);
+        }
+        const auto l = left(deadline);
+        if (l.count() == 0) {
+            return std::make_error_code(std::errc::timed_out);
+        }
+        wait(l);
+    }
+    progress();
+    return {};
+}
+
+std::size_t RdmaSession::read_some(std::span<std::uint8_t> out, std::chrono::milliseconds timeout,
+                                   std::error_code& ec) {
+    ec.clear();
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+        progress();
+        const std::size_t n = sdp().read(out);
+        if (n > 0) {
+            progress();  // credit updates
+            return n;
+        }
+        if (sdp().eof()) {
+            return 0;
+        }
+        const auto st = sdp().state();
+        if (st == engine::State::reset || st == engine::State::failed) {
+            ec = std::make_error_code(std::errc::connection_reset);
+            return 0;
+        }
+        if (st == engine::State::closed) {
+            return 0;
+        }
+        const auto l = left(deadline);
+        if (l.count() == 0) {
+            ec = std::make_error_code(std::errc::timed_out);
+            return 0;
+        }
+        wait(l);
+    }
+}
+
+std::error_code RdmaSession::close(std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    sdp().shutdown_write();
+    progress();
+    while (sdp().state() == engine::State::established) {
+        // Unread incoming data is discarded, as a socket close would.
+        std::uint8_t sink[4096];
+        while (sdp().read(sink) > 0) {
+        }
+        const auto l = left(deadline);
+        if (l.count() == 0) {
+            abort();
+            return std::make_error_code(std::errc::timed_out);
+        }
+        wait(l);
+    }
+    if (conn_ && !conn_->disconnected()) {
+        conn_->close();
+    }
+    return sdp().state() == engine::State::closed
+               ? std::error_code()
+               : std::make_error_code(std::errc::connection_reset);
+}
+
+void RdmaSession::abort() {
+    sdp().abort();
+    // Give the AbortConn a moment to leave (8.2.2), then reset regardless.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(200);
+    progress();
+    while (conn_ && !adapter_.sends_drained() && !adapter_.broken() && Clock::now() < deadline) {
+        wait(left(deadline));
+    }
+    if (conn_) {
+        conn_->abort();
+        adapter_.llp_closed();
+    }
+}
+
+std::string RdmaSession::describe_error() const {
+    std::string s = "SDP ";
+    s += engine::to_string(sdp().state());
+    if (sdp().error() != engine::Error::none) {
+        s += ": ";
+        s += engine::to_string(sdp().error());
+    }
+    if (!adapter_.error_text().empty()) {
+        s += " (" + adapter_.error_text() + ")";
+    }
+    if (conn_ != nullptr && conn_->qp().last_error_status() != nullptr) {
+        s += std::string(" [") + ibv_wc_status_str(*conn_->qp().last_error_status()) + "]";
+    }
+    return s;
+}
+
+}  // namespace sdp::rdma

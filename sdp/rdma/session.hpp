@@ -1,0 +1,87 @@
+// One SDP connection over the rdma-core provider: rdma_cm (rdma/cm.hpp) sets
+// up an ibv QP on an iWARP device, the SDP connection machine runs on it
+// through EngineAdapter (rdma/adapter.hpp). The Hello is the MPA Request
+// private data (rdma_connect), the HelloAck the Accepting Peer's first Send.
+// A DISCONNECTED event or an error completion is the LLP going away
+// (Connection::on_llp_closed()). Not thread-safe: one thread drives it
+// (progress()/wait() or the blocking helpers).
+#pragma once
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <system_error>
+
+#include "rdma/adapter.hpp"
+#include "rdma/cm.hpp"
+#include "sdp/engine/connection.hpp"
+
+namespace sdp::rdma {
+
+struct RdmaSessionConfig {
+    engine::Config engine;  // its ird/ord are also the rdma_cm IRD/ORD
+    CmOptions cm;
+};
+
+class RdmaSession {
+  public:
+    RdmaSession(const RdmaSession&) = delete;
+    RdmaSession& operator=(const RdmaSession&) = delete;
+    ~RdmaSession();
+
+    // Connecting Peer: resolve, create the QP, post the receive buffers,
+    // rdma_connect with the Hello, wait for ESTABLISHED and the HelloAck
+    // (each bounded by cfg.cm timeouts). nullptr with ec on failure.
+    static std::unique_ptr<RdmaSession> connect(const sockaddr* dst, const RdmaSessionConfig& cfg,
+                                                std::error_code& ec, std::string* why = nullptr);
+    // Accepting Peer: waits up to `timeout` for a request on `l`, checks the
+    // Hello (rejects the MPA request if the engine refuses it: hello_rejected),
+    // rdma_accept, then sends the HelloAck.
+    static std::unique_ptr<RdmaSession> accept(Listener& l, const RdmaSessionConfig& cfg,
+                                               std::chrono::milliseconds timeout,
+                                               std::error_code& ec, std::string* why = nullptr);
+
+    [[nodiscard]] engine::Connection& sdp() { return adapter_.sdp(); }
+    [[nodiscard]] const engine::Connection& sdp() const { return adapter_.sdp(); }
+    [[nodiscard]] Connection& cm() { return *conn_; }
+
+    // Handles completions, CM events, deferred posts and LLP teardown without
+    // blocking. True if anything happened.
+    bool progress();
+    // Blocks up to `timeout` for a completion or a CM event, then progress().
+    // solicited_only arms the receive CQ for solicited (or error) completions
+    // only. False on timeout.
+    bool wait(std::chrono::milliseconds timeout, bool solicited_only = false);
+
+    // Blocking helpers, each bounded by `timeout` (std::errc::timed_out).
+    std::error_code write_all(std::span<const std::uint8_t> bytes,
+                              std::chrono::milliseconds timeout);
+    // 0 without error: end of stream (the peer's DisConn, all data read).
+    std::size_t read_some(std::span<std::uint8_t> out, std::chrono::milliseconds timeout,
+                          std::error_code& ec);
+    // Graceful close (8.2.1): DisConn after queued data, wait for the peer's
+    // DisConn and the LLP teardown; abortive after `timeout`.
+    std::error_code close(std::chrono::milliseconds timeout);
+    // Abortive close (8.2.2): AbortConn if possible, QP to error, disconnect.
+    void abort();
+
+    [[nodiscard]] bool llp_closed() const { return adapter_.llp_reported(); }
+    [[nodiscard]] std::string describe_error() const;
+
+  private:
+    explicit RdmaSession(engine::Role role, const RdmaSessionConfig& cfg);
+    std::error_code await_established(std::string* why);
+
+    RdmaSessionConfig cfg_;
+    // Declared before conn_: the QP and its regions go before the buffers.
+    EngineAdapter adapter_;
+    std::unique_ptr<Connection> conn_;
+    bool teardown_issued_ = false;
+};
+
+}  // namespace sdp::rdma
