@@ -1,5 +1,6 @@
 #include "pmclient/connect.hpp"
 
+#include "net_util.hpp"
 #include "pmclient/sockaddr.hpp"
 
 #include <arpa/inet.h>
@@ -19,33 +20,8 @@ namespace {
 using pm::from_sockaddr;
 using pm::to_sockaddr;
 
-int family_of(const pm::IpAddress& a) {
-    return a.is_v4() ? AF_INET : AF_INET6;
-}
-
-// Source address the kernel picks towards `to`. Returns errno or 0.
-int route_source(const pm::IpAddress& to, pm::IpAddress& out) {
-    int fd = ::socket(family_of(to), SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return errno;
-    }
-    sockaddr_storage ss;
-    socklen_t len = to_sockaddr(pm::Endpoint{to, 9}, ss);
-    int err = 0;
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-        err = errno;
-    } else {
-        sockaddr_storage local;
-        socklen_t llen = sizeof local;
-        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0) {
-            err = errno;
-        } else {
-            out = from_sockaddr(local).address;
-        }
-    }
-    ::close(fd);
-    return err;
-}
+using detail::family_of;
+using detail::route_source;
 
 // A TCP socket bound to addr:0. Returns fd or -errno.
 int bound_socket(const pm::IpAddress& addr, pm::Endpoint& local) {

@@ -43,7 +43,9 @@ std::string validate(const MachineConfig& c) {
     return {};
 }
 
-Machine::Machine(MachineConfig config) : config_(config), cache_(config.cache_capacity) {}
+Machine::Machine(MachineConfig config, std::shared_ptr<SharedCache> cache)
+    : config_(config),
+      cache_(cache ? std::move(cache) : std::make_shared<SharedCache>(config.cache_capacity)) {}
 
 Result Machine::error_result(Errc e, std::string reason) const {
     Result r;
@@ -102,7 +104,7 @@ TxnId Machine::start(const Query& query, TimePoint now, std::uint64_t random, Ac
 
     const CacheKey key{q.conventional, q.cp.address, q.pmsp};
     if (q.options.use_cache) {
-        if (auto hit = cache_.lookup(key, now)) {
+        if (auto hit = cache_->lookup(key, now)) {
             ++counters_.cache_hits;
             ++counters_.accepted;
             Result r;
@@ -265,7 +267,7 @@ void Machine::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoin
                 r.lifetime = pm::pm_time_lifetime(m.pm_time);
                 r.reason = "PMAccept from " + from.to_string();
                 if (use_cache) {
-                    cache_.store(key, r.sdp, m.pm_time, now);
+                    cache_->store(key, r.sdp, m.pm_time, now);
                 }
                 d.accepted = true;
                 d.accept = m;
@@ -275,7 +277,7 @@ void Machine::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoin
                 r.kind = ResultKind::denied;
                 r.reason = "PMDeny from " + from.to_string();
                 if (use_cache) {
-                    cache_.erase(key);
+                    cache_->erase(key);
                 }
             }
             complete(t, std::move(r), out);

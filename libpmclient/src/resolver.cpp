@@ -1,15 +1,32 @@
-// The Asio shell around pmclient::Machine: sockets, the timer, the clock and
+// The I/O shells around pmclient::Machine: sockets, the timer, the clock and
 // the random AssocHandle values. All protocol decisions live in machine.cpp.
+//
+// Two shells share one Resolver::Impl (configuration, PmTime cache,
+// counters):
+//  - Resolver: Asio. One machine and one UDP socket per address family for
+//    every asynchronous resolution, guarded by one mutex.
+//  - BlockingResolver: the caller's thread. A blocking call takes a Lane (a
+//    machine with its own non-blocking UDP sockets) from a pool, sends, waits
+//    in ppoll(2) for a reply or the machine's next timer, and gives the lane
+//    back. No I/O thread, no future, no lock held while waiting.
 #include "pmclient/resolver.hpp"
 
+#include <poll.h>
+#include <pthread.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <boost/asio/ip/udp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_future.hpp>
+#include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <ctime>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -17,8 +34,10 @@
 #include <unordered_map>
 
 #include "asio_endpoint.hpp"
+#include "net_util.hpp"
 #include "pmclient/machine.hpp"
 #include "pmclient/pmsp_config.hpp"
+#include "pmclient/sockaddr.hpp"
 
 namespace pmclient {
 
@@ -60,6 +79,281 @@ std::uint64_t random64() {
     return v;
 }
 
+// Bumped in the child after fork(): a RandomPool refills, so parent and
+// child never draw the same AssocHandle values.
+std::atomic<unsigned> g_fork_generation{0};
+std::once_flag g_atfork_once;
+
+// 64-bit values from getrandom(), fetched kPool at a time (one system call
+// per kPool blocking resolutions instead of one each). Each value is handed
+// out once and wiped. Not thread-safe: one per lane.
+class RandomPool {
+  public:
+    std::uint64_t next() {
+        const unsigned gen = g_fork_generation.load(std::memory_order_relaxed);
+        if (pos_ == kPool || gen != gen_) {
+            refill(gen);
+        }
+        const std::uint64_t v = values_[pos_];
+        values_[pos_++] = 0;
+        return v;
+    }
+
+  private:
+    static constexpr std::size_t kPool = 32;
+
+    void refill(unsigned gen) {
+        std::call_once(g_atfork_once, [] {
+            ::pthread_atfork(nullptr, nullptr,
+                             [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); });
+        });
+        auto* p = reinterpret_cast<unsigned char*>(values_.data());
+        const std::size_t want = sizeof values_;
+        std::size_t got = 0;
+        while (got < want) {
+            ssize_t n = getrandom(p + got, want - got, 0);
+            if (n <= 0) {
+                if (n < 0 && errno == EINTR) {
+                    continue;
+                }
+                break;
+            }
+            got += static_cast<std::size_t>(n);
+        }
+        if (got < want) {
+            for (auto& v : values_) {
+                v = random64();
+            }
+        }
+        pos_ = 0;
+        gen_ = gen;
+    }
+
+    std::array<std::uint64_t, kPool> values_{};
+    std::size_t pos_ = kPool;
+    unsigned gen_ = 0;
+};
+
+// add() names every field: a new counter must be added there too.
+static_assert(sizeof(Counters) == 21 * sizeof(std::uint64_t), "update add() for the new counter");
+
+void add(Counters& a, const Counters& b) {
+    a.requests_started += b.requests_started;
+    a.cache_hits += b.cache_hits;
+    a.cache_misses += b.cache_misses;
+    a.pmreq_sent += b.pmreq_sent;
+    a.retransmissions += b.retransmissions;
+    a.pmack_sent += b.pmack_sent;
+    a.reacks += b.reacks;
+    a.accepted += b.accepted;
+    a.denied += b.denied;
+    a.timeouts += b.timeouts;
+    a.errors += b.errors;
+    a.datagrams += b.datagrams;
+    a.drop_malformed += b.drop_malformed;
+    a.drop_not_reply += b.drop_not_reply;
+    a.drop_unknown += b.drop_unknown;
+    a.drop_tuple_mismatch += b.drop_tuple_mismatch;
+    a.drop_wrong_source += b.drop_wrong_source;
+    a.drop_duplicate += b.drop_duplicate;
+    a.drop_invalid_accept += b.drop_invalid_accept;
+    a.receive_errors += b.receive_errors;
+    a.send_errors += b.send_errors;
+}
+
+Result make_error(Errc e, std::string reason) {
+    Result r;
+    r.kind = ResultKind::error;
+    r.error = e;
+    r.reason = std::move(reason);
+    return r;
+}
+
+// One lane of the blocking fast path: a machine and its own non-blocking UDP
+// sockets (one per address family, opened on first use), used by one
+// blocking call at a time on the caller's thread. A lane outlives the call:
+// late replies to its earlier transactions land in its sockets and are read
+// (as duplicates, re-acked where due) by its next call.
+class Lane {
+  public:
+    Lane(const MachineConfig& mc, std::shared_ptr<SharedCache> cache)
+        : machine_(mc, std::move(cache)) {}
+    ~Lane() {
+        for (auto& fd : fds_) {
+            if (int f = fd.load(); f >= 0) {
+                ::close(f);
+            }
+        }
+    }
+    Lane(const Lane&) = delete;
+    Lane& operator=(const Lane&) = delete;
+
+    std::uint64_t random() { return random_.next(); }
+
+    // Everything the lane counted, for Resolver::counters().
+    Counters counters() const {
+        Counters c = machine_.counters();
+        c.send_errors += send_errors_;
+        c.receive_errors += receive_errors_;
+        return c;
+    }
+
+    // Opens the socket of family f if needed. Returns an error text or "".
+    std::string ensure_socket(pm::Family f) {
+        auto& fd = fd_ref(f);
+        if (fd.load(std::memory_order_relaxed) >= 0) {
+            return {};
+        }
+        const int af = f == pm::Family::v4 ? AF_INET : AF_INET6;
+        int s = ::socket(af, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (s < 0) {
+            return std::string("cannot open UDP socket: ") + std::strerror(errno);
+        }
+        int on = 1;
+        if (af == AF_INET6 && ::setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0) {
+            int err = errno;
+            ::close(s);
+            return std::string("cannot open UDP socket: ") + std::strerror(err);
+        }
+        sockaddr_storage ss;
+        socklen_t len = pm::to_sockaddr(pm::Endpoint{pm::IpAddress::any(f), 0}, ss);
+        if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+            int err = errno;
+            ::close(s);
+            return std::string("cannot open UDP socket: ") + std::strerror(err);
+        }
+        fd.store(s);  // seq_cst: pairs with `closing` (see Impl::close_lanes)
+        return {};
+    }
+
+    // Wakes a call waiting on this lane's sockets (the resolver is being
+    // destroyed): shutdown(SHUT_RD) makes poll report the socket readable and
+    // receives return 0, even on an unconnected UDP socket.
+    void wake() noexcept {
+        for (auto& fd : fds_) {
+            if (int f = fd.load(); f >= 0) {
+                ::shutdown(f, SHUT_RD);
+            }
+        }
+    }
+
+    // One resolution, start to finish, on the calling thread. Every wait is
+    // bounded by the machine's next timer, and the machine's deadline ends
+    // the transaction, so the loop ends by the deadline at the latest.
+    // `closing` set: the resolver is being destroyed; the transaction ends
+    // with Errc::cancelled.
+    Result resolve(const Query& q, std::uint64_t random, const std::atomic<bool>& closing) {
+        out_.clear();
+        const TxnId id = machine_.start(q, Clock::now(), random, out_);
+        const int fd = fd_ref(q.pmsp.address.family()).load(std::memory_order_relaxed);
+        std::optional<Result> done;
+        for (;;) {
+            apply(id, done);
+            if (done) {
+                return std::move(*done);
+            }
+            if (closing.load(std::memory_order_relaxed)) {
+                machine_.cancel(id, Clock::now(), out_);
+                apply(id, done);
+                return done ? std::move(*done) : make_error(Errc::cancelled, "resolver destroyed");
+            }
+            auto next = machine_.next_wakeup();
+            if (!next || fd < 0) {  // cannot happen: an open transaction has a timer
+                machine_.cancel(id, Clock::now(), out_);
+                out_.clear();
+                return make_error(Errc::internal, "blocking resolution lost its timer");
+            }
+            auto now = Clock::now();
+            if (now >= *next) {
+                machine_.on_timer(now, out_);
+                continue;
+            }
+            if (!wait_readable(fd, *next - now)) {
+                machine_.on_timer(Clock::now(), out_);
+                continue;
+            }
+            // Take what is queued without waiting (at most a batch, so that a
+            // flood cannot hold off the timer), stopping once ours completed.
+            for (int i = 0; i < 64 && !done && !closing.load(std::memory_order_relaxed); ++i) {
+                sockaddr_storage from;
+                socklen_t flen = sizeof from;
+                ssize_t n = ::recvfrom(fd, buf_.data(), buf_.size(), MSG_DONTWAIT,
+                                       reinterpret_cast<sockaddr*>(&from), &flen);
+                if (n < 0) {
+                    if (errno == EINTR) {
+                        continue;
+                    }
+                    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                        ++receive_errors_;
+                    }
+                    break;
+                }
+                machine_.on_datagram(
+                    std::span<const std::uint8_t>(buf_.data(), static_cast<std::size_t>(n)),
+                    pm::from_sockaddr(from), Clock::now(), out_);
+                apply(id, done);
+            }
+        }
+    }
+
+  private:
+    std::atomic<int>& fd_ref(pm::Family f) { return fds_[f == pm::Family::v4 ? 0 : 1]; }
+
+    // Sends what the machine asked for and picks up our completion; clears
+    // the actions.
+    void apply(TxnId id, std::optional<Result>& done) {
+        for (const auto& s : out_.sends) {
+            const int fd = fd_ref(s.to.address.family()).load(std::memory_order_relaxed);
+            if (fd < 0) {
+                ++send_errors_;
+                continue;
+            }
+            sockaddr_storage ss;
+            socklen_t len = pm::to_sockaddr(s.to, ss);
+            ssize_t n = 0;
+            do {
+                n = ::sendto(fd, s.bytes.data(), s.bytes.size(), 0,
+                             reinterpret_cast<sockaddr*>(&ss), len);
+            } while (n < 0 && errno == EINTR);
+            if (n < 0) {
+                ++send_errors_;  // the retransmission timer recovers
+            }
+        }
+        for (auto& c : out_.completions) {
+            if (c.id == id) {
+                done = std::move(c.result);
+            }
+        }
+        out_.clear();
+    }
+
+    // Waits until fd is readable (true) or `d` has passed (false).
+    bool wait_readable(int fd, Duration d) {
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+        timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+        pollfd p{fd, POLLIN, 0};
+        int n = ::ppoll(&p, 1, &ts, nullptr);
+        if (n < 0 && errno != EINTR) {
+            // Not expected (EFAULT/EINVAL/ENOMEM): count it and sleep the
+            // wait away so the timers still end the transaction.
+            ++receive_errors_;
+            ::nanosleep(&ts, nullptr);
+            return false;
+        }
+        return n > 0;
+    }
+
+    Machine machine_;
+    RandomPool random_;
+    // v4, v6. Atomic only for wake() from the destroying thread; the lane's
+    // own caller is the only writer.
+    std::array<std::atomic<int>, 2> fds_{-1, -1};
+    Actions out_;
+    std::array<std::uint8_t, 2048> buf_{};
+    std::uint64_t send_errors_ = 0;
+    std::uint64_t receive_errors_ = 0;
+};
+
 }  // namespace
 
 struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
@@ -73,12 +367,24 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     };
 
     Impl(asio::io_context& io_ctx, ResolverOptions o, MachineConfig mc)
-        : io(io_ctx), options(std::move(o)), machine(mc), v4(io_ctx), v6(io_ctx), timer(io_ctx) {}
+        : io(io_ctx),
+          options(std::move(o)),
+          lane_config(mc),
+          cache(std::make_shared<SharedCache>(mc.cache_capacity)),
+          machine(mc, cache),
+          v4(io_ctx),
+          v6(io_ctx),
+          timer(io_ctx) {}
 
     asio::io_context& io;
     ResolverOptions options;
     std::optional<pm::Endpoint> pmsp;  // configured PMSP (options/env/file)
     std::string pmsp_source = "default";
+    MachineConfig lane_config;
+    std::shared_ptr<SharedCache> cache;  // shared by `machine` and every lane
+    // Set by BlockingResolver: starts its I/O thread before the first
+    // asynchronous resolution. Written once, before any resolution.
+    std::function<void()> before_async;
 
     mutable std::mutex mu;
     Machine machine;
@@ -236,16 +542,15 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         }
     }
 
+    // Called with mu held.
     Result error(Errc e, std::string reason) {
-        Result r;
-        r.kind = ResultKind::error;
-        r.error = e;
-        r.reason = std::move(reason);
         ++io_counters.errors;
-        return r;
+        return make_error(e, std::move(reason));
     }
 
-    Result prepare(ResolveRequest& req, Query& q) {
+    // Fills q from the request and the configuration. Touches no shared
+    // mutable state; an error Result is not counted (the caller counts).
+    Result prepare(const ResolveRequest& req, Query& q) const {
         q.conventional = pm::Endpoint{req.conventional.address.unmapped(), req.conventional.port};
         q.cp = pm::Endpoint{req.cp.address.unmapped(), req.cp.port};
         q.options = req.options ? *req.options : options.defaults;
@@ -262,27 +567,148 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         // CpIPAddr unspecified: the address the kernel would use towards ApIPAddr.
         if (q.cp.address.is_unspecified() && !q.conventional.address.is_unspecified() &&
             q.cp.address.family() == q.conventional.address.family()) {
-            udp::socket probe(io);
-            boost::system::error_code ec;
-            auto target = detail::to_asio(pm::Endpoint{q.conventional.address, 9});
-            probe.open(target.protocol(), ec);
-            if (!ec) {
-                probe.connect(target, ec);
+            pm::IpAddress local;
+            if (int err = detail::route_source(q.conventional.address, local); err != 0) {
+                return make_error(Errc::socket, "cannot choose CpIPAddr towards " +
+                                                    q.conventional.address.to_string() + ": " +
+                                                    std::strerror(err));
             }
-            udp::endpoint local;
-            if (!ec) {
-                local = probe.local_endpoint(ec);
-            }
-            if (ec) {
-                return error(Errc::socket, "cannot choose CpIPAddr towards " +
-                                               q.conventional.address.to_string() + ": " +
-                                               ec.message());
-            }
-            q.cp.address = detail::to_pm(local).address.unmapped();
+            q.cp.address = local.unmapped();
         }
         Result ok;
         ok.kind = ResultKind::accepted;
         return ok;
+    }
+
+    // --- the blocking fast path (BlockingResolver) -------------------------
+
+    std::mutex lanes_mu;  // guards the members below; never held while waiting
+    std::vector<std::unique_ptr<Lane>> lanes;
+    std::vector<Lane*> free_lanes;        // LIFO: a thread calling again gets its lane back
+    std::vector<Counters> lane_counters;  // parallel to `lanes`, published at check-in
+    Counters retired;                     // lanes dropped after an exception
+    std::size_t lanes_busy = 0;
+    std::condition_variable lanes_idle;             // lanes_busy dropped to 0 while closing
+    std::atomic<bool> closing{false};               // the Resolver is being destroyed
+    std::atomic<std::uint64_t> blocking_errors{0};  // early errors of blocking calls
+
+    // Null when busy or closing (say which in *why).
+    Lane* checkout(Errc* why) {
+        std::lock_guard lock(lanes_mu);
+        if (closing.load()) {
+            *why = Errc::cancelled;
+            return nullptr;
+        }
+        if (lanes_busy >= options.max_in_flight) {
+            *why = Errc::busy;
+            return nullptr;
+        }
+        Lane* lane = nullptr;
+        if (!free_lanes.empty()) {
+            lane = free_lanes.back();
+            free_lanes.pop_back();
+        } else {
+            lanes.reserve(lanes.size() + 1);  // no throw between the two pushes
+            lane_counters.reserve(lanes.size() + 1);
+            lanes.push_back(std::make_unique<Lane>(lane_config, cache));
+            lane_counters.emplace_back();
+            lane = lanes.back().get();
+        }
+        ++lanes_busy;
+        return lane;
+    }
+
+    // Gives the lane back and publishes its counters. A lane whose call threw
+    // (`broken`) may hold a half-made transaction: it is closed instead.
+    void checkin(Lane* lane, bool broken) noexcept {
+        const Counters c = lane->counters();
+        std::lock_guard lock(lanes_mu);
+        // Notified under the lock: once close_lanes() sees 0 it destroys us.
+        if (--lanes_busy == 0) {
+            lanes_idle.notify_all();
+        }
+        for (std::size_t i = 0; i < lanes.size(); ++i) {
+            if (lanes[i].get() != lane) {
+                continue;
+            }
+            if (broken) {
+                add(retired, c);
+                lanes.erase(lanes.begin() + static_cast<std::ptrdiff_t>(i));
+                lane_counters.erase(lane_counters.begin() + static_cast<std::ptrdiff_t>(i));
+            } else {
+                lane_counters[i] = c;
+                free_lanes.push_back(lane);
+            }
+            return;
+        }
+    }
+
+    // Cancels the blocking calls in progress and waits until they have given
+    // their lanes back (each wakes at once: its socket is shut down).
+    void close_lanes() {
+        std::unique_lock lock(lanes_mu);
+        closing.store(true);  // seq_cst: pairs with Lane::ensure_socket
+        for (auto& lane : lanes) {
+            lane->wake();
+        }
+        lanes_idle.wait(lock, [this] { return lanes_busy == 0; });
+    }
+
+    // A blocking resolution on the calling thread. Nothing of *this is
+    // touched after checkin(): the destructor may be waiting for it.
+    Result resolve_here(const ResolveRequest& req) {
+        Query q;
+        Result early = prepare(req, q);
+        if (early.kind == ResultKind::error) {
+            ++blocking_errors;
+            return early;
+        }
+        Errc why = Errc::none;
+        Lane* lane = checkout(&why);
+        if (lane == nullptr) {
+            ++blocking_errors;
+            Result r = make_error(
+                why, why == Errc::busy ? "too many resolutions in flight" : "resolver destroyed");
+            r.pmsp = q.pmsp;
+            return r;
+        }
+        Result r;
+        bool broken = false;
+        try {
+            std::string sock_err;
+            if (!q.pmsp.address.is_unspecified()) {
+                sock_err = lane->ensure_socket(q.pmsp.address.family());
+            }
+            if (!sock_err.empty()) {
+                ++blocking_errors;
+                r = make_error(Errc::socket, sock_err);
+                r.pmsp = q.pmsp;
+            } else if (closing.load()) {  // seq_cst: see close_lanes()
+                ++blocking_errors;
+                r = make_error(Errc::cancelled, "resolver destroyed");
+                r.pmsp = q.pmsp;
+            } else {
+                r = lane->resolve(q, lane->random(), closing);
+            }
+        } catch (const std::exception& e) {
+            broken = true;
+            ++blocking_errors;
+            r = make_error(Errc::internal, e.what());
+        }
+        checkin(lane, broken);
+        return r;
+    }
+
+    // The counters of the blocking calls. Called without mu.
+    Counters blocking_counters() {
+        Counters c;
+        std::lock_guard lock(lanes_mu);
+        add(c, retired);
+        for (const auto& lc : lane_counters) {
+            add(c, lc);
+        }
+        c.errors += blocking_errors.load(std::memory_order_relaxed);
+        return c;
     }
 };
 
@@ -316,6 +742,8 @@ Resolver::Resolver(asio::io_context& io, ResolverOptions options) : io_(io) {
 }
 
 Resolver::~Resolver() {
+    // Blocking calls in progress (BlockingResolver) end with Errc::cancelled.
+    impl_->close_lanes();
     std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
     {
         std::lock_guard lock(impl_->mu);
@@ -340,10 +768,14 @@ Resolver::~Resolver() {
 void Resolver::start(ResolveRequest req, std::unique_ptr<Handler> handler) {
     std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
     try {
+        if (impl_->before_async) {
+            impl_->before_async();
+        }
         Query q;
         std::lock_guard lock(impl_->mu);
         Result early = impl_->prepare(req, q);
         if (early.kind == ResultKind::error) {
+            ++impl_->io_counters.errors;
             done.emplace_back(std::move(handler), std::move(early));
         } else if (impl_->closed) {
             done.emplace_back(std::move(handler),
@@ -389,21 +821,29 @@ std::size_t Resolver::flush_cache(const pm::Endpoint& conventional) {
 }
 
 std::size_t Resolver::cache_size() const {
-    std::lock_guard lock(impl_->mu);
-    return impl_->machine.cache().size();
+    return impl_->cache->size();  // locks the cache itself
 }
 
 std::size_t Resolver::in_flight() const {
-    std::lock_guard lock(impl_->mu);
-    return impl_->machine.in_flight();
+    std::size_t n = 0;
+    {
+        std::lock_guard lock(impl_->mu);
+        n = impl_->machine.in_flight();
+    }
+    std::lock_guard lock(impl_->lanes_mu);
+    return n + impl_->lanes_busy;
 }
 
 Counters Resolver::counters() const {
-    std::lock_guard lock(impl_->mu);
-    Counters c = impl_->machine.counters();
-    c.receive_errors += impl_->io_counters.receive_errors;
-    c.send_errors += impl_->io_counters.send_errors;
-    c.errors += impl_->io_counters.errors;
+    Counters c;
+    {
+        std::lock_guard lock(impl_->mu);
+        c = impl_->machine.counters();
+        c.receive_errors += impl_->io_counters.receive_errors;
+        c.send_errors += impl_->io_counters.send_errors;
+        c.errors += impl_->io_counters.errors;
+    }
+    add(c, impl_->blocking_counters());
     return c;
 }
 
@@ -416,21 +856,29 @@ std::optional<pm::Endpoint> Resolver::configured_pmsp(std::string* source) const
 
 // ---------------------------------------------------------------------------
 
+// resolve() runs on the caller's thread (Resolver::Impl::resolve_here). The
+// io_context and its thread only serve asynchronous resolutions made through
+// resolver(); the thread starts with the first of them.
 struct BlockingResolver::Impl {
     explicit Impl(ResolverOptions o) : guard(io.get_executor()) {
         resolver.emplace(io, std::move(o));
-        thread = std::thread([this] { io.run(); });
+        resolver->impl_->before_async = [this] {
+            std::call_once(started, [this] { thread = std::thread([this] { io.run(); }); });
+        };
     }
     ~Impl() {
         // Closing the resolver cancels its socket and timer operations, so
         // run() returns once the posted completions have run.
         resolver.reset();
         guard.reset();
-        thread.join();
+        if (thread.joinable()) {
+            thread.join();
+        }
     }
     asio::io_context io;
     asio::executor_work_guard<asio::io_context::executor_type> guard;
     std::optional<Resolver> resolver;
+    std::once_flag started;
     std::thread thread;
 };
 
@@ -440,8 +888,11 @@ BlockingResolver::BlockingResolver(ResolverOptions options)
 BlockingResolver::~BlockingResolver() = default;
 
 Result BlockingResolver::resolve(const ResolveRequest& request) {
-    auto fut = impl_->resolver->async_resolve(request, asio::use_future);
-    return fut.get();
+    try {
+        return impl_->resolver->impl_->resolve_here(request);
+    } catch (const std::exception& e) {  // from prepare(): nothing was started
+        return make_error(Errc::internal, e.what());
+    }
 }
 
 Resolver& BlockingResolver::resolver() {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 
@@ -70,6 +71,55 @@ class Cache {
     std::unordered_map<CacheKey, std::list<Node>::iterator, CacheKeyHash> map_;
     std::uint64_t evictions_ = 0;
     std::uint64_t expirations_ = 0;
+};
+
+// A Cache behind a mutex: one PmTime cache shared by machines that run on
+// different threads (the Resolver's machine and the caller-thread machines of
+// BlockingResolver). Every call locks once; nothing is held between calls.
+class SharedCache {
+  public:
+    explicit SharedCache(std::size_t capacity) : cache_(capacity) {}
+
+    std::optional<CacheEntry> lookup(const CacheKey& key, TimePoint now) {
+        std::lock_guard lock(mu_);
+        return cache_.lookup(key, now);
+    }
+    void store(const CacheKey& key, const pm::Endpoint& sdp, std::uint8_t pm_time, TimePoint now) {
+        std::lock_guard lock(mu_);
+        cache_.store(key, sdp, pm_time, now);
+    }
+    bool erase(const CacheKey& key) {
+        std::lock_guard lock(mu_);
+        return cache_.erase(key);
+    }
+    std::size_t erase_conventional(const pm::Endpoint& conventional) {
+        std::lock_guard lock(mu_);
+        return cache_.erase_conventional(conventional);
+    }
+    void clear() {
+        std::lock_guard lock(mu_);
+        cache_.clear();
+    }
+    std::size_t size() const {
+        std::lock_guard lock(mu_);
+        return cache_.size();
+    }
+    std::size_t capacity() const {
+        std::lock_guard lock(mu_);
+        return cache_.capacity();
+    }
+    std::uint64_t evictions() const {
+        std::lock_guard lock(mu_);
+        return cache_.evictions();
+    }
+    std::uint64_t expirations() const {
+        std::lock_guard lock(mu_);
+        return cache_.expirations();
+    }
+
+  private:
+    mutable std::mutex mu_;
+    Cache cache_;
 };
 
 }  // namespace pmclient

@@ -7,6 +7,8 @@
 // resolutions, and the time of the next wake-up. It never reads a clock, never
 // opens a socket and never starts a thread; it is not thread-safe (the I/O
 // layer serialises calls). Random AssocHandle values come from the caller.
+// Several machines may share one PmTime cache (SharedCache, which locks
+// internally), e.g. one machine per thread that resolves.
 //
 // Matching replies (7.5): a PMAccept or PMDeny is looked up by AssocHandle and
 // must then carry the transaction's CpPort, CpIPAddr (and IPV) — the 3-tuple
@@ -26,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
@@ -41,7 +44,7 @@ namespace pmclient {
 using TxnId = std::uint64_t;
 
 struct MachineConfig {
-    std::size_t cache_capacity = 1024;  // 0 disables the cache
+    std::size_t cache_capacity = 1024;  // 0 disables the cache (ignored with a shared cache)
     bool strict_source = true;
     Duration completed_linger = std::chrono::seconds(10);  // how long late replies are recognised
     std::size_t completed_capacity = 4096;
@@ -83,7 +86,9 @@ struct Actions {
 
 class Machine {
   public:
-    explicit Machine(MachineConfig config = {});
+    // `cache`: a PmTime cache shared with other machines; null: a cache of
+    // its own with config.cache_capacity entries.
+    explicit Machine(MachineConfig config = {}, std::shared_ptr<SharedCache> cache = nullptr);
 
     // Starts one resolution. `random` is 64 random bits from the OS
     // (getrandom()); if that AssocHandle is in use, or was used by a recent
@@ -101,12 +106,13 @@ class Machine {
 
     std::optional<TimePoint> next_wakeup() const;
 
-    void flush_cache() { cache_.clear(); }
+    void flush_cache() { cache_->clear(); }
     std::size_t flush_cache(const pm::Endpoint& conventional) {
-        return cache_.erase_conventional(conventional);
+        return cache_->erase_conventional(conventional);
     }
-    bool forget(const CacheKey& key) { return cache_.erase(key); }
-    const Cache& cache() const { return cache_; }
+    bool forget(const CacheKey& key) { return cache_->erase(key); }
+    const SharedCache& cache() const { return *cache_; }
+    const std::shared_ptr<SharedCache>& shared_cache() const { return cache_; }
     const Counters& counters() const { return counters_; }
     std::size_t in_flight() const { return active_.size(); }
     std::size_t completed_records() const { return completed_.size(); }
@@ -142,7 +148,7 @@ class Machine {
     Result error_result(Errc e, std::string reason) const;
 
     MachineConfig config_;
-    Cache cache_;
+    std::shared_ptr<SharedCache> cache_;
     Counters counters_;
     TxnId next_id_ = 1;
     std::unordered_map<std::uint64_t, Txn> active_;                    // by AssocHandle

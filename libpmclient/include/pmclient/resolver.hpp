@@ -124,14 +124,23 @@ class PMCLIENT_API Resolver {
 
     void start(ResolveRequest req, std::unique_ptr<Handler> handler);
 
+    // BlockingResolver runs its resolutions on the caller's thread with the
+    // state (configuration, cache, counters) of its Resolver.
+    friend class BlockingResolver;
+
     struct Impl;
     boost::asio::io_context& io_;
     std::shared_ptr<Impl> impl_;
 };
 
-// A Resolver with its own io_context and one I/O thread: resolve() blocks
-// the calling thread until the outcome is known (at most the deadline).
-// Concurrent resolve() calls from many threads share the one socket.
+// Blocking resolutions: resolve() runs the transaction on the calling thread
+// (its own non-blocking UDP socket, poll(2) for the retransmission schedule
+// and the deadline; no I/O thread, no future) and returns when the outcome is
+// known, at most the deadline. resolve() may be called from many threads at
+// once: each concurrent caller uses a pooled socket of its own, and all share
+// the PmTime cache and the counters of resolver(). resolver() is a Resolver
+// on an io_context of the BlockingResolver whose one I/O thread starts with
+// the first async_resolve() made on it.
 class PMCLIENT_API BlockingResolver {
   public:
     explicit BlockingResolver(ResolverOptions options = {});

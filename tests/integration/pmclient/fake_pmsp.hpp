@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pmclient/message.hpp"
+#include "pmclient/resolver.hpp"
 
 namespace pmtest {
 
@@ -242,6 +243,19 @@ inline FakePmsp::Script silent() {
 
 inline pm::Endpoint ep(const char* t) {
     return pm::Endpoint::parse(t).value();
+}
+
+// Fast retransmissions so tests that lose packets finish quickly; the
+// deadline is generous so a loaded machine does not turn into timeouts.
+inline pmclient::ResolverOptions fast(const pm::Endpoint& pmsp) {
+    pmclient::ResolverOptions o;
+    o.defaults.pmsp = pmsp;
+    o.defaults.initial_timeout = std::chrono::milliseconds(30);
+    o.defaults.backoff_factor = 1.5;
+    o.defaults.max_retries = 10;
+    o.defaults.deadline = std::chrono::seconds(20);
+    o.read_environment = false;
+    return o;
 }
 
 }  // namespace pmtest

@@ -20,19 +20,6 @@ namespace {
 using namespace pmtest;
 using pmclient::ResultKind;
 
-// Fast retransmissions so tests that lose packets finish quickly; the
-// deadline is generous so a loaded machine does not turn into timeouts.
-pmclient::ResolverOptions fast(const pm::Endpoint& pmsp) {
-    pmclient::ResolverOptions o;
-    o.defaults.pmsp = pmsp;
-    o.defaults.initial_timeout = std::chrono::milliseconds(30);
-    o.defaults.backoff_factor = 1.5;
-    o.defaults.max_retries = 10;
-    o.defaults.deadline = std::chrono::seconds(20);
-    o.read_environment = false;
-    return o;
-}
-
 pmclient::ResolveRequest req(std::uint16_t cp_port = 40000, const char* conv = "127.0.0.1:7000") {
     return pmclient::ResolveRequest{ep(conv), pm::Endpoint{ep("127.0.0.1:0").address, cp_port}, {}};
 }

@@ -632,6 +632,61 @@ TEST_F(NoCacheTest, CapacityZeroDisablesCache) {
     EXPECT_EQ(m.cache().size(), 0u);
 }
 
+// Two machines (the Resolver's and a blocking caller's, say) on one
+// SharedCache: what one learns the other answers from, a PMDeny seen by one
+// erases it for both, and each keeps its own transactions and counters.
+TEST(SharedCacheTest, MachinesShareOneCache) {
+    auto cache = std::make_shared<SharedCache>(16);
+    Machine a(MachineConfig{}, cache);
+    Machine b(MachineConfig{.cache_capacity = 0}, cache);  // capacity comes from the shared cache
+    EXPECT_EQ(&a.cache(), &b.cache());
+    Actions out;
+    a.start(query(), T(0ms), 1, out);
+    auto req = decode_ok(out.sends.at(0).bytes);
+    out.clear();
+    a.on_datagram(pm::encode(pm::make_accept(req, ep("10.0.0.1:7001"), 120)), ep("10.0.0.1:3935"),
+                  T(1ms), out);
+    ASSERT_EQ(out.completions.size(), 1u);
+    EXPECT_EQ(cache->size(), 1u);
+
+    out.clear();
+    b.start(query("10.0.0.1:7000", "10.0.0.2:40001"), T(2ms), 2, out);
+    ASSERT_EQ(out.completions.size(), 1u);
+    EXPECT_TRUE(out.sends.empty());
+    EXPECT_TRUE(out.completions[0].result.from_cache);
+    EXPECT_EQ(out.completions[0].result.sdp, ep("10.0.0.1:7001"));
+    EXPECT_EQ(b.counters().cache_hits, 1u);
+    EXPECT_EQ(a.counters().cache_hits, 0u);
+
+    // A reply to a's transaction means nothing to b.
+    out.clear();
+    b.on_datagram(pm::encode(pm::make_accept(req, ep("10.0.0.1:7001"), 120)), ep("10.0.0.1:3935"),
+                  T(3ms), out);
+    EXPECT_EQ(b.counters().drop_unknown, 1u);
+
+    // b asks while the cache is empty; a learns the answer meanwhile; then
+    // b is denied: the newest word (PMDeny) removes the shared entry.
+    b.flush_cache();
+    EXPECT_EQ(cache->size(), 0u);
+    out.clear();
+    b.start(query("10.0.0.1:7000", "10.0.0.2:40002"), T(4ms), 4, out);
+    ASSERT_EQ(out.sends.size(), 1u);
+    auto breq = decode_ok(out.sends.at(0).bytes);
+    out.clear();
+    a.start(query(), T(5ms), 5, out);
+    req = decode_ok(out.sends.at(0).bytes);
+    out.clear();
+    a.on_datagram(pm::encode(pm::make_accept(req, ep("10.0.0.1:7001"), 120)), ep("10.0.0.1:3935"),
+                  T(6ms), out);
+    EXPECT_EQ(cache->size(), 1u);
+    out.clear();
+    b.on_datagram(pm::encode(pm::make_deny(breq)), ep("10.0.0.1:3935"), T(7ms), out);
+    ASSERT_EQ(out.completions.size(), 1u);
+    EXPECT_EQ(out.completions[0].result.kind, ResultKind::denied);
+    EXPECT_EQ(cache->size(), 0u);
+    EXPECT_EQ(a.in_flight() + b.in_flight(), 0u);
+}
+
 TEST(MachineConfigTest, Validate) {
     EXPECT_EQ(validate(MachineConfig{}), "");
     EXPECT_NE(validate(MachineConfig{.max_in_flight = 0}), "");
