@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
          "configuration file (YAML); if the default one does not exist, built-in "
          "defaults are used")
         ("foreground,f", "accepted for compatibility: sdp-pmd never forks")
+        ("workers", po::value<std::string>()->value_name("N|auto"),
+         "UDP worker shards, overriding `workers:` of the configuration file")
         ("check-config", "validate the configuration file and exit (0 valid, 1 invalid)")
         ("version,V", "print the version and exit")
         ("help,h", "print this help and exit");
@@ -92,6 +94,17 @@ int main(int argc, char** argv) {
                 return kExitFailure;
             }
             config = std::move(std::get<pmd::Config>(loaded));
+        }
+        if (vm.count("workers")) {
+            const std::string text = vm["workers"].as<std::string>();
+            auto n = pmd::parse_workers(text);
+            if (!n) {
+                std::cerr << "sdp-pmd: --workers: bad value '" << text << "' (expected 1 to "
+                          << pmd::kMaxWorkers << " or auto)\n";
+                return kExitUsage;
+            }
+            config.workers = *n;
+            config.workers_from_command_line = true;
         }
         if (check_only) {
             if (use_defaults) {

@@ -52,6 +52,10 @@ struct Options {
     unsigned timeout_ms = 1000;
     std::uint32_t rpc_prog = 100000;
     std::uint32_t rpc_vers = 2;
+    // Client socket i binds 127.0.0.(1 + i % sources) (IPv4 loopback
+    // servers only): distinct source addresses, so that sdp-pmd's workers,
+    // steered by source address, all get some of the load. 0: no bind.
+    unsigned sources = 0;
 };
 
 constexpr unsigned kMaxClients = 1024;
@@ -76,6 +80,8 @@ void usage(FILE* f) {
         "  --qps Q                cap on requests per second (default 0: none)\n"
         "  --timeout MS           a request unanswered this long is a timeout (default 1000)\n"
         "  --rpc-prog N --rpc-vers N  program asked for in rpcbind mode (default 100000 2)\n"
+        "  --sources N            client i binds 127.0.0.(1 + i % N), 1-250 (IPv4 loopback\n"
+        "                         server only; default: no bind, every client 127.0.0.1)\n"
         "Prints one JSON object on stdout.\n",
         f);
 }
@@ -143,6 +149,10 @@ bool parse_args(int argc, char** argv, Options& o) {
             auto n = bench::parse_number<std::uint32_t>(v);
             ok = n.has_value();
             o.rpc_prog = ok ? *n : 0;
+        } else if (a == "--sources") {
+            auto n = bench::parse_number<unsigned>(v);
+            ok = n && *n >= 1 && *n <= 250;
+            o.sources = ok ? *n : 0;
         } else if (a == "--rpc-vers") {
             auto n = bench::parse_number<std::uint32_t>(v);
             ok = n.has_value();
@@ -234,6 +244,16 @@ class Generator {
             int sz = 4 << 20;
             ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
             ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+            if (o_.sources > 0 && o_.server.address.is_v4()) {
+                const auto last = static_cast<std::uint8_t>(1 + i % o_.sources);
+                sockaddr_storage local;
+                const socklen_t llen = bench::to_sockaddr(
+                    pm::Endpoint{pm::IpAddress::v4({127, 0, 0, last}), 0}, local);
+                if (::bind(fd, reinterpret_cast<sockaddr*>(&local), llen) != 0) {
+                    std::perror("pm-load: bind");
+                    return false;
+                }
+            }
             if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
                 std::perror("pm-load: connect");
                 return false;

@@ -34,10 +34,11 @@ constexpr std::uint64_t kMaxTransactions = 100'000'000;
 constexpr std::uint64_t kMaxLogRateLimit = 1'000'000;
 constexpr std::size_t kMaxServiceName = 64;
 
-constexpr std::array<std::string_view, 12> kTopLevelKeys = {
+constexpr std::array<std::string_view, 13> kTopLevelKeys = {
     "limits",         "listen",       "ack_timeout",         "max_transactions",
     "services",       "deny_ap_port", "accept_iwpm_request", "log_level",
     "log_rate_limit", "control",      "state_file",          "metrics",
+    "workers",
 };
 constexpr std::array<std::string_view, 3> kControlKeys = {"socket", "admin_group", "read_group"};
 constexpr std::array<std::string_view, 2> kLimitsKeys = {"per_source", "source_quench"};
@@ -363,6 +364,7 @@ class Loader {
     bool load_path(const Field& f, std::size_t max, std::string& out);
     bool load_group(const Field& f, std::string& out);
     bool load_metrics(const Field& f, std::optional<pm::Endpoint>& out);
+    bool load_workers(const Field& f, unsigned& out);
 
   public:
     // For make_service(): one service from a node tree built in memory.
@@ -513,6 +515,8 @@ bool Loader::load_root(const Field& root, Config& config) {
             ok = load_metrics(f, config.metrics);
         } else if (e.key == "limits") {
             ok = load_limits(f, config);
+        } else if (e.key == "workers") {
+            ok = load_workers(f, config.workers);
         }
         if (!ok) {
             return false;
@@ -586,6 +590,23 @@ bool Loader::load_number(const Field& f, std::uint64_t min, std::uint64_t max, s
     }
     out = *n;
     return true;
+}
+
+bool Loader::load_workers(const Field& f, unsigned& out) {
+    std::string text;
+    if (!scalar(f, "a number of workers or \"auto\"", text)) {
+        return false;
+    }
+    if (auto n = parse_workers(text)) {
+        out = *n;
+        return true;
+    }
+    if (all_digits(text)) {
+        return fail(f, "out of range: " + quote(text) + " is not between 1 and " +
+                           std::to_string(kMaxWorkers) + " (or \"auto\")");
+    }
+    return fail(f, "bad value " + quote(text) + " (expected a number from 1 to " +
+                       std::to_string(kMaxWorkers) + " or \"auto\")");
 }
 
 // YAML 1.2 core schema booleans only: "yes"/"on" are errors, not surprises.
@@ -1107,6 +1128,24 @@ ConfigResult load_config_file(const std::string& path) {
     } catch (...) {
         return ConfigError{path, 0, "", "internal error"};
     }
+}
+
+}  // namespace pmd
+
+namespace pmd {
+
+std::optional<unsigned> parse_workers(std::string_view text) {
+    if (text == "auto") {
+        return 0u;
+    }
+    if (!all_digits(text)) {
+        return std::nullopt;
+    }
+    auto n = parse_unsigned(text);
+    if (!n || *n < 1 || *n > kMaxWorkers) {
+        return std::nullopt;
+    }
+    return static_cast<unsigned>(*n);
 }
 
 }  // namespace pmd

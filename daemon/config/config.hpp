@@ -33,6 +33,11 @@ struct ControlConfig {
     bool operator==(const ControlConfig&) const = default;
 };
 
+// Upper bound of `workers:` (and of what "auto" resolves to).
+inline constexpr unsigned kMaxWorkers = 64;
+// `workers:` when the file does not say: 0 is "auto".
+inline constexpr unsigned kDefaultWorkers = 1;
+
 struct Config {
     // Listen endpoints. Default: 0.0.0.0:3935 and [::]:3935 (the IPv6 socket
     // is IPV6_V6ONLY so both can be bound).
@@ -54,6 +59,12 @@ struct Config {
     // Section 15.2 defences (`limits:`); both off by default.
     LimiterConfig per_source;  // token bucket of PMReqs per source address
     QuenchConfig quench;       // cut off sources that leave PMAccepts un-acked
+    // UDP worker shards (`workers:`); 0 is "auto": the CPUs this process may
+    // run on (sched_getaffinity), at most kMaxWorkers. Resolved by the shell.
+    unsigned workers = kDefaultWorkers;
+    // Set by `sdp-pmd --workers`: the file's `workers:` is then ignored, on
+    // reload too. Not a file key.
+    bool workers_from_command_line = false;
 
     static Config defaults();
 };
@@ -96,6 +107,10 @@ ServiceFields service_fields(const Service& s);
 // Parses "5s", "250ms", "2m", "1h", "1.5s". Returns nullopt on bad syntax,
 // negative values or overflow.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+// Parses a `workers:` value: "auto" (0) or 1 to kMaxWorkers. nullopt when
+// invalid.
+std::optional<unsigned> parse_workers(std::string_view text);
 
 // Service names: 1 to 64 characters from [A-Za-z0-9._-]. They appear in logs,
 // metrics and control-socket commands, so they need no quoting anywhere.

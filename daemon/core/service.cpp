@@ -17,19 +17,18 @@ std::string_view to_string(Policy p) {
 Registry::Registry(std::vector<Service> services, const Registry* previous)
     : services_(std::move(services)),
       cursors_(std::make_unique<std::atomic<std::uint64_t>[]>(services_.size())),
-      counts_(std::make_unique<AtomicCounts[]>(services_.size())) {
-    if (previous && !previous->services().empty()) {
-        std::unordered_map<std::string_view, const Service*> by_name;
-        for (const Service& old : previous->services()) {
-            by_name.emplace(old.name, &old);
+      counts_(services_.size()) {
+    std::unordered_map<std::string_view, std::size_t> by_name;
+    if (previous) {
+        for (std::size_t i = 0; i < previous->services_.size(); ++i) {
+            by_name.emplace(previous->services_[i].name, i);
         }
-        for (std::size_t i = 0; i < services_.size(); ++i) {
-            if (auto it = by_name.find(services_[i].name); it != by_name.end()) {
-                ServiceCounts c = previous->counts(*it->second);
-                counts_[i].accepted = c.accepted;
-                counts_[i].accepted_duplicate = c.accepted_duplicate;
-                counts_[i].denied = c.denied;
-            }
+    }
+    for (std::size_t i = 0; i < services_.size(); ++i) {
+        if (auto it = by_name.find(services_[i].name); it != by_name.end()) {
+            counts_[i] = previous->counts_[it->second];
+        } else {
+            counts_[i] = std::make_shared<AtomicCounts>();
         }
     }
     // First definition wins; the config loader already refuses duplicates.
@@ -58,16 +57,16 @@ std::uint64_t Registry::next_round_robin(const Service& s) const {
 }
 
 void Registry::note_accept(const Service& s, bool duplicate) const {
-    auto& c = counts_[index_of(s)];
+    auto& c = *counts_[index_of(s)];
     (duplicate ? c.accepted_duplicate : c.accepted).fetch_add(1, std::memory_order_relaxed);
 }
 
 void Registry::note_deny(const Service& s) const {
-    counts_[index_of(s)].denied.fetch_add(1, std::memory_order_relaxed);
+    counts_[index_of(s)]->denied.fetch_add(1, std::memory_order_relaxed);
 }
 
 ServiceCounts Registry::counts(const Service& s) const {
-    const auto& c = counts_[index_of(s)];
+    const auto& c = *counts_[index_of(s)];
     return {c.accepted.load(std::memory_order_relaxed),
             c.accepted_duplicate.load(std::memory_order_relaxed),
             c.denied.load(std::memory_order_relaxed)};

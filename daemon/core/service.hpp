@@ -67,7 +67,9 @@ class Registry {
     // this snapshot (relaxed atomic, no lock).
     std::uint64_t next_round_robin(const Service& s) const;
 
-    // Per-service counts, kept with the snapshot (relaxed atomics, no lock).
+    // Per-service counts (relaxed atomics, no lock). A service of the same
+    // name in the next snapshot shares the same count block, so counts made
+    // through an old snapshot (a worker that has not switched yet) still count.
     void note_accept(const Service& s, bool duplicate) const;
     void note_deny(const Service& s) const;
     ServiceCounts counts(const Service& s) const;
@@ -85,7 +87,7 @@ class Registry {
         std::atomic<std::uint64_t> accepted_duplicate{0};
         std::atomic<std::uint64_t> denied{0};
     };
-    std::unique_ptr<AtomicCounts[]> counts_;
+    std::vector<std::shared_ptr<AtomicCounts>> counts_;
     std::size_t index_of(const Service& s) const {
         return static_cast<std::size_t>(&s - services_.data());
     }

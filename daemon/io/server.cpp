@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -16,6 +17,7 @@
 
 #include "io/listen_fds.hpp"
 #include "io/log.hpp"
+#include "io/reuseport.hpp"
 #include "io/sd_notify.hpp"
 
 namespace pmd::io {
@@ -24,9 +26,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-// Batches drained per readiness wakeup before yielding to the other sockets,
-// the timers and the signals.
-constexpr int kMaxBatchesPerWakeup = 8;
 constexpr auto kLogFlushInterval = std::chrono::seconds(1);
 
 std::uint64_t random_seed() {
@@ -60,39 +59,6 @@ const char* signal_name(int signo) {
     }
 }
 
-LogLevel level_of(Outcome o) {
-    switch (o) {
-        case Outcome::denied_no_service:
-        case Outcome::denied_not_allowed:
-        case Outcome::denied_no_address:
-            return LogLevel::info;
-        case Outcome::drop_rate_limited:
-        case Outcome::drop_quenched:
-            // The flood alarm of section 15.2.1: a source beyond its bounds.
-            // Rate-limited per cause like every other line, with the rest
-            // summarised as "suppressed N messages".
-            return LogLevel::warning;
-        default:
-            return LogLevel::debug;
-    }
-}
-
-// "PMReq 127.0.0.1:80 CpIPAddr 127.0.0.1 CpPort 4000 AssocHandle 0x2a"
-std::string describe(std::span<const std::uint8_t> bytes, std::size_t length) {
-    if (bytes.size() != length) {
-        return std::to_string(length) + " bytes";  // truncated: not a message anyway
-    }
-    auto d = pm::decode(bytes);
-    if (const auto* m = std::get_if<pm::Message>(&d)) {
-        std::ostringstream os;
-        os << pm::to_string(m->type) << ' ' << pm::Endpoint{m->ap_addr, m->ap_port}.to_string()
-           << " CpIPAddr " << m->cp_addr.to_string() << " CpPort " << m->cp_port
-           << " AssocHandle 0x" << std::hex << m->assoc_handle;
-        return os.str();
-    }
-    return std::to_string(length) + " bytes";
-}
-
 }  // namespace
 
 Limits limits_from(const Config& c) {
@@ -106,16 +72,37 @@ Limits limits_from(const Config& c) {
     return l;
 }
 
+namespace {
+
+// `total` split over `n` shards; shard `i` gets its share (at least 1).
+std::size_t share(std::size_t total, unsigned i, unsigned n) {
+    const std::size_t q = total / n;
+    const std::size_t r = total % n;
+    return std::max<std::size_t>(1, q + (i < r ? 1 : 0));
+}
+
+}  // namespace
+
+Limits shard_limits(const Config& c, unsigned index, unsigned workers) {
+    Limits l = limits_from(c);
+    if (workers > 1) {
+        l.max_transactions = share(c.max_transactions, index, workers);
+        l.per_source.max_sources = share(c.per_source.max_sources, index, workers);
+        l.quench.max_sources = share(c.quench.max_sources, index, workers);
+    }
+    return l;
+}
+
+unsigned resolve_workers(unsigned configured) {
+    return configured == 0 ? available_cpus(kMaxWorkers) : std::min(configured, kMaxWorkers);
+}
+
 Server::Server(asio::io_context& io, Config config, std::string config_path, bool config_optional)
     : io_(io),
       config_(std::move(config)),
       config_path_(std::move(config_path)),
       config_optional_(config_optional),
-      pmsp_(std::make_unique<Pmsp>(
-          limits_from(config_), std::make_shared<const Registry>(config_.services), random_seed())),
-      rx_(std::make_unique<RxBatch>()),
-      tx_(std::make_unique<TxBatch>()),
-      timer_(io),
+      registry_(std::make_shared<const Registry>(config_.services)),
       log_timer_(io),
       signals_(io),
       lease_timer_(io),
@@ -128,6 +115,12 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
     signals_.add(SIGTERM);
     signals_.add(SIGINT);
     signals_.add(SIGUSR1);
+    const unsigned n = resolve_workers(config_.workers);
+    steering_seed_ = static_cast<std::uint32_t>(random_seed());
+    for (unsigned i = 0; i < n; ++i) {
+        workers_.push_back(
+            std::make_unique<Worker>(i, shard_limits(config_, i, n), registry_, random_seed()));
+    }
 }
 
 Server::~Server() {
@@ -137,9 +130,86 @@ Server::~Server() {
     if (metrics_) {
         metrics_->stop();
     }
-    for (auto& s : sockets_) {
-        s->close();
+    stop_workers();
+    // The sockets belong to the workers' io_contexts: gone before them.
+    listeners_.clear();
+}
+
+void Server::stop_workers() {
+    for (auto& w : workers_) {
+        w->stop();
     }
+    workers_running_ = false;
+}
+
+template <class R>
+std::vector<std::optional<R>> Server::on_workers(std::function<R(Worker&)> f) const {
+    std::vector<std::optional<R>> out(workers_.size());
+    if (!workers_running_) {
+        for (std::size_t i = 0; i < workers_.size(); ++i) {
+            out[i] = f(*workers_[i]);
+        }
+        return out;
+    }
+    std::vector<std::future<R>> futures;
+    futures.reserve(workers_.size());
+    for (const auto& w : workers_) {
+        auto promise = std::make_shared<std::promise<R>>();
+        futures.push_back(promise->get_future());
+        Worker* worker = w.get();
+        w->post([promise, worker, f] {
+            try {
+                promise->set_value(f(*worker));
+            } catch (...) {
+                promise->set_exception(std::current_exception());
+            }
+        });
+    }
+    const auto deadline = std::chrono::steady_clock::now() + kWorkerReplyTimeout;
+    for (std::size_t i = 0; i < futures.size(); ++i) {
+        if (futures[i].wait_until(deadline) != std::future_status::ready) {
+            log::logger().limited(LogLevel::warning, "worker_timeout", [&] {
+                return "worker " + std::to_string(i) + " did not answer within " +
+                       std::to_string(kWorkerReplyTimeout.count()) + " ms";
+            });
+            continue;
+        }
+        try {
+            out[i] = futures[i].get();
+        } catch (const std::exception& e) {
+            log::logger().limited(LogLevel::warning, "worker_error",
+                                  [&] { return "worker " + std::to_string(i) + ": " + e.what(); });
+        }
+    }
+    return out;
+}
+
+Server::Aggregate Server::aggregate() const {
+    Aggregate a;
+    a.per_worker = on_workers<WorkerSnapshot>([](Worker& w) { return w.snapshot(); });
+    for (const auto& s : a.per_worker) {
+        if (!s) {
+            ++a.unresponsive;
+            continue;
+        }
+        a.total.counters += s->counters;
+        a.total.shell.receive_errors += s->shell.receive_errors;
+        a.total.shell.send_errors += s->shell.send_errors;
+        a.total.shell.truncated += s->shell.truncated;
+        a.total.transactions += s->transactions;
+        a.total.sockets += s->sockets;
+    }
+    return a;
+}
+
+void Server::publish(std::shared_ptr<const Registry> registry) {
+    registry_ = registry;
+    // Waits (bounded) until every shard answers from the new snapshot, so a
+    // `register` reply means every worker knows the service.
+    on_workers<bool>([registry](Worker& w) {
+        w.set_registry(registry);
+        return true;
+    });
 }
 
 void Server::apply_logging(const Config& c) {
@@ -149,42 +219,160 @@ void Server::apply_logging(const Config& c) {
 
 std::vector<pm::Endpoint> Server::bound() const {
     std::vector<pm::Endpoint> out;
-    for (const auto& s : sockets_) {
-        out.push_back(s->endpoint());
+    for (const auto& l : listeners_) {
+        out.push_back(l.endpoint);
     }
     return out;
 }
 
-std::optional<Server::SocketList> Server::open_sockets(const std::vector<pm::Endpoint>& listen,
-                                                       const SocketList& reuse) {
-    SocketList out;
-    bool skipped_v6 = false;
-    for (const auto& ep : listen) {
-        std::shared_ptr<UdpSocket> s;
-        for (const auto& old : reuse) {
-            if (ep.port != 0 && old->endpoint() == ep) {
-                s = old;
-            }
+std::optional<Server::Listener> Server::open_listener(const pm::Endpoint& ep,
+                                                      boost::system::error_code& ec) {
+    const auto n = static_cast<unsigned>(workers_.size());
+    Listener l;
+    l.endpoint = ep;
+    if (n > 1) {
+        // SO_REUSEPORT would let this group join sockets another process of
+        // this user already has on the address: bind once without it first,
+        // so that an address in use fails as it does with one worker (and a
+        // port 0 gets a port nobody has).
+        auto probe = UdpSocket::open(workers_[0]->io(), ep, ec);
+        if (!probe) {
+            return std::nullopt;
         }
+        l.endpoint = probe->endpoint();
+        probe->close();
+    }
+    for (unsigned i = 0; i < n; ++i) {
+        auto s = UdpSocket::open(workers_[i]->io(), l.endpoint, ec, n > 1);
         if (!s) {
-            boost::system::error_code ec;
-            s = UdpSocket::open(io_, ep, ec);
-            if (!s) {
-                if (ec == boost::system::errc::address_family_not_supported && ep.address.is_v6()) {
-                    log::warning("IPv6 is not available, not listening on UDP " + ep.to_string());
-                    skipped_v6 = true;
-                    continue;
+            for (auto& o : l.sockets) {
+                o->close();
+            }
+            return std::nullopt;
+        }
+        l.endpoint = s->endpoint();
+        l.sockets.push_back(std::move(s));
+    }
+    steer(l);
+    return l;
+}
+
+void Server::steer(Listener& l) {
+    if (l.sockets.size() < 2) {
+        return;
+    }
+    auto error = attach_source_steering(l.sockets.front()->socket().native_handle(),
+                                        static_cast<unsigned>(l.sockets.size()), steering_seed_);
+    if (!error) {
+        l.steered = true;
+        return;
+    }
+    if (!steering_warned_) {
+        steering_warned_ = true;
+        log::warning("UDP " + l.endpoint.to_string() + ": cannot steer by source address (" +
+                     *error +
+                     "); the kernel spreads datagrams by address and port, so limits.per_source "
+                     "and limits.source_quench apply per worker, up to " +
+                     std::to_string(l.sockets.size()) + " times the configured rate");
+    }
+}
+
+Server::Listener Server::adopt_listener(std::shared_ptr<UdpSocket> s) {
+    Listener l;
+    l.endpoint = s->endpoint();
+    l.sockets.push_back(s);
+    const auto n = static_cast<unsigned>(workers_.size());
+    if (n < 2) {
+        return l;
+    }
+    if (!has_reuseport(s->socket().native_handle())) {
+        log::notice("inherited UDP socket " + l.endpoint.to_string() +
+                    " has no SO_REUSEPORT (ReusePort=yes): served by worker 0 only");
+        return l;
+    }
+    for (unsigned i = 1; i < n; ++i) {
+        boost::system::error_code ec;
+        auto sib = UdpSocket::sibling(workers_[i]->io(), *s, ec);
+        if (!sib) {
+            log::notice("inherited UDP socket " + l.endpoint.to_string() +
+                        ": cannot open a socket for worker " + std::to_string(i) + " (" +
+                        ec.message() + "); served by worker 0 only");
+            for (std::size_t k = 1; k < l.sockets.size(); ++k) {
+                l.sockets[k]->close();
+            }
+            l.sockets.resize(1);
+            return l;
+        }
+        l.sockets.push_back(std::move(sib));
+    }
+    steer(l);
+    return l;
+}
+
+void Server::attach_listener(const Listener& l) {
+    for (std::size_t i = 0; i < l.sockets.size(); ++i) {
+        Worker& w = *workers_[i];
+        auto s = l.sockets[i];
+        if (workers_running_) {
+            w.post([&w, s] { w.add_socket(s); });
+        } else {
+            w.add_socket(s);
+        }
+    }
+}
+
+void Server::detach_listener(const Listener& l) {
+    for (std::size_t i = 0; i < l.sockets.size(); ++i) {
+        auto s = l.sockets[i];
+        Worker& w = *workers_[i];
+        if (workers_running_) {
+            w.post([&w, s] { w.remove_socket(s); });
+        } else {
+            w.remove_socket(s);
+        }
+    }
+}
+
+std::optional<Server::ListenerList> Server::open_listeners(const std::vector<pm::Endpoint>& listen,
+                                                           const ListenerList& reuse) {
+    ListenerList out;
+    std::vector<bool> reused;
+    bool skipped_v6 = false;
+    auto close_new = [&] {
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            if (!reused[i]) {
+                for (auto& s : out[i].sockets) {
+                    s->close();
                 }
-                log::err("cannot bind UDP " + ep.to_string() + ": " + ec.message());
-                for (auto& n : out) {
-                    if (std::find(reuse.begin(), reuse.end(), n) == reuse.end()) {
-                        n->close();
-                    }
-                }
-                return std::nullopt;
             }
         }
-        out.push_back(std::move(s));
+    };
+    for (const auto& ep : listen) {
+        const Listener* old = nullptr;
+        for (const auto& o : reuse) {
+            if (ep.port != 0 && o.endpoint == ep) {
+                old = &o;
+            }
+        }
+        if (old) {
+            out.push_back(*old);
+            reused.push_back(true);
+            continue;
+        }
+        boost::system::error_code ec;
+        auto l = open_listener(ep, ec);
+        if (!l) {
+            if (ec == boost::system::errc::address_family_not_supported && ep.address.is_v6()) {
+                log::warning("IPv6 is not available, not listening on UDP " + ep.to_string());
+                skipped_v6 = true;
+                continue;
+            }
+            log::err("cannot bind UDP " + ep.to_string() + ": " + ec.message());
+            close_new();
+            return std::nullopt;
+        }
+        out.push_back(std::move(*l));
+        reused.push_back(false);
     }
     if (out.empty()) {
         log::err(skipped_v6 ? "no listen address could be bound" : "no listen address configured");
@@ -198,33 +386,48 @@ bool Server::bind() {
     // configured addresses, kind by kind.
     InheritedSockets inherited = take_inherited_sockets();
     if (!inherited.udp.empty()) {
+        std::vector<std::shared_ptr<UdpSocket>> adopted;
         for (int fd : inherited.udp) {
             boost::system::error_code ec;
-            auto s = UdpSocket::adopt(io_, fd, ec);
+            auto s = UdpSocket::adopt(workers_[0]->io(), fd, ec);
             if (!s) {
                 log::err("inherited UDP socket (fd " + std::to_string(fd) + "): " + ec.message());
                 return false;
             }
-            sockets_.push_back(std::move(s));
+            adopted.push_back(std::move(s));
         }
         inherited_udp_ = true;
-        log::notice(std::to_string(sockets_.size()) +
-                    (sockets_.size() == 1 ? " UDP socket" : " UDP sockets") +
+        log::notice(std::to_string(adopted.size()) +
+                    (adopted.size() == 1 ? " UDP socket" : " UDP sockets") +
                     " inherited from the service manager; listen: from the "
                     "configuration (" +
                     join(config_.listen) + ") is ignored");
-        for (const auto& s : sockets_) {
-            log::notice("listening on UDP " + s->endpoint().to_string() + " (inherited)");
+        for (auto& s : adopted) {
+            listeners_.push_back(adopt_listener(std::move(s)));
+            log::notice("listening on UDP " + listeners_.back().endpoint.to_string() +
+                        " (inherited)");
         }
     } else {
-        auto sockets = open_sockets(config_.listen, {});
-        if (!sockets) {
+        auto listeners = open_listeners(config_.listen, {});
+        if (!listeners) {
             return false;
         }
-        sockets_ = std::move(*sockets);
-        for (const auto& s : sockets_) {
-            log::notice("listening on UDP " + s->endpoint().to_string());
+        listeners_ = std::move(*listeners);
+        for (const auto& l : listeners_) {
+            log::notice("listening on UDP " + l.endpoint.to_string());
         }
+    }
+    for (const auto& l : listeners_) {
+        attach_listener(l);
+    }
+    if (workers_.size() > 1) {
+        std::size_t steered = 0;
+        for (const auto& l : listeners_) {
+            steered += l.steered ? 1 : 0;
+        }
+        log::notice(std::to_string(workers_.size()) + " workers; " + std::to_string(steered) +
+                    " of " + std::to_string(listeners_.size()) +
+                    " listen addresses steered by source address");
     }
     load_state();
     control_ = std::make_unique<ControlServer>(io_, *this);
@@ -268,7 +471,7 @@ std::shared_ptr<const Registry> Server::make_registry(const std::vector<Service>
         all.push_back(r.service);
     }
     // Services keep their counts across reloads and registrations.
-    return std::make_shared<const Registry>(std::move(all), pmsp_ ? &pmsp_->registry() : nullptr);
+    return std::make_shared<const Registry>(std::move(all), registry_.get());
 }
 
 void Server::load_state() {
@@ -315,7 +518,7 @@ void Server::load_state() {
         log::notice("state file " + path + ": " + std::to_string(registrations_.size()) +
                     " dynamic registrations");
     }
-    pmsp_->set_registry(make_registry(config_.services));
+    publish(make_registry(config_.services));
     if (changed) {
         if (auto error = persist()) {
             log::err("state file: " + *error);
@@ -370,7 +573,7 @@ void Server::expire_leases() {
     if (registrations_.size() != before) {
         leases_expired_ += before - registrations_.size();
         ++registrations_changed_;
-        pmsp_->set_registry(make_registry(config_.services));
+        publish(make_registry(config_.services));
         if (auto error = persist()) {
             log::err("state file: " + *error);
         }
@@ -379,10 +582,12 @@ void Server::expire_leases() {
 }
 
 void Server::start() {
-    for (const auto& s : sockets_) {
-        wait_readable(s);
+    for (auto& w : workers_) {
+        w->start();
     }
+    workers_running_ = true;
     wait_signal();
+    arm_log_flush();
     if (control_) {
         control_->start();
     }
@@ -412,11 +617,7 @@ void Server::stop(std::string_view why) {
         return;
     }
     stopping_ = true;
-    for (auto& s : sockets_) {
-        s->close();
-    }
     boost::system::error_code ignored;
-    timer_.cancel();
     log_timer_.cancel();
     signals_.cancel(ignored);
     signals_.clear(ignored);
@@ -430,124 +631,21 @@ void Server::stop(std::string_view why) {
         metrics_->stop();
     }
     notify("STOPPING=1\nSTATUS=stopping");
+    // Every worker closes its sockets and is joined; their counters are
+    // then read directly, once, for the final line.
+    stop_workers();
     log::logger().flush_suppressed(log::Clock::now(), true);
     log::notice("stopping (" + std::string(why) + "); " + counters_line());
 }
 
-void Server::wait_readable(const std::shared_ptr<UdpSocket>& s) {
-    // The handler holds the socket: a socket closed by a reload or stop stays
-    // valid until its handler has run and seen it closed.
-    s->socket().async_wait(
-        asio::ip::udp::socket::wait_read, [this, s](const boost::system::error_code& ec) {
-            if (stopping_ || !s->is_open() || ec == asio::error::operation_aborted) {
-                return;
-            }
-            if (ec) {
-                ++shell_.receive_errors;
-                log::logger().limited(LogLevel::warning, "wait_error", [&] {
-                    return "waiting on UDP " + s->endpoint().to_string() + ": " + ec.message();
-                });
-            } else {
-                on_readable(*s);
-            }
-            if (!stopping_ && s->is_open()) {
-                wait_readable(s);
-            }
-        });
-}
-
-void Server::on_readable(UdpSocket& s) {
-    for (int round = 0; round < kMaxBatchesPerWakeup; ++round) {
-        int n = s.receive(*rx_);
-        if (n < 0) {
-            ++shell_.receive_errors;
-            log::logger().limited(LogLevel::warning, "receive_error", [&] {
-                return "receiving on UDP " + s.endpoint().to_string() + ": " +
-                       std::generic_category().message(-n);
-            });
-            break;
-        }
-        if (n == 0) {
-            break;
-        }
-        const TimePoint now = std::chrono::steady_clock::now();
-        for (const Received& r : rx_->received()) {
-            if (r.truncated()) {
-                ++shell_.truncated;
-            }
-            Result res = pmsp_->on_datagram(r.bytes, r.source, r.local, now);
-            if (res.reply) {
-                tx_->add(*res.reply, r, s.is_v6());
-            }
-            log_outcome(r, res.outcome, now);
-        }
-        if (tx_->size() > 0) {
-            auto sent = s.send(*tx_);
-            if (sent.failed > 0) {
-                shell_.send_errors += sent.failed;
-                log::logger().limited(LogLevel::warning, "send_error", [&] {
-                    return "sending on UDP " + s.endpoint().to_string() + ": " +
-                           std::generic_category().message(sent.last_errno);
-                });
-            }
-        }
-        if (static_cast<std::size_t>(n) < kBatchSize) {
-            break;
-        }
-    }
-    arm_timer();
-    arm_log_flush();
-}
-
-void Server::log_outcome(const Received& r, Outcome outcome, TimePoint now) {
-    const LogLevel level = level_of(outcome);
-    log::logger().limited(
-        level, to_string(outcome),
-        [&] {
-            return std::string(to_string(outcome)) + ": " + describe(r.bytes, r.length) + " from " +
-                   r.source.to_string() + " to " + r.local.to_string();
-        },
-        now);
-}
-
-void Server::arm_timer() {
-    auto next = pmsp_->next_deadline();
-    if (!next || stopping_) {
-        return;  // an armed timer that is no longer needed fires harmlessly
-    }
-    if (timer_deadline_ && *timer_deadline_ <= *next) {
-        return;
-    }
-    timer_deadline_ = *next;
-    timer_.expires_at(*next);  // cancels the previous wait
-    timer_.async_wait([this](const boost::system::error_code& ec) {
-        if (ec == asio::error::operation_aborted || stopping_) {
-            return;
-        }
-        on_timer();
-    });
-}
-
-void Server::on_timer() {
-    timer_deadline_.reset();
-    std::size_t released = pmsp_->on_timer(std::chrono::steady_clock::now());
-    if (released > 0) {
-        log::logger().limited(LogLevel::debug, "ack_timeout", [&] {
-            return "released " + std::to_string(released) + " transactions without PMAck";
-        });
-    }
-    arm_timer();
-    arm_log_flush();
-}
-
 void Server::arm_log_flush() {
-    if (log_timer_armed_ || stopping_ || !log::logger().has_suppressed()) {
+    // Summaries of rate-limited lines ("suppressed N messages") are written
+    // from here, once a second, so the workers' packet path never has to.
+    if (stopping_) {
         return;
     }
-    log_timer_armed_ = true;
     log_timer_.expires_after(kLogFlushInterval);
     log_timer_.async_wait([this](const boost::system::error_code& ec) {
-        log_timer_armed_ = false;
         if (ec == asio::error::operation_aborted || stopping_) {
             return;
         }
@@ -590,9 +688,11 @@ void Server::notify(const std::string& state) {
 }
 
 std::string Server::status_line() const {
+    const Aggregate a = aggregate();
     return std::to_string(config_.services.size() + registrations_.size()) + " services, " +
-           std::to_string(pmsp_->transactions()) + " transactions, " +
-           std::to_string(pmsp_->counters().requests) + " requests";
+           std::to_string(a.total.transactions) + " transactions, " +
+           std::to_string(a.total.counters.requests) + " requests" +
+           (workers_.size() > 1 ? ", " + std::to_string(workers_.size()) + " workers" : "");
 }
 
 void Server::arm_status_timer() {
@@ -622,7 +722,31 @@ void Server::arm_watchdog() {
         if (ec == asio::error::operation_aborted || stopping_) {
             return;
         }
-        notify("WATCHDOG=1");
+        // Every worker must have run the ping posted one interval ago: a
+        // worker stuck in a loop withholds WATCHDOG=1 and systemd restarts us.
+        std::vector<unsigned> stuck;
+        for (const auto& w : workers_) {
+            if (w->last_pong() != watchdog_seq_) {
+                stuck.push_back(w->index());
+            }
+        }
+        if (stuck.empty()) {
+            notify("WATCHDOG=1");
+        } else {
+            ++watchdog_withheld_;
+            log::logger().limited(LogLevel::warning, "watchdog", [&] {
+                std::string list;
+                for (unsigned i : stuck) {
+                    list += (list.empty() ? "" : ",") + std::to_string(i);
+                }
+                return "worker " + list + " did not answer the watchdog ping; WATCHDOG=1 withheld";
+            });
+        }
+        const std::uint64_t seq = ++watchdog_seq_;
+        for (auto& w : workers_) {
+            Worker* worker = w.get();
+            w->post([worker, seq] { worker->pong(seq); });
+        }
         arm_watchdog();
     });
 }
@@ -661,10 +785,16 @@ bool Server::apply_reload() {
             "manager");
         next.listen = config_.listen;
     }
-    std::optional<SocketList> sockets;
+    if (!config_.workers_from_command_line && resolve_workers(next.workers) != workers_.size()) {
+        log::notice("reload: workers: takes effect at the next start (running " +
+                    std::to_string(workers_.size()) + ")");
+    }
+    next.workers = config_.workers;
+    next.workers_from_command_line = config_.workers_from_command_line;
+    std::optional<ListenerList> listeners;
     if (next.listen != config_.listen) {
-        sockets = open_sockets(next.listen, sockets_);
-        if (!sockets) {
+        listeners = open_listeners(next.listen, listeners_);
+        if (!listeners) {
             ++shell_.reload_failures;
             last_reload_error_ = "cannot listen on " + join(next.listen);
             log::err("reload failed, keeping the running configuration: cannot listen on " +
@@ -702,35 +832,50 @@ bool Server::apply_reload() {
         control_->set_groups(next.control);
     }
 
-    pmsp_->set_registry(make_registry(next.services));
-    pmsp_->set_limits(limits_from(next));
+    // Every shard gets the new snapshot and its limits in one posted step,
+    // then the main thread waits (bounded) for all of them.
+    auto registry = make_registry(next.services);
+    registry_ = registry;
+    const auto n = static_cast<unsigned>(workers_.size());
+    auto limits = std::make_shared<std::vector<Limits>>();
+    for (unsigned i = 0; i < n; ++i) {
+        limits->push_back(shard_limits(next, i, n));
+    }
+    on_workers<bool>([registry, limits](Worker& w) {
+        w.set_registry(registry);
+        w.set_limits((*limits)[w.index()]);
+        return true;
+    });
     apply_logging(next);
-    if (sockets) {
-        for (auto& old : sockets_) {
-            if (std::find(sockets->begin(), sockets->end(), old) == sockets->end()) {
-                log::notice("no longer listening on UDP " + old->endpoint().to_string());
-                old->close();
+    if (listeners) {
+        auto same = [](const Listener& a, const Listener& b) { return a.sockets == b.sockets; };
+        for (const auto& old : listeners_) {
+            if (std::none_of(listeners->begin(), listeners->end(),
+                             [&](const Listener& l) { return same(l, old); })) {
+                log::notice("no longer listening on UDP " + old.endpoint.to_string());
+                detach_listener(old);
             }
         }
-        for (auto& s : *sockets) {
-            if (std::find(sockets_.begin(), sockets_.end(), s) == sockets_.end()) {
-                log::notice("listening on UDP " + s->endpoint().to_string());
-                wait_readable(s);
+        for (const auto& l : *listeners) {
+            if (std::none_of(listeners_.begin(), listeners_.end(),
+                             [&](const Listener& o) { return same(l, o); })) {
+                log::notice("listening on UDP " + l.endpoint.to_string());
+                attach_listener(l);
             }
         }
-        sockets_ = std::move(*sockets);
+        listeners_ = std::move(*listeners);
     }
     config_ = std::move(next);
     config_optional_ = false;
     ++shell_.reloads;
     log::notice("reloaded configuration from " + config_path_ + ": " +
                 std::to_string(config_.services.size()) + " services");
-    arm_timer();  // a lower max_transactions may have shed; deadlines may differ
     return true;
 }
 
 std::string Server::counters_line() const {
-    const Counters& c = pmsp_->counters();
+    const Aggregate a = aggregate();
+    const Counters& c = a.total.counters;
     std::string out = "counters:";
     auto add = [&out](std::string_view name, std::uint64_t v) {
         out += ' ';
@@ -749,12 +894,25 @@ std::string Server::counters_line() const {
     add("shed", c.shed);
     add("released_on_deny", c.released_on_deny);
     add("quench_events", c.quench_events);
-    add("transactions", pmsp_->transactions());
-    add("truncated", shell_.truncated);
-    add("receive_errors", shell_.receive_errors);
-    add("send_errors", shell_.send_errors);
+    add("transactions", a.total.transactions);
+    add("truncated", a.total.shell.truncated);
+    add("receive_errors", a.total.shell.receive_errors);
+    add("send_errors", a.total.shell.send_errors);
     add("reloads", shell_.reloads);
     add("reload_failures", shell_.reload_failures);
+    if (workers_.size() > 1) {
+        add("workers", workers_.size());
+        for (std::size_t i = 0; i < a.per_worker.size(); ++i) {
+            if (a.per_worker[i]) {
+                const std::string w = "worker" + std::to_string(i) + "_";
+                add(w + "datagrams", a.per_worker[i]->counters.datagrams);
+                add(w + "transactions", a.per_worker[i]->transactions);
+            }
+        }
+    }
+    if (a.unresponsive > 0) {
+        add("workers_unresponsive", a.unresponsive);
+    }
     return out;
 }
 
@@ -789,20 +947,35 @@ json Server::status() {
     j["services"] = config_.services.size() + registrations_.size();
     j["static_services"] = config_.services.size();
     j["dynamic_services"] = registrations_.size();
-    j["transactions"] = pmsp_->transactions();
+    j["transactions"] = aggregate().total.transactions;
+    j["workers"] = workers_.size();
     j["control_connections"] = control_ ? control_->connections() : 0;
     return j;
 }
 
 json Server::services() {
     // Live transactions per service, and what each service answered.
-    std::map<std::string, std::uint64_t, std::less<>> live;
-    pmsp_->for_each_transaction([&](const TransactionView& t) { ++live[std::string(t.service)]; });
+    using LiveMap = std::map<std::string, std::uint64_t, std::less<>>;
+    LiveMap live;
+    for (const auto& part : on_workers<LiveMap>([](Worker& w) {
+             LiveMap m;
+             w.pmsp().for_each_transaction(
+                 [&](const TransactionView& t) { ++m[std::string(t.service)]; });
+             return m;
+         })) {
+        if (part) {
+            for (const auto& [name, n] : *part) {
+                live[name] += n;
+            }
+        }
+    }
     const auto now = WallClock::now();
     json list = json::array();
+    // The per-service counts live in the registry snapshot every worker
+    // shares (relaxed atomics): already the sum over all shards.
     std::map<std::string, ServiceCounts, std::less<>> counts;
-    for (const Service& s : pmsp_->registry().services()) {
-        counts[s.name] = pmsp_->registry().counts(s);
+    for (const Service& s : registry_->services()) {
+        counts[s.name] = registry_->counts(s);
     }
     auto add = [&](json j) {
         const auto name = j["name"].get<std::string>();
@@ -853,7 +1026,7 @@ Reply Server::register_service(Registration r) {
         return Reply{kResultError, "cannot save the registration: " + *error, nullptr};
     }
     ++registrations_changed_;
-    pmsp_->set_registry(make_registry(config_.services));
+    publish(make_registry(config_.services));
     arm_lease_timer();
     log::notice(std::string(renewal ? "renewed" : "registered") + " \"" + r.service.name + "\" " +
                 conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner));
@@ -891,39 +1064,60 @@ Reply Server::unregister_service(const std::string& name) {
         return Reply{kResultError, "cannot save the change: " + *error, nullptr};
     }
     ++registrations_changed_;
-    pmsp_->set_registry(make_registry(config_.services));
+    publish(make_registry(config_.services));
     arm_lease_timer();
     log::notice("unregistered \"" + name + "\"");
     return Reply{kResultOk, "unregistered " + name, nullptr};
 }
 
 json Server::transactions(std::size_t limit) {
+    struct Part {
+        json list = json::array();
+        std::size_t total = 0;
+    };
+    const auto parts = on_workers<Part>([limit](Worker& w) {
+        Part p;
+        const auto now = std::chrono::steady_clock::now();
+        w.pmsp().for_each_transaction([&](const TransactionView& t) {
+            ++p.total;
+            if (p.list.size() >= limit) {
+                return;
+            }
+            char handle[19];
+            std::snprintf(handle, sizeof handle, "0x%016llx",
+                          static_cast<unsigned long long>(t.request.assoc_handle));
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(t.expires - now);
+            p.list.push_back(json{
+                {"service", std::string(t.service)},
+                {"client", pm::Endpoint{t.request.cp_addr, t.request.cp_port}.to_string()},
+                {"conventional", pm::Endpoint{t.request.ap_addr, t.request.ap_port}.to_string()},
+                {"sdp", t.sdp.to_string()},
+                {"assoc_handle", handle},
+                {"expires_in_ms", std::max<std::int64_t>(0, left.count())},
+            });
+        });
+        return p;
+    });
     json list = json::array();
     std::size_t total = 0;
-    const auto now = std::chrono::steady_clock::now();
-    pmsp_->for_each_transaction([&](const TransactionView& t) {
-        ++total;
-        if (list.size() >= limit) {
-            return;
+    for (const auto& p : parts) {
+        if (!p) {
+            continue;
         }
-        char handle[19];
-        std::snprintf(handle, sizeof handle, "0x%016llx",
-                      static_cast<unsigned long long>(t.request.assoc_handle));
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t.expires - now);
-        list.push_back(json{
-            {"service", std::string(t.service)},
-            {"client", pm::Endpoint{t.request.cp_addr, t.request.cp_port}.to_string()},
-            {"conventional", pm::Endpoint{t.request.ap_addr, t.request.ap_port}.to_string()},
-            {"sdp", t.sdp.to_string()},
-            {"assoc_handle", handle},
-            {"expires_in_ms", std::max<std::int64_t>(0, left.count())},
-        });
-    });
+        total += p->total;
+        for (const auto& t : p->list) {
+            if (list.size() < limit) {
+                list.push_back(t);
+            }
+        }
+    }
     return json{{"transactions", std::move(list)}, {"total", total}};
 }
 
 std::vector<MetricValue> Server::metric_values() const {
-    const Counters& c = pmsp_->counters();
+    const Aggregate a = aggregate();
+    const Counters& c = a.total.counters;
     std::vector<MetricValue> v;
     auto counter = [&v](std::string stat, std::string prom, std::string help, std::uint64_t n,
                         std::string label = {}) {
@@ -954,10 +1148,11 @@ std::vector<MetricValue> Server::metric_values() const {
     counter("quench_events", "sdp_pmd_quench_events_total",
             "Sources quenched for leaving PMAccepts un-acknowledged.", c.quench_events);
     counter("truncated", "sdp_pmd_truncated_total", "Datagrams longer than the receive buffer.",
-            shell_.truncated);
+            a.total.shell.truncated);
     counter("receive_errors", "sdp_pmd_receive_errors_total", "UDP receive errors.",
-            shell_.receive_errors);
-    counter("send_errors", "sdp_pmd_send_errors_total", "UDP send errors.", shell_.send_errors);
+            a.total.shell.receive_errors);
+    counter("send_errors", "sdp_pmd_send_errors_total", "UDP send errors.",
+            a.total.shell.send_errors);
     counter("reloads", "sdp_pmd_reloads_total", "Configuration reloads applied.", shell_.reloads);
     counter("reload_failures", "sdp_pmd_reload_failures_total", "Configuration reloads refused.",
             shell_.reload_failures);
@@ -983,7 +1178,40 @@ std::vector<MetricValue> Server::metric_values() const {
     counter("control_oversized", "sdp_pmd_control_oversized_total",
             "Control requests over the size limit.", cc.oversized);
     gauge("transactions", "sdp_pmd_transactions", "Live transactions waiting for PMAck.",
-          static_cast<double>(pmsp_->transactions()));
+          static_cast<double>(a.total.transactions));
+    gauge("workers", "sdp_pmd_workers", "UDP worker shards.", static_cast<double>(workers_.size()));
+    gauge("workers_unresponsive", "sdp_pmd_workers_unresponsive",
+          "Workers that did not answer this query in time.", static_cast<double>(a.unresponsive));
+    counter("watchdog_withheld", "sdp_pmd_watchdog_withheld_total",
+            "WATCHDOG=1 pings withheld because a worker did not answer.", watchdog_withheld_);
+    // Per worker, so an operator sees how the sources spread over the shards.
+    // One metric family at a time: Prometheus wants each family's samples
+    // together.
+    auto per_worker = [&](const std::string& stat, const std::string& prom, const std::string& help,
+                          bool is_gauge, const std::function<double(const WorkerSnapshot&)>& get) {
+        for (std::size_t i = 0; i < a.per_worker.size(); ++i) {
+            const WorkerSnapshot w = a.per_worker[i].value_or(WorkerSnapshot{});
+            v.push_back(MetricValue{"worker" + std::to_string(i) + "_" + stat, prom,
+                                    "worker=\"" + std::to_string(i) + "\"", help, is_gauge,
+                                    get(w)});
+        }
+    };
+    auto n = [](std::uint64_t x) { return static_cast<double>(x); };
+    per_worker("datagrams", "sdp_pmd_worker_datagrams_total", "UDP datagrams received, per worker.",
+               false, [&](const WorkerSnapshot& w) { return n(w.counters.datagrams); });
+    per_worker("requests", "sdp_pmd_worker_requests_total", "PMReq decoded, per worker.", false,
+               [&](const WorkerSnapshot& w) { return n(w.counters.requests); });
+    per_worker("accepted", "sdp_pmd_worker_accepted_total",
+               "New transactions accepted, per worker.", false,
+               [&](const WorkerSnapshot& w) { return n(w.counters[Outcome::accepted]); });
+    per_worker("acked", "sdp_pmd_worker_acked_total", "PMAcks matched, per worker.", false,
+               [&](const WorkerSnapshot& w) { return n(w.counters[Outcome::acked]); });
+    per_worker("drop_rate_limited", "sdp_pmd_worker_rate_limited_total",
+               "PMReqs over their source's token bucket, per worker.", false,
+               [&](const WorkerSnapshot& w) { return n(w.counters[Outcome::drop_rate_limited]); });
+    per_worker("transactions", "sdp_pmd_worker_transactions",
+               "Live transactions waiting for PMAck, per worker.", true,
+               [&](const WorkerSnapshot& w) { return n(w.transactions); });
     gauge("static_services", "sdp_pmd_services", "Services by kind.",
           static_cast<double>(config_.services.size()), "kind=\"static\"");
     gauge("dynamic_services", "sdp_pmd_services", "Services by kind.",
@@ -1006,8 +1234,12 @@ json Server::stats() {
 }
 
 void Server::reset_stats() {
-    pmsp_->reset_counters();
+    on_workers<bool>([](Worker& w) {
+        w.reset_counters();
+        return true;
+    });
     shell_ = {};
+    watchdog_withheld_ = 0;
     registrations_changed_ = 0;
     leases_expired_ = 0;
     state_write_errors_ = 0;

@@ -1,12 +1,16 @@
-// The sdp-pmd I/O shell: UDP listen sockets, the PMAck timer, signals and
-// configuration reloads around one sans-I/O pmd::Pmsp.
+// The sdp-pmd I/O shell: N UDP worker shards (io/worker.hpp), each with its
+// own sans-I/O pmd::Pmsp, and around them on the main thread the signals,
+// configuration reloads, the control socket, the metrics endpoint, the state
+// file and the service manager notifications.
 //
-// Everything runs on the thread that runs the io_context (one shard for now);
-// signals are delivered through asio::signal_set, so no work ever happens in
-// a real signal handler. The service manager is told READY=1 once every
-// socket is bound, RELOADING=1 / READY=1 around a reload, STATUS= with live
-// counts (at most every kStatusInterval, when they changed), WATCHDOG=1 at
-// half of $WATCHDOG_USEC from the loop's own thread, and STOPPING=1.
+// The main thread never touches a shard's state: it posts work to the
+// workers (a new registry snapshot, new limits, sockets) and collects their
+// counters with a bounded wait (kWorkerReplyTimeout). Signals are delivered
+// through asio::signal_set, so no work ever happens in a real signal handler. The service manager
+// is told READY=1 once every socket is bound, RELOADING=1 / READY=1 around a reload, STATUS= with
+// live counts (at most every kStatusInterval, when they changed), WATCHDOG=1 at half of
+// $WATCHDOG_USEC from the main loop, only while every worker answered the previous round's ping (so
+// a stuck worker stops the pings), and STOPPING=1.
 //
 // Sockets inherited from the service manager (socket activation) replace
 // `listen:` (UDP) and `control.socket` (a listening Unix stream socket).
@@ -21,6 +25,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,22 +38,24 @@
 #include "io/metrics_http.hpp"
 #include "io/state_file.hpp"
 #include "io/udp_socket.hpp"
+#include "io/worker.hpp"
 
 namespace pmd::io {
 
 // How often STATUS= is refreshed (only sent when the text changed).
 inline constexpr std::chrono::seconds kStatusInterval{10};
 
-// What the shell itself counts, next to the core's Counters.
-struct ShellCounters {
-    std::uint64_t receive_errors = 0;
-    std::uint64_t send_errors = 0;
-    std::uint64_t truncated = 0;  // longer than the receive buffer (counted too_long)
-    std::uint64_t reloads = 0;
-    std::uint64_t reload_failures = 0;
-};
+// How long the main thread waits for a worker to answer (counters, a new
+// registry); a worker that does not answer in time is reported as such.
+inline constexpr std::chrono::milliseconds kWorkerReplyTimeout{1000};
 
 Limits limits_from(const Config& config);
+// The limits of shard `index` of `workers`: the memory bounds
+// max_transactions and limits.*.max_sources are totals for the daemon, split
+// evenly (at least 1 each).
+Limits shard_limits(const Config& config, unsigned index, unsigned workers);
+// `workers:` resolved: "auto" (0) is the CPUs of the affinity mask.
+unsigned resolve_workers(unsigned configured);
 
 // One counter or gauge, named for both `stats` (stat) and Prometheus (prom,
 // with an optional label).
@@ -88,11 +95,10 @@ class Server final : public ControlBackend {
     bool reload();
 
     std::string counters_line() const;
-    const ShellCounters& shell_counters() const { return shell_; }
-    const Pmsp& pmsp() const { return *pmsp_; }
     // The endpoints actually bound (a configured port 0 replaced by the real one).
     std::vector<pm::Endpoint> bound() const;
     std::vector<MetricValue> metric_values() const;
+    unsigned workers() const { return static_cast<unsigned>(workers_.size()); }
 
     // ControlBackend (docs/control-protocol.md).
     nlohmann::json status() override;
@@ -105,15 +111,35 @@ class Server final : public ControlBackend {
     Reply reload_config() override;
 
   private:
-    using SocketList = std::vector<std::shared_ptr<UdpSocket>>;
+    // One listen endpoint: sockets[i] belongs to workers_[i] (a reuseport
+    // group bound in worker order), or a single socket on worker 0.
+    struct Listener {
+        pm::Endpoint endpoint;
+        std::vector<std::shared_ptr<UdpSocket>> sockets;
+        bool steered = false;  // source-address steering attached
+    };
+    using ListenerList = std::vector<Listener>;
+    // Every worker's counters, aggregated, and each worker's own.
+    struct Aggregate {
+        WorkerSnapshot total;
+        std::vector<std::optional<WorkerSnapshot>> per_worker;  // nullopt: no answer
+        std::size_t unresponsive = 0;
+    };
 
-    std::optional<SocketList> open_sockets(const std::vector<pm::Endpoint>& listen,
-                                           const SocketList& reuse);
-    void wait_readable(const std::shared_ptr<UdpSocket>& s);
-    void on_readable(UdpSocket& s);
-    void log_outcome(const Received& r, Outcome outcome, TimePoint now);
-    void arm_timer();
-    void on_timer();
+    std::optional<ListenerList> open_listeners(const std::vector<pm::Endpoint>& listen,
+                                               const ListenerList& reuse);
+    std::optional<Listener> open_listener(const pm::Endpoint& ep, boost::system::error_code& ec);
+    Listener adopt_listener(std::shared_ptr<UdpSocket> s);
+    void steer(Listener& l);
+    void attach_listener(const Listener& l);
+    void detach_listener(const Listener& l);
+    // Runs f on every worker's thread (directly when the workers are not
+    // running) and waits at most kWorkerReplyTimeout for all of them.
+    template <class R>
+    std::vector<std::optional<R>> on_workers(std::function<R(Worker&)> f) const;
+    Aggregate aggregate() const;
+    void publish(std::shared_ptr<const Registry> registry);
+    void stop_workers();
     void arm_log_flush();
     void wait_signal();
     void on_signal(int signo);
@@ -133,14 +159,13 @@ class Server final : public ControlBackend {
     Config config_;
     std::string config_path_;
     bool config_optional_;
-    std::unique_ptr<Pmsp> pmsp_;
-    SocketList sockets_;
-    std::unique_ptr<RxBatch> rx_;
-    std::unique_ptr<TxBatch> tx_;
-    boost::asio::steady_timer timer_;
-    std::optional<TimePoint> timer_deadline_;  // what timer_ is armed for
+    std::shared_ptr<const Registry> registry_;  // the snapshot every worker has
+    std::vector<std::unique_ptr<Worker>> workers_;
+    bool workers_running_ = false;
+    std::uint32_t steering_seed_ = 0;
+    bool steering_warned_ = false;
+    ListenerList listeners_;
     boost::asio::steady_timer log_timer_;
-    bool log_timer_armed_ = false;
     boost::asio::signal_set signals_;
     bool stopping_ = false;
     ShellCounters shell_;
@@ -163,6 +188,8 @@ class Server final : public ControlBackend {
     std::string last_status_;  // the last STATUS= text sent
     boost::asio::steady_timer watchdog_timer_;
     std::chrono::microseconds watchdog_interval_{0};  // 0: no watchdog
+    std::uint64_t watchdog_seq_ = 0;                  // last ping posted to the workers
+    std::uint64_t watchdog_withheld_ = 0;             // WATCHDOG=1 not sent: a worker stuck
 };
 
 }  // namespace pmd::io

@@ -125,7 +125,7 @@ bool TxBatch::add(const pm::Wire& bytes, const Received& to, bool v6_socket) {
     mh.msg_namelen = to.peer_len;
     mh.msg_iov = &iov_[i];
     mh.msg_iovlen = 1;
-    if (!to.local.is_unspecified()) {
+    if (!to.bound_local && !to.local.is_unspecified()) {
         mh.msg_control = control_[i].bytes;
         mh.msg_controllen = build_pktinfo(control_[i], to.local, to.ifindex, v6_socket);
     }
@@ -137,7 +137,7 @@ UdpSocket::UdpSocket(boost::asio::io_context& io, const pm::Endpoint& ep)
     : endpoint_(ep), v6_(ep.address.is_v6()), socket_(io) {}
 
 std::shared_ptr<UdpSocket> UdpSocket::open(boost::asio::io_context& io, const pm::Endpoint& ep,
-                                           boost::system::error_code& ec) {
+                                           boost::system::error_code& ec, bool reuseport) {
     auto s = std::make_shared<UdpSocket>(io, ep);
     auto aep = to_asio(ep);
     auto& sock = s->socket_;
@@ -146,17 +146,22 @@ std::shared_ptr<UdpSocket> UdpSocket::open(boost::asio::io_context& io, const pm
     }
     int fd = sock.native_handle();
     int on = 1;
+    s->pktinfo_ = ep.address.is_unspecified();
     if (ep.address.is_v6()) {
         // Lets 0.0.0.0:P and [::]:P both be bound; IPv4 is served by the IPv4
         // socket only.
         if (sock.set_option(asio::ip::v6_only(true), ec)) {
             return nullptr;
         }
-        if (::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof on) != 0) {
+        if (s->pktinfo_ && ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof on) != 0) {
             ec.assign(errno, boost::system::system_category());
             return nullptr;
         }
-    } else if (::setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on) != 0) {
+    } else if (s->pktinfo_ && ::setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on) != 0) {
+        ec.assign(errno, boost::system::system_category());
+        return nullptr;
+    }
+    if (reuseport && ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0) {
         ec.assign(errno, boost::system::system_category());
         return nullptr;
     }
@@ -210,6 +215,54 @@ std::shared_ptr<UdpSocket> UdpSocket::adopt(boost::asio::io_context& io, int fd,
     return s;
 }
 
+std::shared_ptr<UdpSocket> UdpSocket::sibling(boost::asio::io_context& io, UdpSocket& of,
+                                              boost::system::error_code& ec) {
+    const int ofd = of.socket_.native_handle();
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::getsockname(ofd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+        ec.assign(errno, boost::system::system_category());
+        return nullptr;
+    }
+    const bool v6 = ss.ss_family == AF_INET6;
+    int fd = ::socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        ec.assign(errno, boost::system::system_category());
+        return nullptr;
+    }
+    auto fail = [&] {
+        ec.assign(errno, boost::system::system_category());
+        ::close(fd);
+        return nullptr;
+    };
+    int on = 1;
+    if (v6) {
+        int v6only = 0;
+        socklen_t olen = sizeof v6only;
+        if (::getsockopt(ofd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen) != 0 ||
+            ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only) != 0 ||
+            ::setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &on, sizeof on) != 0) {
+            return fail();
+        }
+    } else if (::setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &on, sizeof on) != 0) {
+        return fail();
+    }
+    if (::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0 ||
+        ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+        return fail();
+    }
+    auto s = std::make_shared<UdpSocket>(io, of.endpoint_);
+    s->v6_ = v6;
+    if (s->socket_.assign(v6 ? asio::ip::udp::v6() : asio::ip::udp::v4(), fd, ec)) {
+        ::close(fd);
+        return nullptr;
+    }
+    if (s->socket_.non_blocking(true, ec)) {
+        return nullptr;
+    }
+    return s;
+}
+
 void UdpSocket::close() {
     boost::system::error_code ignored;
     socket_.close(ignored);
@@ -224,8 +277,10 @@ int UdpSocket::receive(RxBatch& rx) {
         mh.msg_namelen = sizeof rx.names_[i];
         mh.msg_iov = &rx.iov_[i];
         mh.msg_iovlen = 1;
-        mh.msg_control = rx.control_[i].bytes;
-        mh.msg_controllen = sizeof rx.control_[i].bytes;
+        if (pktinfo_) {
+            mh.msg_control = rx.control_[i].bytes;
+            mh.msg_controllen = sizeof rx.control_[i].bytes;
+        }
         rx.msgs_[i].msg_len = 0;
     }
     int n;
@@ -248,7 +303,10 @@ int UdpSocket::receive(RxBatch& rx) {
         r.peer_len = mh.msg_namelen;
         r.source = from_sockaddr(r.peer);
         r.ifindex = 0;
-        if (!parse_pktinfo(mh, r.local, r.ifindex)) {
+        r.bound_local = !pktinfo_;
+        if (!pktinfo_) {
+            r.local = endpoint_.address;
+        } else if (!parse_pktinfo(mh, r.local, r.ifindex)) {
             // No packet info (cannot happen with the options set): the bound
             // address is the best answer; the wildcard lets the kernel choose.
             r.local = endpoint_.address;

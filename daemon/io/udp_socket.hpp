@@ -48,6 +48,9 @@ struct Received {
     unsigned ifindex = 0;                 // interface it arrived on
     sockaddr_storage peer{};              // the source as received (scope id kept)
     socklen_t peer_len = 0;
+    // The socket is bound to one address: a reply leaves from it without a
+    // packet info control message.
+    bool bound_local = false;
 
     bool truncated() const { return length > bytes.size(); }
 };
@@ -91,9 +94,17 @@ class TxBatch {
 class UdpSocket {
   public:
     // Opens, configures (IPV6_V6ONLY for IPv6, packet info, non-blocking) and
-    // binds a socket. On failure returns nullptr with ec set.
+    // binds a socket. With `reuseport`, SO_REUSEPORT is set before the bind
+    // (one socket per worker on the same address). On failure returns
+    // nullptr with ec set.
     static std::shared_ptr<UdpSocket> open(boost::asio::io_context& io, const pm::Endpoint& ep,
-                                           boost::system::error_code& ec);
+                                           boost::system::error_code& ec, bool reuseport = false);
+    // A new socket with SO_REUSEPORT bound to the same address as `of` (an
+    // inherited socket that has SO_REUSEPORT), with the same IPV6_V6ONLY
+    // setting, so that it joins its reuseport group. nullptr with ec set on
+    // failure (EADDRINUSE when `of` belongs to another user).
+    static std::shared_ptr<UdpSocket> sibling(boost::asio::io_context& io, UdpSocket& of,
+                                              boost::system::error_code& ec);
     // Takes over an already bound UDP socket (inherited from the service
     // manager): enables packet info, makes it non-blocking and reads its
     // address. On failure returns nullptr with ec set; `fd` is then closed.
@@ -104,6 +115,12 @@ class UdpSocket {
     // The socket's family (an inherited dual-stack IPv6 socket bound to an
     // IPv4-mapped address still is one).
     bool is_v6() const { return v6_; }
+    // Whether datagrams carry IP_PKTINFO / IPV6_PKTINFO: only sockets bound to
+    // a wildcard address (or inherited) need it to learn and reuse the
+    // destination address; a socket bound to one address always receives on
+    // and replies from that address, and skips the per-datagram control
+    // message both ways.
+    bool uses_pktinfo() const { return pktinfo_; }
     boost::asio::ip::udp::socket& socket() { return socket_; }
     bool is_open() const { return socket_.is_open(); }
     void close();
@@ -126,6 +143,7 @@ class UdpSocket {
   private:
     pm::Endpoint endpoint_;
     bool v6_ = false;
+    bool pktinfo_ = true;
     boost::asio::ip::udp::socket socket_;
 };
 
