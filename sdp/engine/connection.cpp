@@ -54,6 +54,8 @@ std::string_view to_string(Error e) {
             return "bad_mseq_ack";
         case Error::oversize:
             return "oversize";
+        case Error::credit_overrun:
+            return "credit_overrun";
         case Error::llp_lost:
             return "llp_lost";
         case Error::local_abort:
@@ -153,7 +155,8 @@ Error Connection::accept(std::span<const std::uint8_t> hello) {
 }
 
 void Connection::handle_hello_ack(std::span<const std::uint8_t> bytes) {
-    ++consumed_;  // the HelloAck used one of our posted buffers
+    if (!take_buffer())  // the HelloAck uses one of our posted buffers
+        return;
     ++stats_.messages_received;
     auto r = w::decode(bytes);
     auto* m = std::get_if<w::Message>(&r);
@@ -213,6 +216,12 @@ void Connection::on_recv(std::span<const std::uint8_t> bytes, bool /*solicited*/
     }
     if (abort_pending_) {
         // Only credit information matters now: AbortConn waits for it.
+        if (consumed_ == posted_) {
+            // The peer overran our buffers even now: give up on AbortConn.
+            abort_pending_ = false;
+            qp_.disconnect(false);
+            return;
+        }
         ++consumed_;
         auto h = w::decode_bsdh(bytes);
         if (const auto* b = std::get_if<w::Bsdh>(&h)) {
@@ -226,7 +235,8 @@ void Connection::on_recv(std::span<const std::uint8_t> bytes, bool /*solicited*/
         ++stats_.ignored;
         return;
     }
-    ++consumed_;
+    if (!take_buffer())
+        return;
     ++stats_.messages_received;
     if (bytes.size() > cfg_.recv_buf_size) {
         go_reset(Error::oversize);
@@ -238,19 +248,84 @@ void Connection::on_recv(std::span<const std::uint8_t> bytes, bool /*solicited*/
         go_reset(Error::bad_message);
         return;
     }
-    if (m->mseq != static_cast<std::uint32_t>(last_rx_mseq_ + 1)) {  // 10.1
-        go_reset(Error::mseq_mismatch);
+    if (!check_sequence(*m))
         return;
+    handle(std::move(*m));
+    pump();
+}
+
+bool Connection::check_sequence(const w::Message& m) {
+    if (m.mseq != static_cast<std::uint32_t>(last_rx_mseq_ + 1)) {  // 10.1
+        go_reset(Error::mseq_mismatch);
+        return false;
     }
-    const std::uint32_t in_flight = (next_mseq_ - 1) - m->mseq_ack;
+    const std::uint32_t in_flight = (next_mseq_ - 1) - m.mseq_ack;
     if (in_flight > sent_after_setup_) {
         go_reset(Error::bad_mseq_ack);
+        return false;
+    }
+    last_rx_mseq_ = m.mseq;
+    peer_bufs_ = m.bufs;
+    peer_ack_ = m.mseq_ack;
+    return true;
+}
+
+void Connection::on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len, bool solicited) {
+    const std::span<const std::uint8_t> bytes(buf.data(), std::min(len, buf.size()));
+    // Fast path: a Data Message with payload while established; the same
+    // checks and effects as on_recv() + handle() + deliver(), without
+    // copying the payload out of the private buffer.
+    const bool fast = !llp_closed_ && state_ == State::established && !abort_pending_ &&
+                      len == bytes.size() && len > w::kBsdhSize && len <= cfg_.recv_buf_size &&
+                      buf.size() == cfg_.recv_buf_size &&
+                      bytes[3] == static_cast<std::uint8_t>(w::Mid::data);
+    if (!fast) {
+        on_recv(bytes, solicited);
         return;
     }
-    last_rx_mseq_ = m->mseq;
-    peer_bufs_ = m->bufs;
-    peer_ack_ = m->mseq_ack;
-    handle(std::move(*m));
+    auto hv = w::decode_bsdh(bytes);
+    const auto& h = std::get<w::Bsdh>(hv);  // len >= kBsdhSize: always a Bsdh
+    if (!take_buffer())
+        return;
+    ++stats_.messages_received;
+    if (h.len != len) {
+        go_reset(Error::bad_message);  // decode(): length_mismatch
+        return;
+    }
+    w::Message m;
+    m.bufs = h.bufs;
+    m.flags = h.flags;
+    m.mseq = h.mseq;
+    m.mseq_ack = h.mseq_ack;
+    if (!check_sequence(m))
+        return;
+    if (m.flags & w::flag::oob_pend)
+        ++oob_pending_;
+    armed_ = true;  // payload: not a gratuitous update
+    if (disconn_received_) {
+        go_reset(Error::unexpected_message);
+        return;
+    }
+    std::size_t end = len;
+    if (m.flags & w::flag::oob_pres) {
+        oob_byte_ = buf[end - 1];  // 9.5.3: the last byte is the OOB byte
+        --end;
+        if (oob_pending_ > 0)
+            --oob_pending_;
+    }
+    if (end == w::kBsdhSize) {
+        repost(1);
+    } else {
+        stats_.bytes_received += end - w::kBsdhSize;
+        rx_bytes_ += end - w::kBsdhSize;
+        rx_.push_back(Chunk{std::move(buf), w::kBsdhSize, end});
+        if (!spare_.empty()) {
+            buf = std::move(spare_.back());
+            spare_.pop_back();
+        } else {
+            buf = std::vector<std::uint8_t>(cfg_.recv_buf_size);
+        }
+    }
     pump();
 }
 
@@ -328,7 +403,8 @@ void Connection::deliver(std::vector<std::uint8_t>&& payload, std::uint8_t flags
     }
     stats_.bytes_received += payload.size();
     rx_bytes_ += payload.size();
-    rx_.push_back(Chunk{std::move(payload), 0});
+    const std::size_t end = payload.size();
+    rx_.push_back(Chunk{std::move(payload), 0, end});
 }
 
 void Connection::on_llp_closed() {
@@ -349,7 +425,7 @@ void Connection::on_llp_closed() {
             if (disconn_received_ && !abort_received_) {
                 state_ = State::closed;
                 tx_.clear();
-                tx_off_ = 0;
+                tx_bytes_ = 0;
             } else {
                 state_ = State::reset;
                 error_ = Error::llp_lost;
@@ -378,13 +454,33 @@ std::size_t Connection::write(std::span<const std::uint8_t> bytes) {
     const std::size_t n = std::min(bytes.size(), write_space());
     if (n == 0)
         return 0;
-    if (tx_off_ > 0 && tx_off_ >= tx_.size() / 2) {
-        tx_.erase(tx_.begin(), tx_.begin() + static_cast<std::ptrdiff_t>(tx_off_));
-        tx_off_ = 0;
-    }
-    tx_.insert(tx_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+    queue_tx(bytes.first(n));
     pump();
     return n;
+}
+
+std::size_t Connection::tx_block_payload() const {
+    const std::uint32_t limit =
+        peer_recv_size_ > 0 ? std::min(peer_recv_size_, cfg_.send_buf_size) : cfg_.send_buf_size;
+    return limit - w::kBsdhSize;
+}
+
+void Connection::queue_tx(std::span<const std::uint8_t> bytes) {
+    const std::size_t cap = tx_block_payload();
+    while (!bytes.empty()) {
+        if (tx_.empty() || tx_.back().size() - w::kBsdhSize >= cap) {
+            auto& b = tx_.emplace_back();
+            b.reserve(w::kBsdhSize + std::min(cap, std::max<std::size_t>(bytes.size(), 256)));
+            b.resize(w::kBsdhSize);
+        }
+        auto& b = tx_.back();
+        const std::size_t k = std::min(bytes.size(), cap - (b.size() - w::kBsdhSize));
+        if (b.capacity() < b.size() + k)
+            b.reserve(std::min(w::kBsdhSize + cap, std::max(b.size() + k, 2 * b.capacity())));
+        b.insert(b.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(k));
+        bytes = bytes.subspan(k);
+        tx_bytes_ += k;
+    }
 }
 
 bool Connection::write_oob(std::uint8_t byte) {
@@ -393,7 +489,7 @@ bool Connection::write_oob(std::uint8_t byte) {
     if (!open)
         return false;
     oob_marks_.push_back(tx_stream_pos_ + send_queued());
-    tx_.push_back(byte);
+    queue_tx(std::span<const std::uint8_t>(&byte, 1));
     pump();
     return true;
 }
@@ -403,11 +499,13 @@ std::size_t Connection::read(std::span<std::uint8_t> out) {
     std::uint32_t freed = 0;
     while (n < out.size() && !rx_.empty()) {
         Chunk& c = rx_.front();
-        const std::size_t k = std::min(out.size() - n, c.bytes.size() - c.off);
+        const std::size_t k = std::min(out.size() - n, c.end - c.off);
         std::memcpy(out.data() + n, c.bytes.data() + c.off, k);
         n += k;
         c.off += k;
-        if (c.off == c.bytes.size()) {
+        if (c.off == c.end) {
+            if (c.bytes.size() == cfg_.recv_buf_size && spare_.size() < cfg_.recv_buf_count)
+                spare_.push_back(std::move(c.bytes));  // a private buffer: reuse it
             rx_.pop_front();
             ++freed;
         }
@@ -427,7 +525,9 @@ std::optional<std::uint8_t> Connection::read_oob() {
 }
 
 bool Connection::eof() const {
-    return disconn_received_ && rx_bytes_ == 0;
+    // A reset after the peer's DisConn (AbortConn, a protocol violation)
+    // dropped whatever was still unread: that is an error, not end of stream.
+    return disconn_received_ && rx_bytes_ == 0 && state_ != State::reset && state_ != State::failed;
 }
 
 void Connection::shutdown_write() {
@@ -461,7 +561,7 @@ void Connection::go_reset(Error e) {
 
 void Connection::drop_queues() {
     tx_.clear();
-    tx_off_ = 0;
+    tx_bytes_ = 0;
     oob_marks_.clear();
     oob_flagged_ = 0;
     control_.clear();
@@ -479,6 +579,19 @@ void Connection::teardown_if_done() {
 }
 
 // --------------------------------------------------------------- credits ---
+
+bool Connection::take_buffer() {
+    // A message with no buffer posted for it: the peer sent without credit
+    // (10.2). A real QP would have terminated the stream (no buffer for an
+    // untagged DDP segment); the engine must not count a buffer it never
+    // posted.
+    if (consumed_ == posted_) {
+        go_reset(Error::credit_overrun);
+        return false;
+    }
+    ++consumed_;
+    return true;
+}
 
 std::uint32_t Connection::local_bufs() const {
     return static_cast<std::uint32_t>(std::min<std::uint64_t>(posted_ - consumed_, 0xFFFF));
@@ -538,15 +651,21 @@ std::uint8_t Connection::take_pend_flag(bool carries_oob_byte) {
     return w::flag::oob_pend;
 }
 
-bool Connection::send(w::Body body, std::uint8_t flags) {
+bool Connection::send(w::Body body, std::uint8_t flags, std::vector<std::uint8_t>* block) {
     w::Message m;
     m.bufs = static_cast<std::uint16_t>(local_bufs());
     m.flags = flags;
     m.mseq = next_mseq_;
     m.mseq_ack = last_rx_mseq_;
     m.body = std::move(body);
-    const auto bytes = w::encode(m);
-    qp_.post_send(bytes, w::is_solicited(m));
+    if (block) {
+        // The payload is already in place after kBsdhSize bytes of headroom.
+        w::encode_bsdh_into(m, block->size() - w::kBsdhSize,
+                            std::span<std::uint8_t, w::kBsdhSize>(block->data(), w::kBsdhSize));
+        qp_.post_send_owned(std::move(*block), w::is_solicited(m));
+    } else {
+        qp_.post_send_owned(w::encode(m), w::is_solicited(m));
+    }
     ++next_mseq_;
     ++sent_after_setup_;
     last_adv_bufs_ = m.bufs;
@@ -585,7 +704,9 @@ void Connection::pump() {
         if (send_queued() > 0 && !disconn_sent_ && c >= 3) {
             const std::size_t room =
                 std::min<std::size_t>(peer_recv_size_, cfg_.send_buf_size) - w::kBsdhSize;
-            std::size_t n = std::min(send_queued(), room);
+            std::vector<std::uint8_t>& front = tx_.front();
+            const std::size_t have = front.size() - w::kBsdhSize;
+            std::size_t n = std::min(have, room);
             std::uint8_t flags = 0;
             bool carries_oob = false;
             if (!oob_marks_.empty() && oob_marks_.front() < tx_stream_pos_ + n) {
@@ -594,9 +715,21 @@ void Connection::pump() {
                 flags |= w::flag::oob_pres;
             }
             flags |= take_pend_flag(carries_oob);
-            const auto first = tx_.begin() + static_cast<std::ptrdiff_t>(tx_off_);
-            w::Data d{std::vector<std::uint8_t>(first, first + static_cast<std::ptrdiff_t>(n))};
-            tx_off_ += n;
+            if (n < have) {
+                // Split (an OOB byte, or a block queued before the peer's
+                // buffer size was known): the rest becomes the next block.
+                std::vector<std::uint8_t> rest;
+                rest.reserve(w::kBsdhSize + (have - n));
+                rest.resize(w::kBsdhSize);
+                rest.insert(rest.end(),
+                            front.begin() + static_cast<std::ptrdiff_t>(w::kBsdhSize + n),
+                            front.end());
+                front.resize(w::kBsdhSize + n);
+                tx_.insert(tx_.begin() + 1, std::move(rest));
+            }
+            std::vector<std::uint8_t> block = std::move(tx_.front());
+            tx_.pop_front();
+            tx_bytes_ -= n;
             tx_stream_pos_ += n;
             if (carries_oob) {
                 oob_marks_.pop_front();
@@ -604,7 +737,7 @@ void Connection::pump() {
             }
             stats_.bytes_sent += n;
             ++stats_.data_messages_sent;
-            send(std::move(d), flags);
+            send(w::Data{}, flags, &block);
             continue;
         }
         if (shutdown_requested_ && !disconn_sent_ && send_queued() == 0 && may_control) {

@@ -61,6 +61,7 @@ enum class Error : std::uint8_t {
     mseq_mismatch,       // MSeq not last + 1 (10.1)
     bad_mseq_ack,        // MSeqAck acknowledges an MSeq never sent
     oversize,            // message larger than the local receive buffer
+    credit_overrun,      // a message arrived with no receive buffer posted (10.2)
     llp_lost,            // LLP torn down without DisConn (8.2.2)
     local_abort,         // the ULP aborted
     peer_abort,          // AbortConn received
@@ -98,6 +99,11 @@ class Connection {
     // --- completions from the QP ------------------------------------------
     // One receive completion: the bytes of one incoming Send.
     void on_recv(std::span<const std::uint8_t> message, bool solicited);
+    // The same for a message in a whole private buffer of local_recv_size()
+    // bytes, the first `len` of which were received. A Data Message's buffer
+    // is kept (its payload is read from it, no copy) and `buf` is replaced by
+    // a spare buffer of the same size; otherwise `buf` is left as it is.
+    void on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len, bool solicited);
     // The LLP connection is gone (FIN, RST or error).
     void on_llp_closed();
 
@@ -121,10 +127,11 @@ class Connection {
     Error error() const { return error_; }
     Role role() const { return role_; }
     std::size_t readable() const { return rx_bytes_; }
-    // True when the peer sent DisConn and every byte before it was read.
+    // True when the peer sent DisConn and every byte before it was read,
+    // unless the connection was reset since (then unread data was lost).
     bool eof() const;
     std::size_t write_space() const;
-    std::size_t send_queued() const { return tx_.size() - tx_off_; }
+    std::size_t send_queued() const { return tx_bytes_; }
     bool disconn_sent() const { return disconn_sent_; }
     bool disconn_received() const { return disconn_received_; }
     // OOB_PEND flags received and not yet matched by their OOB byte.
@@ -146,18 +153,24 @@ class Connection {
   private:
     struct Chunk {
         std::vector<std::uint8_t> bytes;
-        std::size_t off = 0;
+        std::size_t off = 0;  // next byte to read
+        std::size_t end = 0;  // one past the last payload byte
     };
 
     void established();
     void handle_hello_ack(std::span<const std::uint8_t> bytes);
+    bool check_sequence(const wire::Message& m);
     void handle(wire::Message&& m);
     void deliver(std::vector<std::uint8_t>&& payload, std::uint8_t flags);
     void pump();
-    bool send(wire::Body body, std::uint8_t flags = 0);
+    // block: a Data Message's bytes (headroom + payload; body is Data{}).
+    bool send(wire::Body body, std::uint8_t flags = 0, std::vector<std::uint8_t>* block = nullptr);
+    void queue_tx(std::span<const std::uint8_t> bytes);
+    std::size_t tx_block_payload() const;
     std::uint32_t peer_credit_estimate() const;
     bool needs_credit_update() const;
     void repost(std::uint32_t n);
+    bool take_buffer();
     void go_reset(Error e);
     void teardown_if_done();
     void fail_setup(Error e);
@@ -196,9 +209,13 @@ class Connection {
     bool armed_ = false;
 
     // Outbound stream and OOB marks (absolute stream offsets).
-    std::vector<std::uint8_t> tx_;
-    std::size_t tx_off_ = 0;
-    std::uint64_t tx_stream_pos_ = 0;      // stream offset of tx_[tx_off_]
+    // Queued bytes in blocks of at most one message payload, each after
+    // wire::kBsdhSize bytes of headroom: the front block becomes a Data
+    // Message in place (BSDH written in front, the vector handed to the QP)
+    // without copying its payload again.
+    std::deque<std::vector<std::uint8_t>> tx_;
+    std::size_t tx_bytes_ = 0;
+    std::uint64_t tx_stream_pos_ = 0;      // stream offset of the first queued byte
     std::deque<std::uint64_t> oob_marks_;  // OOB bytes not yet sent
     std::size_t oob_flagged_ = 0;          // leading marks whose OOB_PEND went out
     std::deque<wire::Body> control_;       // replies waiting for credit
@@ -206,6 +223,8 @@ class Connection {
     // Inbound stream: one chunk per received message with payload, each
     // holding its private buffer until read.
     std::deque<Chunk> rx_;
+    // Private buffers read empty, handed back by on_recv_buffer().
+    std::vector<std::vector<std::uint8_t>> spare_;
     std::size_t rx_bytes_ = 0;
     std::optional<std::uint8_t> oob_byte_;
     std::uint32_t oob_pending_ = 0;

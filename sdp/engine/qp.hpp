@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace sdp::engine {
 
@@ -20,6 +21,12 @@ class QueuePair {
     // Send with Solicited Event (section 14.2). The bytes are copied before
     // the call returns. Sends complete in order.
     virtual void post_send(std::span<const std::uint8_t> message, bool solicited) = 0;
+
+    // The same, handing over the encoded message (an adapter that keeps the
+    // bytes until the Send completes can take them without a copy).
+    virtual void post_send_owned(std::vector<std::uint8_t>&& message, bool solicited) {
+        post_send(message, solicited);
+    }
 
     // Post `count` more receive buffers, each of Connection::local_recv_size()
     // bytes, to the receive queue. Each incoming Send consumes one.

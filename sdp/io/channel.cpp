@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@ namespace {
 constexpr std::size_t kReadChunk = 256 * 1024;
 constexpr std::size_t kReadPerRound = 1024 * 1024;
 constexpr std::size_t kOutHigh = 512 * 1024;  // stop building FPDUs above this
+constexpr std::size_t kMaxIov = 128;          // pieces per sendmsg()
 
 int poll_timeout(std::optional<Clock::time_point> deadline) {
     if (!deadline) {
@@ -134,8 +136,7 @@ std::unique_ptr<SoftChannel> SoftChannel::handshake(int fd, iwarp::MpaRole role,
             // The Accepting Peer returns once its HelloAck is on the wire
             // (it may only send after the initiator's RTR), so the Connecting
             // Peer never waits for a stream nobody drives yet.
-            return p == SessionPhase::established && s.sends_flushed() &&
-                   ch->out_off_ >= ch->out_.size();
+            return p == SessionPhase::established && s.sends_flushed() && s.output_queued() == 0;
         },
         deadline);
     if (done && s.phase() == SessionPhase::established &&
@@ -164,7 +165,7 @@ std::unique_ptr<SoftChannel> SoftChannel::handshake(int fd, iwarp::MpaRole role,
         }
         // Let an MPA reject frame go out before the socket closes.
         ch->drive(
-            lk, [&] { return ch->out_off_ >= ch->out_.size() && !s.has_output(); },
+            lk, [&] { return s.output_queued() == 0 && !s.has_output(); },
             Clock::now() + std::chrono::milliseconds(200));
     }
     lk.unlock();
@@ -183,7 +184,7 @@ bool SoftChannel::tx_pending_locked() const {
         return false;
     }
     const auto& c = session_.sdp();
-    return out_off_ < out_.size() || session_.has_output() || c.send_queued() > 0 ||
+    return session_.output_queued() > 0 || session_.has_output() || c.send_queued() > 0 ||
            (session_.llp_request() == LlpRequest::fin && !wr_shut_) ||
            (c.state() == engine::State::established && c.send_credits() == 0 &&
             c.send_queued() > 0);
@@ -250,26 +251,29 @@ void SoftChannel::service_locked() {
     if (rd_eof_ && session_.eof_seen() && rst_done_) {
         return;
     }
-    // Write what we can.
+    // Write what we can: the session's gathered FPDUs (headers, payload
+    // straight from its send buffers, CRC trailers) with one sendmsg().
     while (true) {
-        if (out_off_ >= out_.size()) {
-            out_.clear();
-            out_off_ = 0;
-        } else if (out_off_ > kOutHigh) {
-            out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(out_off_));
-            out_off_ = 0;
-        }
-        if (!rst_done_ && !wr_shut_ && out_.size() - out_off_ < kOutHigh) {
+        if (!rst_done_ && !wr_shut_ && session_.output_queued() < kOutHigh) {
             // Also picks up MPA frames (not reported by has_output()).
-            session_.take_output(out_, kOutHigh);
+            session_.prepare_output(kOutHigh);
         }
-        if (out_off_ >= out_.size() || rst_done_ || wr_shut_) {
+        if (session_.output_queued() == 0 || rst_done_ || wr_shut_) {
             break;
         }
-        ssize_t n = ::send(fd_, out_.data() + out_off_, out_.size() - out_off_,
-                           MSG_DONTWAIT | MSG_NOSIGNAL);
+        std::span<const std::uint8_t> segs[kMaxIov];
+        const std::size_t nseg = session_.peek_output(segs);
+        iovec iov[kMaxIov];
+        for (std::size_t i = 0; i < nseg; ++i) {
+            iov[i].iov_base = const_cast<std::uint8_t*>(segs[i].data());
+            iov[i].iov_len = segs[i].size();
+        }
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = nseg;
+        ssize_t n = ::sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {
-            out_off_ += static_cast<std::size_t>(n);
+            session_.consume_output(static_cast<std::size_t>(n));
             continue;
         }
         if (n < 0 && errno == EINTR) {
@@ -280,15 +284,14 @@ void SoftChannel::service_locked() {
         }
         // EPIPE / ECONNRESET: the stream is gone.
         sock_error_ = n < 0 ? errno : EPIPE;
-        out_.clear();
-        out_off_ = 0;
         rd_eof_ = true;
-        session_.on_eof();
+        session_.on_eof();  // drops the queued output
         break;
     }
     switch (session_.llp_request()) {
         case LlpRequest::fin:
-            if (!wr_shut_ && !rst_done_ && out_off_ >= out_.size() && !session_.has_output()) {
+            if (!wr_shut_ && !rst_done_ && session_.output_queued() == 0 &&
+                !session_.has_output()) {
                 ::shutdown(fd_, SHUT_WR);
                 wr_shut_ = true;
             }
@@ -296,8 +299,6 @@ void SoftChannel::service_locked() {
         case LlpRequest::rst:
             if (!rst_done_) {
                 rst_done_ = true;
-                out_.clear();
-                out_off_ = 0;
                 reset_connection(fd_);
                 rd_eof_ = true;
                 session_.on_eof();
@@ -333,7 +334,7 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
         }
         polling_ = true;
         pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-        if (out_off_ < out_.size() && !wr_shut_) {
+        if (session_.output_queued() > 0 && !wr_shut_) {
             p[0].events |= POLLOUT;
         }
         const int timeout = poll_timeout(deadline);
@@ -444,7 +445,8 @@ bool SoftChannel::flush(std::chrono::milliseconds timeout) {
         lk,
         [&] {
             return c.state() != engine::State::established ||
-                   (c.send_queued() == 0 && out_off_ >= out_.size() && !session_.has_output());
+                   (c.send_queued() == 0 && session_.output_queued() == 0 &&
+                    !session_.has_output());
         },
         Clock::now() + timeout);
 }
@@ -523,7 +525,7 @@ short SoftChannel::pump() {
     service_locked();
     cv_.notify_all();
     short ev = rd_eof_ ? 0 : POLLIN;
-    if (out_off_ < out_.size() && !wr_shut_) {
+    if (session_.output_queued() > 0 && !wr_shut_) {
         ev |= POLLOUT;
     }
     return ev;

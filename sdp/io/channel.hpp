@@ -2,6 +2,11 @@
 // connected TCP socket from the caller's threads (blocking calls, poll(2)),
 // with TCP_NODELAY and FPDUs sized to TCP_MAXSEG.
 //
+// Data path: FPDUs are written with sendmsg() as gathered pieces (header,
+// payload straight from the SDP message buffer, pad + CRC trailer; see
+// SoftSession::prepare_output); reads take 256 KiB at a time and whole
+// FPDUs are checked and placed from that buffer without another copy.
+//
 // Threads: any number of threads may call read/write/shutdown concurrently
 // (typically one reader and one writer). One of them at a time polls the
 // socket (leader); the others wait on a condition variable and are woken
@@ -114,8 +119,6 @@ class SoftChannel {
     bool wr_shut_ = false;
     bool rst_done_ = false;
     int sock_error_ = 0;
-    std::vector<std::uint8_t> out_;
-    std::size_t out_off_ = 0;
     std::vector<std::uint8_t> in_;
     bool stop_ = false;
     std::condition_variable helper_cv_;  // only the helper waits here

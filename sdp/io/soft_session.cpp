@@ -137,6 +137,21 @@ void SoftSession::post_send(std::span<const std::uint8_t> message, bool solicite
     }
 }
 
+void SoftSession::post_send_owned(std::vector<std::uint8_t>&& message, bool solicited) {
+    if (!qp_) {
+        pending_sends_.emplace_back(std::move(message), solicited);
+        return;
+    }
+    send_bufs_.push_back(std::move(message));
+    iwarp::SendWr wr;
+    wr.opcode = solicited ? iwarp::WrOpcode::send_se : iwarp::WrOpcode::send;
+    wr.data = send_bufs_.back();
+    if (qp_->post_send(wr)) {
+        send_bufs_.pop_back();
+        qp_failed();
+    }
+}
+
 void SoftSession::post_recv(std::uint32_t count) {
     if (!qp_) {
         pending_recvs_ += count;
@@ -174,9 +189,14 @@ void SoftSession::disconnect(bool graceful) {
 }
 
 void SoftSession::poll_completions() {
-    if (!qp_) {
+    // Not re-entered: a completion handled below may fail the QP, and
+    // qp_failed() polls again, which would overwrite cq_ under this loop
+    // (duplicated send completions release buffers still being written).
+    // The outer loop polls until the CQ is empty anyway.
+    if (!qp_ || polling_) {
         return;
     }
+    polling_ = true;
     cq_.resize(64);
     while (true) {
         const std::size_t n = qp_->poll_cq(cq_);
@@ -188,15 +208,23 @@ void SoftSession::poll_completions() {
             if (c.opcode == iwarp::WcOpcode::recv) {
                 const auto id = c.wr_id;
                 if (c.status == iwarp::WcStatus::success && !llp_reported_) {
-                    conn_.on_recv(std::span<const std::uint8_t>(recv_bufs_[id].data(), c.byte_len),
-                                  c.solicited);
+                    // The engine may keep the buffer (a Data payload is read
+                    // from it in place) and give back a spare one. Moved out
+                    // first: the call may post receives and grow recv_bufs_.
+                    std::vector<std::uint8_t> buf = std::move(recv_bufs_[id]);
+                    conn_.on_recv_buffer(buf, c.byte_len, c.solicited);
+                    recv_bufs_[id] = std::move(buf);
                 }
                 free_recv_.push_back(id);
-            } else if (c.opcode == iwarp::WcOpcode::send && !send_bufs_.empty()) {
-                send_bufs_.pop_front();
+            } else if (c.opcode == iwarp::WcOpcode::send) {
+                // Released once the output framed so far was consumed (the
+                // FPDUs may still point into the buffer).
+                send_release_at_.push_back(out_produced_);
             }
         }
     }
+    polling_ = false;
+    release_send_buffers();
 }
 
 void SoftSession::qp_failed() {
@@ -217,6 +245,10 @@ void SoftSession::on_eof() {
         return;
     }
     eof_ = true;
+    // Nothing more will be written: drop the queued output.
+    out_.clear();
+    out_consumed_ += out_bytes_;
+    out_bytes_ = 0;
     if (qp_) {
         qp_->on_llp_closed();
         poll_completions();
@@ -230,26 +262,130 @@ void SoftSession::on_eof() {
     }
 }
 
-void SoftSession::take_output(std::vector<std::uint8_t>& out, std::size_t max_bytes) {
-    auto m = mpa_.take_output();
-    out.insert(out.end(), m.begin(), m.end());
+class SoftSession::GatherSink final : public iwarp::FpduSink {
+  public:
+    explicit GatherSink(SoftSession& s) : s_(s) {}
+    void fpdu(std::span<const std::uint8_t> header, std::span<const std::uint8_t> payload,
+              bool payload_stable, bool crc) override {
+        if (header.size() > iwarp::kFpduMaxFramedHeader) {
+            std::vector<std::uint8_t> v;
+            iwarp::append_fpdu(v, header, payload, crc);
+            s_.push_owned(std::move(v));
+            return;
+        }
+        iwarp::FpduFrame f;
+        iwarp::frame_fpdu(f, header, payload, crc);
+        s_.push_inline(f.prefix, f.prefix_len);
+        if (!payload.empty()) {
+            if (payload_stable) {
+                s_.push_ext(payload.data(), payload.size());
+            } else {
+                s_.push_owned(std::vector<std::uint8_t>(payload.begin(), payload.end()));
+            }
+        }
+        s_.push_inline(f.trailer, f.trailer_len);
+    }
+    void raw(std::vector<std::uint8_t>&& bytes) override { s_.push_owned(std::move(bytes)); }
+    [[nodiscard]] std::size_t size() const override {
+        return static_cast<std::size_t>(s_.out_produced_);
+    }
+
+  private:
+    SoftSession& s_;
+};
+
+void SoftSession::push_inline(const std::uint8_t* p, std::size_t n) {
+    if (n == 0) {
+        return;
+    }
+    Piece& pc = out_.emplace_back();
+    std::copy_n(p, n, pc.inl);
+    pc.len = static_cast<std::uint32_t>(n);
+    out_bytes_ += n;
+    out_produced_ += n;
+}
+
+void SoftSession::push_owned(std::vector<std::uint8_t>&& bytes) {
+    if (bytes.empty()) {
+        return;
+    }
+    const std::size_t n = bytes.size();
+    Piece& pc = out_.emplace_back();
+    pc.owned = std::move(bytes);
+    pc.len = static_cast<std::uint32_t>(n);
+    out_bytes_ += n;
+    out_produced_ += n;
+}
+
+void SoftSession::push_ext(const std::uint8_t* p, std::size_t n) {
+    Piece& pc = out_.emplace_back();
+    pc.ext = p;
+    pc.len = static_cast<std::uint32_t>(n);
+    out_bytes_ += n;
+    out_produced_ += n;
+}
+
+void SoftSession::prepare_output(std::size_t max_bytes) {
+    push_owned(mpa_.take_output());
     if (qp_ && !eof_) {
-        const std::size_t before = out.size();
-        while (qp_->has_output() && out.size() - before < max_bytes) {
-            auto o = qp_->take_output(max_bytes - (out.size() - before));
-            if (o.empty()) {
+        GatherSink sink(*this);
+        while (qp_->has_output() && out_bytes_ < max_bytes) {
+            if (qp_->take_output_to(sink, max_bytes - out_bytes_) == 0) {
                 break;
             }
-            out.insert(out.end(), o.begin(), o.end());
         }
-        // Send completions arrive as FPDUs are handed out.
+        // Send completions arrive as FPDUs are framed; their buffers are
+        // released once consumed.
         poll_completions();
     }
 }
 
+std::size_t SoftSession::peek_output(std::span<std::span<const std::uint8_t>> segs) const {
+    std::size_t n = 0;
+    for (auto it = out_.begin(); it != out_.end() && n < segs.size(); ++it) {
+        segs[n++] = std::span<const std::uint8_t>(it->data() + it->off, it->len - it->off);
+    }
+    return n;
+}
+
+void SoftSession::consume_output(std::size_t n) {
+    n = std::min(n, out_bytes_);
+    out_bytes_ -= n;
+    out_consumed_ += n;
+    while (n > 0) {
+        Piece& pc = out_.front();
+        const std::size_t k = std::min<std::size_t>(n, pc.len - pc.off);
+        pc.off += static_cast<std::uint32_t>(k);
+        n -= k;
+        if (pc.off == pc.len) {
+            out_.pop_front();
+        }
+    }
+    release_send_buffers();
+}
+
+void SoftSession::release_send_buffers() {
+    while (!send_release_at_.empty() && send_release_at_.front() <= out_consumed_) {
+        send_release_at_.pop_front();
+        if (!send_bufs_.empty()) {
+            send_bufs_.pop_front();
+        }
+    }
+}
+
+void SoftSession::take_output(std::vector<std::uint8_t>& out, std::size_t max_bytes) {
+    prepare_output(max_bytes);
+    out.reserve(out.size() + out_bytes_);
+    for (const Piece& pc : out_) {
+        const std::uint8_t* p = pc.data() + pc.off;
+        out.insert(out.end(), p, p + (pc.len - pc.off));
+    }
+    consume_output(out_bytes_);
+}
+
 bool SoftSession::has_output() const {
     // mpa_ output is taken immediately after each transition; the QP decides.
-    return qp_ && !eof_ && qp_->has_output();
+    return !eof_ && (out_bytes_ > 0 || (qp_ && qp_->has_output()));
 }
 
 SessionPhase SoftSession::phase() const {

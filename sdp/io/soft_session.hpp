@@ -66,6 +66,21 @@ class SoftSession final : private engine::QueuePair {
     // Appends at most about max_bytes of bytes to write to `out`.
     void take_output(std::vector<std::uint8_t>& out, std::size_t max_bytes = 256 * 1024);
     [[nodiscard]] bool has_output() const;
+
+    // Gathered output (no copy of the payload; use instead of take_output(),
+    // not mixed with it while output_queued() > 0):
+    //  1. prepare_output(max): frames FPDUs (and MPA frames) until about
+    //     `max` bytes are queued;
+    //  2. peek_output(segs): fills segs with the queued bytes, in order, as
+    //     up to segs.size() spans (e.g. for writev/sendmsg); returns the count;
+    //  3. consume_output(n): the first n queued bytes were written.
+    // The spans stay valid until consumed (or on_eof()). Payload spans point
+    // into the session's send buffers, which are released once consumed.
+    void prepare_output(std::size_t max_bytes = 256 * 1024);
+    std::size_t peek_output(std::span<std::span<const std::uint8_t>> segs) const;
+    void consume_output(std::size_t n);
+    // Bytes framed by prepare_output() and not yet consumed.
+    [[nodiscard]] std::size_t output_queued() const { return out_bytes_; }
     [[nodiscard]] LlpRequest llp_request() const { return llp_; }
 
     [[nodiscard]] SessionPhase phase() const;
@@ -83,8 +98,28 @@ class SoftSession final : private engine::QueuePair {
     }
 
   private:
+    // One piece of gathered output: inline bytes (FPDU prefix / trailer),
+    // an owned vector (MPA frames, ready-made FPDUs, copied payloads) or a
+    // span into a send buffer.
+    struct Piece {
+        std::vector<std::uint8_t> owned;
+        const std::uint8_t* ext = nullptr;
+        std::uint32_t len = 0;
+        std::uint32_t off = 0;  // bytes of this piece already consumed
+        std::uint8_t inl[iwarp::kFpduHeaderSize + iwarp::kFpduMaxFramedHeader];
+        [[nodiscard]] const std::uint8_t* data() const {
+            return ext ? ext : owned.empty() ? inl : owned.data();
+        }
+    };
+    class GatherSink;
+    void push_inline(const std::uint8_t* p, std::size_t n);
+    void push_owned(std::vector<std::uint8_t>&& bytes);
+    void push_ext(const std::uint8_t* p, std::size_t n);
+    void release_send_buffers();
+
     // engine::QueuePair
     void post_send(std::span<const std::uint8_t> message, bool solicited) override;
+    void post_send_owned(std::vector<std::uint8_t>&& message, bool solicited) override;
     void post_recv(std::uint32_t count) override;
     void disconnect(bool graceful) override;
 
@@ -101,6 +136,7 @@ class SoftSession final : private engine::QueuePair {
     bool setup_failed_ = false;
     bool eof_ = false;
     bool llp_reported_ = false;
+    bool polling_ = false;  // inside poll_completions()
     LlpRequest llp_ = LlpRequest::none;
     std::string setup_error_;
 
@@ -109,8 +145,16 @@ class SoftSession final : private engine::QueuePair {
     std::uint32_t pending_recvs_ = 0;
     std::deque<std::pair<std::vector<std::uint8_t>, bool>> pending_sends_;
 
-    // Send buffers owned until their completion (completions are in order).
+    // Send buffers owned until their completion (completions are in order)
+    // and, with gathered output, until their last byte was consumed: the
+    // output offset at which each completed buffer may go.
     std::deque<std::vector<std::uint8_t>> send_bufs_;
+    std::deque<std::uint64_t> send_release_at_;
+    std::deque<Piece> out_;
+    std::size_t out_bytes_ = 0;
+    std::uint64_t out_produced_ = 0;  // bytes ever queued in out_
+    std::uint64_t out_consumed_ = 0;
+    bool gathering_ = false;  // inside prepare_output()
     // Receive buffers by wr_id, and the free slots.
     std::vector<std::vector<std::uint8_t>> recv_bufs_;
     std::vector<std::uint64_t> free_recv_;

@@ -15,11 +15,37 @@ const char* to_string(FpduError e) {
     return "unknown FPDU error";
 }
 
+void frame_fpdu(FpduFrame& f, std::span<const std::uint8_t> header,
+                std::span<const std::uint8_t> payload, bool crc) {
+    const std::size_t len = header.size() + payload.size();
+    f.prefix[0] = static_cast<std::uint8_t>(len >> 8);
+    f.prefix[1] = static_cast<std::uint8_t>(len);
+    std::copy(header.begin(), header.end(), f.prefix + kFpduHeaderSize);
+    f.prefix_len = static_cast<std::uint8_t>(kFpduHeaderSize + header.size());
+    const std::size_t pad = fpdu_pad(len);
+    std::fill_n(f.trailer, pad, std::uint8_t{0});
+    std::uint32_t v = 0;
+    if (crc) {
+        Crc32c c;
+        c.update(std::span<const std::uint8_t>(f.prefix, f.prefix_len));
+        c.update(payload);
+        c.update(std::span<const std::uint8_t>(f.trailer, pad));
+        v = c.value();
+    }
+    for (std::size_t i = 0; i < kFpduCrcSize; ++i) {
+        f.trailer[pad + i] = static_cast<std::uint8_t>(v >> (8 * i));
+    }
+    f.trailer_len = static_cast<std::uint8_t>(pad + kFpduCrcSize);
+}
+
 void append_fpdu(std::vector<std::uint8_t>& out, std::span<const std::uint8_t> header,
                  std::span<const std::uint8_t> payload, bool crc) {
     const std::size_t len = header.size() + payload.size();
     const std::size_t start = out.size();
-    out.reserve(start + fpdu_size(len));
+    if (out.capacity() < start + fpdu_size(len)) {
+        // Geometric growth: FPDUs are appended one after another.
+        out.reserve(std::max(start + fpdu_size(len), 2 * out.capacity()));
+    }
     out.push_back(static_cast<std::uint8_t>(len >> 8));
     out.push_back(static_cast<std::uint8_t>(len));
     out.insert(out.end(), header.begin(), header.end());
@@ -32,6 +58,28 @@ void append_fpdu(std::vector<std::uint8_t>& out, std::span<const std::uint8_t> h
     for (int i = 0; i < 4; ++i) {
         out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
     }
+}
+
+std::size_t FpduReceiver::whole_fpdu(std::span<const std::uint8_t> in) {
+    if (in.size() < kFpduHeaderSize) {
+        return 0;
+    }
+    const std::size_t len = static_cast<std::size_t>(in[0]) << 8 | in[1];
+    if (len == 0 || len > max_ulpdu_ || in.size() < fpdu_size(len)) {
+        return 0;
+    }
+    len_ = len;
+    const std::size_t body = kFpduHeaderSize + len + fpdu_pad(len);
+    if (crc_) {
+        const std::uint8_t* t = in.data() + body;
+        const std::uint32_t got =
+            static_cast<std::uint32_t>(t[0]) | static_cast<std::uint32_t>(t[1]) << 8 |
+            static_cast<std::uint32_t>(t[2]) << 16 | static_cast<std::uint32_t>(t[3]) << 24;
+        if (got != crc32c(in.first(body))) {
+            error_ = FpduError::crc;
+        }
+    }
+    return body + kFpduCrcSize;
 }
 
 std::size_t FpduReceiver::step(std::span<const std::uint8_t> in) {
@@ -47,7 +95,9 @@ std::size_t FpduReceiver::step(std::span<const std::uint8_t> in) {
                     return n;
                 }
                 crc32_.reset();
-                crc32_.update(std::span<const std::uint8_t>(hdr_, kFpduHeaderSize));
+                if (crc_) {
+                    crc32_.update(std::span<const std::uint8_t>(hdr_, kFpduHeaderSize));
+                }
                 ulpdu_.clear();
                 ulpdu_.reserve(len_);
                 data_need_ = len_ + fpdu_pad(len_);
@@ -58,7 +108,9 @@ std::size_t FpduReceiver::step(std::span<const std::uint8_t> in) {
         case State::data: {
             const std::size_t n = std::min(in.size(), data_need_);
             auto chunk = in.first(n);
-            crc32_.update(chunk);
+            if (crc_) {
+                crc32_.update(chunk);
+            }
             const std::size_t to_ulpdu = std::min(n, len_ - std::min(len_, ulpdu_.size()));
             ulpdu_.insert(ulpdu_.end(), chunk.begin(),
                           chunk.begin() + static_cast<std::ptrdiff_t>(to_ulpdu));

@@ -36,6 +36,20 @@ inline constexpr std::size_t kFpduMaxUlpdu = 0xFFFF;
     return u > kFpduMaxUlpdu ? (kFpduMaxUlpdu & ~static_cast<std::size_t>(3)) - 2 : u;
 }
 
+// The bytes of one FPDU around its payload, for gathered writes: prefix =
+// ULPDU_Length + ULPDU header, trailer = pad + CRC. prefix, payload, trailer
+// concatenated are exactly what append_fpdu() writes.
+inline constexpr std::size_t kFpduMaxFramedHeader = 62;
+struct FpduFrame {
+    std::uint8_t prefix[kFpduHeaderSize + kFpduMaxFramedHeader];
+    std::uint8_t prefix_len = 0;
+    std::uint8_t trailer[3 + kFpduCrcSize];
+    std::uint8_t trailer_len = 0;
+};
+// header.size() <= kFpduMaxFramedHeader; header + payload <= kFpduMaxUlpdu.
+void frame_fpdu(FpduFrame& f, std::span<const std::uint8_t> header,
+                std::span<const std::uint8_t> payload, bool crc);
+
 // Appends one FPDU whose ULPDU is header followed by payload (gathered).
 // header.size() + payload.size() must be at most kFpduMaxUlpdu.
 void append_fpdu(std::vector<std::uint8_t>& out, std::span<const std::uint8_t> header,
@@ -56,10 +70,27 @@ class FpduReceiver {
 
     // Feeds bytes; calls on_ulpdu(span) for each complete ULPDU. If on_ulpdu
     // returns false, feeding stops after that ULPDU. Returns bytes consumed.
+    //
+    // An FPDU that lies whole in `in` is checked and handed out in place (no
+    // copy); one split across calls is gathered in an internal buffer.
     template <class Sink>
     std::size_t feed(std::span<const std::uint8_t> in, Sink&& on_ulpdu) {
         std::size_t used = 0;
         while (used < in.size() && !error_) {
+            if (at_boundary()) {
+                const std::size_t whole = whole_fpdu(in.subspan(used));
+                if (whole > 0) {
+                    const std::uint8_t* p = in.data() + used;
+                    used += whole;
+                    if (error_) {
+                        break;
+                    }
+                    if (!on_ulpdu(std::span<const std::uint8_t>(p + kFpduHeaderSize, len_))) {
+                        break;
+                    }
+                    continue;
+                }
+            }
             used += step(in.subspan(used));
             if (complete_) {
                 complete_ = false;
@@ -80,6 +111,10 @@ class FpduReceiver {
   private:
     enum class State : std::uint8_t { header, data, trailer };
     std::size_t step(std::span<const std::uint8_t> in);
+    // At a boundary: if `in` starts with a whole FPDU of valid length, checks
+    // its CRC (sets error_ on a mismatch), sets len_ and returns its size;
+    // otherwise 0 (the byte-wise machine takes over).
+    std::size_t whole_fpdu(std::span<const std::uint8_t> in);
 
     bool crc_;
     std::size_t max_ulpdu_;

@@ -194,9 +194,42 @@ bool QpEngine::has_output() const {
 
 std::vector<std::uint8_t> QpEngine::take_output(std::size_t max_bytes) {
     std::vector<std::uint8_t> out;
-    while (out.empty() || out.size() < max_bytes) {
+    take_output_into(out, max_bytes);
+    return out;
+}
+
+namespace {
+
+// Copies FPDUs into a byte vector (the contiguous-output API).
+class VectorSink final : public FpduSink {
+  public:
+    explicit VectorSink(std::vector<std::uint8_t>& out) : out_(out), start_(out.size()) {}
+    void fpdu(std::span<const std::uint8_t> header, std::span<const std::uint8_t> payload,
+              bool /*payload_stable*/, bool crc) override {
+        append_fpdu(out_, header, payload, crc);
+    }
+    void raw(std::vector<std::uint8_t>&& bytes) override {
+        out_.insert(out_.end(), bytes.begin(), bytes.end());
+    }
+    [[nodiscard]] std::size_t size() const override { return out_.size() - start_; }
+
+  private:
+    std::vector<std::uint8_t>& out_;
+    std::size_t start_;
+};
+
+}  // namespace
+
+std::size_t QpEngine::take_output_into(std::vector<std::uint8_t>& out, std::size_t max_bytes) {
+    VectorSink sink(out);
+    return take_output_to(sink, max_bytes);
+}
+
+std::size_t QpEngine::take_output_to(FpduSink& out, std::size_t max_bytes) {
+    const std::size_t start = out.size();
+    while (out.size() == start || out.size() - start < max_bytes) {
         if (!ctrl_.empty()) {
-            out.insert(out.end(), ctrl_.front().begin(), ctrl_.front().end());
+            out.raw(std::move(ctrl_.front()));
             ctrl_.pop_front();
             continue;
         }
@@ -236,10 +269,10 @@ std::vector<std::uint8_t> QpEngine::take_output(std::size_t max_bytes) {
         }
         emit_segment(out);
     }
-    return out;
+    return out.size() - start;
 }
 
-void QpEngine::emit_segment(std::vector<std::uint8_t>& out) {
+void QpEngine::emit_segment(FpduSink& out) {
     TxMsg& m = *cur_;
     DdpHeader h;
     std::vector<std::uint8_t> hdr;
@@ -256,7 +289,7 @@ void QpEngine::emit_segment(std::vector<std::uint8_t>& out) {
         rr.src_stag = m.wr.remote_stag;
         rr.src_to = m.wr.remote_to;
         encode_read_request(hdr, rr);
-        append_fpdu(out, hdr, {}, cfg_.crc);
+        out.fpdu(hdr, {}, true, cfg_.crc);
         OutstandingRead o;
         o.wr_id = m.wr.wr_id;
         o.signaled = m.wr.signaled;
@@ -309,7 +342,7 @@ void QpEngine::emit_segment(std::vector<std::uint8_t>& out) {
             break;
     }
     encode_ddp(hdr, h);
-    append_fpdu(out, hdr, payload, cfg_.crc);
+    out.fpdu(hdr, payload, m.kind != TxKind::read_response, cfg_.crc);
     m.offset += n;
     if (!h.last) {
         return;

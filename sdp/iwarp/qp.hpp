@@ -54,6 +54,21 @@ class MrTable {
     std::uint32_t next_index_ = 1;  // STags 0 and 1 stay free (RTR uses them)
 };
 
+// Where QpEngine::take_output_to() puts FPDUs (gathered writes).
+class FpduSink {
+  public:
+    virtual ~FpduSink() = default;
+    // One FPDU: header + payload as its ULPDU. `payload_stable`: the bytes
+    // stay valid until the Send's buffer is released by its owner (a posted
+    // Send's data); otherwise (registered memory) the sink must copy them.
+    virtual void fpdu(std::span<const std::uint8_t> header, std::span<const std::uint8_t> payload,
+                      bool payload_stable, bool crc) = 0;
+    // A ready-made FPDU (RTR, Terminate).
+    virtual void raw(std::vector<std::uint8_t>&& bytes) = 0;
+    // Bytes handed to the sink so far.
+    [[nodiscard]] virtual std::size_t size() const = 0;
+};
+
 struct RxResult {
     std::size_t new_completions = 0;
     bool entered_error = false;
@@ -69,6 +84,12 @@ class QpEngine final : public QueuePair {
     // FPDUs to write: at least one if any is ready, then more while the
     // total stays below max_bytes. Empty if nothing can be sent now.
     std::vector<std::uint8_t> take_output(std::size_t max_bytes = 64 * 1024);
+    // The same, appended to `out` (no intermediate vector); returns the
+    // number of bytes appended.
+    std::size_t take_output_into(std::vector<std::uint8_t>& out, std::size_t max_bytes);
+    // The same, handed to a sink as header/payload/trailer pieces (no copy
+    // of the payload); returns the number of bytes handed over.
+    std::size_t take_output_to(FpduSink& sink, std::size_t max_bytes);
     [[nodiscard]] bool has_output() const;
     // The LLP stream is gone: move to error, flush.
     void on_llp_closed();
@@ -122,7 +143,7 @@ class QpEngine final : public QueuePair {
                    std::span<const std::uint8_t> ulpdu, bool with_ddp,
                    std::span<const std::uint8_t> rdma_header = {});
     void enter_error(WcStatus flush_status);
-    void emit_segment(std::vector<std::uint8_t>& out);
+    void emit_segment(FpduSink& out);
     void queue_rtr();
     void complete(const Completion& c);
 

@@ -2,16 +2,21 @@
 // kernel TCP on loopback, in the same run, for several message sizes.
 //
 //   sdp-perf [--sizes 64,4096,65536,1048576] [--time SECONDS] [--bytes N]
-//            [--no-crc] [--json]
+//            [--no-crc] [--json] [--only sdp|tcp] [--no-latency]
+//                  [--no-throughput]
 //
 // Throughput: one stream, the client writes messages of the size for
 // --time seconds (or --bytes), the server reads until EOF; rate measured at
 // the receiver. Latency: ping-pong of one message each way, for --time/2
 // seconds (at most 100000 round trips); median and p99 round trip.
+// --only / --no-latency / --no-throughput restrict the run (for profiling);
+// ratios are then not printed. CPU: the process's user+system CPU seconds
+// per GB moved in the throughput test (both ends are in this process).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -169,8 +174,16 @@ struct TcpPairs final : PairMaker {
     }
 };
 
+double cpu_seconds() {
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 struct Throughput {
     double mbps = 0;  // MB/s (10^6)
+    double cpu_s_per_gb = 0;
     std::uint64_t bytes = 0;
     bool ok = false;
 };
@@ -182,6 +195,7 @@ Throughput throughput(PairMaker& pm, std::size_t size, std::chrono::duration<dou
     if (!pm.make(c, s)) {
         return r;
     }
+    const double cpu0 = cpu_seconds();
     std::uint64_t got = 0;
     Clock::time_point first{}, last{};
     std::error_code rec;
@@ -221,6 +235,7 @@ Throughput throughput(PairMaker& pm, std::size_t size, std::chrono::duration<dou
     r.bytes = got;
     r.ok = !wec && !rec && got == sent && secs > 0;
     r.mbps = secs > 0 ? static_cast<double>(got) / secs / 1e6 : 0;
+    r.cpu_s_per_gb = got > 0 ? (cpu_seconds() - cpu0) / (static_cast<double>(got) / 1e9) : 0;
     return r;
 }
 
@@ -296,6 +311,7 @@ int main(int argc, char** argv) {
     double secs = 1.0;
     std::uint64_t max_bytes = 8ull << 30;
     bool crc = true, json = false;
+    bool run_sdp = true, run_tcp = true, run_tput = true, run_lat = true;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -320,10 +336,19 @@ int main(int argc, char** argv) {
             crc = false;
         } else if (a == "--json") {
             json = true;
+        } else if (a == "--only") {
+            const std::string w = next();
+            run_sdp = w == "sdp";
+            run_tcp = w == "tcp";
+        } else if (a == "--no-latency") {
+            run_lat = false;
+        } else if (a == "--no-throughput") {
+            run_tput = false;
         } else {
             std::fprintf(stderr,
                          "usage: sdp-perf [--sizes 64,4096,...] [--time SECONDS] [--bytes N] "
-                         "[--no-crc] [--json]\n");
+                         "[--no-crc] [--json] [--only sdp|tcp] [--no-latency] "
+                         "[--no-throughput]\n");
             return a == "-h" || a == "--help" ? 0 : 2;
         }
     }
@@ -333,8 +358,9 @@ int main(int argc, char** argv) {
     if (!json) {
         std::printf("sdp-perf: loopback, soft iWARP (MPA CRC %s) vs kernel TCP, %.1f s per test\n",
                     crc ? "on" : "off", secs);
-        std::printf("%-8s | %12s %12s %6s | %10s %10s %6s | %9s %9s\n", "size", "sdp MB/s",
-                    "tcp MB/s", "ratio", "sdp rtt us", "tcp rtt us", "ratio", "sdp p99", "tcp p99");
+        std::printf("%-8s | %9s %9s %6s | %8s %8s | %9s %9s %6s | %9s %9s\n", "size", "sdp MB/s",
+                    "tcp MB/s", "ratio", "sdp cpu", "tcp cpu", "sdp rtt", "tcp rtt", "ratio",
+                    "sdp p99", "tcp p99");
     } else {
         std::printf("{\"crc\": %s, \"seconds\": %.3f, \"results\": [", crc ? "true" : "false",
                     secs);
@@ -342,26 +368,40 @@ int main(int argc, char** argv) {
     bool all_ok = true;
     bool first = true;
     for (std::size_t size : sizes) {
-        auto st = throughput(sdp_pairs, size, t, max_bytes);
-        auto tt = throughput(tcp_pairs, size, t, max_bytes);
-        auto sl = latency(sdp_pairs, size, lt);
-        auto tl = latency(tcp_pairs, size, lt);
-        all_ok = all_ok && st.ok && tt.ok && sl.ok && tl.ok;
+        Throughput st, tt;
+        Latency sl, tl;
+        if (run_tput && run_sdp) {
+            st = throughput(sdp_pairs, size, t, max_bytes);
+        }
+        if (run_tput && run_tcp) {
+            tt = throughput(tcp_pairs, size, t, max_bytes);
+        }
+        if (run_lat && run_sdp) {
+            sl = latency(sdp_pairs, size, lt);
+        }
+        if (run_lat && run_tcp) {
+            tl = latency(tcp_pairs, size, lt);
+        }
+        const bool ok = (!run_tput || ((!run_sdp || st.ok) && (!run_tcp || tt.ok))) &&
+                        (!run_lat || ((!run_sdp || sl.ok) && (!run_tcp || tl.ok)));
+        all_ok = all_ok && ok;
         const double tr = tt.mbps > 0 ? st.mbps / tt.mbps : 0;
         const double lr = tl.median_us > 0 ? sl.median_us / tl.median_us : 0;
         if (!json) {
-            std::printf("%-8s | %12.1f %12.1f %5.2fx | %10.1f %10.1f %5.2fx | %9.1f %9.1f%s\n",
-                        human(size).c_str(), st.mbps, tt.mbps, tr, sl.median_us, tl.median_us, lr,
-                        sl.p99_us, tl.p99_us,
-                        (st.ok && tt.ok && sl.ok && tl.ok) ? "" : "  (error)");
+            // cpu: CPU seconds (both ends) per GB moved.
+            std::printf(
+                "%-8s | %9.1f %9.1f %5.2fx | %8.2f %8.2f | %9.1f %9.1f %5.2fx | %9.1f %9.1f%s\n",
+                human(size).c_str(), st.mbps, tt.mbps, tr, st.cpu_s_per_gb, tt.cpu_s_per_gb,
+                sl.median_us, tl.median_us, lr, sl.p99_us, tl.p99_us, ok ? "" : "  (error)");
         } else {
             std::printf(
                 "%s{\"size\": %zu, \"sdp_mbps\": %.1f, \"tcp_mbps\": %.1f, "
-                "\"throughput_ratio\": %.3f, \"sdp_rtt_us\": %.2f, \"tcp_rtt_us\": %.2f, "
+                "\"throughput_ratio\": %.3f, \"sdp_cpu_s_per_gb\": %.3f, "
+                "\"tcp_cpu_s_per_gb\": %.3f, \"sdp_rtt_us\": %.2f, \"tcp_rtt_us\": %.2f, "
                 "\"latency_ratio\": %.3f, \"sdp_p99_us\": %.2f, \"tcp_p99_us\": %.2f, "
                 "\"ok\": %s}",
-                first ? "" : ", ", size, st.mbps, tt.mbps, tr, sl.median_us, tl.median_us, lr,
-                sl.p99_us, tl.p99_us, (st.ok && tt.ok && sl.ok && tl.ok) ? "true" : "false");
+                first ? "" : ", ", size, st.mbps, tt.mbps, tr, st.cpu_s_per_gb, tt.cpu_s_per_gb,
+                sl.median_us, tl.median_us, lr, sl.p99_us, tl.p99_us, ok ? "true" : "false");
         }
         first = false;
         std::fflush(stdout);

@@ -1,6 +1,7 @@
 // The one place that knows the byte layout of SDP messages (section 6 of
 // draft-pinkerton-iwarp-sdp-01, figures read with IETF conventions: network
 // byte order, bit 0 = most significant bit).
+#include <algorithm>
 #include <iterator>
 #include <type_traits>
 
@@ -209,13 +210,18 @@ bool is_solicited(const Message& m) {
 }
 
 void encode_append(const Message& m, std::vector<std::uint8_t>& out) {
+    encode_append(m, {}, out);
+}
+
+void encode_append(const Message& m, std::span<const std::uint8_t> extra,
+                   std::vector<std::uint8_t>& out) {
     const Mid mid = mid_of(m.body);
-    out.reserve(out.size() + encoded_size(m));
+    out.reserve(out.size() + encoded_size(m) + extra.size());
     // BSDH, Figure 2.
     put16(out, m.bufs);
     put8(out, static_cast<std::uint8_t>(m.flags & flag::known));
     put8(out, static_cast<std::uint8_t>(mid));
-    put32(out, static_cast<std::uint32_t>(encoded_size(m)));
+    put32(out, static_cast<std::uint32_t>(encoded_size(m) + extra.size()));
     put32(out, m.mseq);
     put32(out, m.mseq_ack);
     std::visit(
@@ -261,6 +267,25 @@ void encode_append(const Message& m, std::vector<std::uint8_t>& out) {
             }
         },
         m.body);
+    out.insert(out.end(), extra.begin(), extra.end());
+}
+
+void encode_bsdh_into(const Message& m, std::size_t extra, std::span<std::uint8_t, kBsdhSize> out) {
+    // BSDH, Figure 2 (as encode_append()).
+    const auto len = static_cast<std::uint32_t>(encoded_size(m) + extra);
+    auto be32 = [&out](std::size_t at, std::uint32_t v) {
+        out[at] = static_cast<std::uint8_t>(v >> 24);
+        out[at + 1] = static_cast<std::uint8_t>(v >> 16);
+        out[at + 2] = static_cast<std::uint8_t>(v >> 8);
+        out[at + 3] = static_cast<std::uint8_t>(v);
+    };
+    out[0] = static_cast<std::uint8_t>(m.bufs >> 8);
+    out[1] = static_cast<std::uint8_t>(m.bufs);
+    out[2] = static_cast<std::uint8_t>(m.flags & flag::known);
+    out[3] = static_cast<std::uint8_t>(mid_of(m.body));
+    be32(4, len);
+    be32(8, m.mseq);
+    be32(12, m.mseq_ack);
 }
 
 std::vector<std::uint8_t> encode(const Message& m) {

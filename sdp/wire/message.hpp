@@ -186,5 +186,14 @@ std::variant<Bsdh, DecodeError> decode_bsdh(std::span<const std::uint8_t> bytes)
 std::vector<std::uint8_t> encode(const Message& m);
 // Appends the encoding of m to out.
 void encode_append(const Message& m, std::vector<std::uint8_t>& out);
+// Appends the encoding of m with `extra` appended to its payload (for a Data
+// Message: m carries an empty payload, the bytes come from the send queue
+// without an intermediate copy). Len counts the extra bytes.
+void encode_append(const Message& m, std::span<const std::uint8_t> extra,
+                   std::vector<std::uint8_t>& out);
+// Writes only the BSDH of m, with Len counting `extra` more payload bytes,
+// into out: for a Data Message (no extended header, empty payload in m)
+// whose payload already follows the 16 bytes in the caller's buffer.
+void encode_bsdh_into(const Message& m, std::size_t extra, std::span<std::uint8_t, kBsdhSize> out);
 
 }  // namespace sdp::wire

@@ -607,3 +607,71 @@ TEST(SdpEngineCredits, MinimumBuffersBothWaysAndNoUpdatePingPong) {
     EXPECT_LT(p.a.stats().credit_updates_sent + p.b.stats().credit_updates_sent,
               p.a.stats().data_messages_sent + p.b.stats().data_messages_sent);
 }
+
+TEST(SdpEngineCredits, PeerSendingWithoutCreditIsViolation) {
+    // A peer that ignores the advertised Bufs (10.2) and sends one message
+    // more than the engine has buffers posted. A real QP would terminate the
+    // stream first; the engine, driven directly here, must fail the
+    // connection too rather than count a buffer it never posted (found by
+    // fuzz_sdp_engine).
+    sdp::test::FakeQp qp;
+    e::Connection b(e::Role::accepting, e::Config{}, qp);
+    ASSERT_EQ(b.accept(hello_bytes(1, 2, 1, 1)), e::Error::none);
+    const std::uint32_t posted = b.local_bufs();
+    ASSERT_EQ(qp.posted, posted);
+    std::uint32_t sent = 0;
+    for (std::uint32_t mseq = 1; mseq <= posted + 1 && b.state() == e::State::established; ++mseq) {
+        w::Message m;
+        m.bufs = 8;
+        m.mseq = mseq;
+        m.body = w::Data{pattern(100, mseq)};
+        b.on_recv(w::encode(m), false);
+        ++sent;
+    }
+    EXPECT_EQ(sent, posted + 1);  // nothing read: every buffer stays in use
+    EXPECT_EQ(b.state(), e::State::reset);
+    EXPECT_EQ(b.error(), e::Error::credit_overrun);
+    EXPECT_EQ(b.local_bufs(), 0u);
+    EXPECT_TRUE(qp.abortive);
+}
+
+TEST(SdpEngineClose, ResetAfterDisConnIsNotEndOfStream) {
+    // Data, DisConn, then AbortConn before the data was read: the unread
+    // byte is lost, so readers must see a reset, not a clean end of stream.
+    sdp::test::FakeQp qp;
+    e::Connection b(e::Role::accepting, e::Config{}, qp);
+    ASSERT_EQ(b.accept(hello_bytes(1, 2, 1, 1)), e::Error::none);
+    std::uint32_t mseq = 1;
+    auto send = [&](w::Body body) {
+        w::Message m;
+        m.bufs = 8;
+        m.mseq = mseq++;
+        m.body = std::move(body);
+        b.on_recv(w::encode(m), false);
+    };
+    send(w::Data{{0x42}});
+    send(w::DisConn{});
+    EXPECT_EQ(b.readable(), 1u);
+    EXPECT_FALSE(b.eof());  // one byte still to read
+    send(w::AbortConn{});
+    EXPECT_EQ(b.state(), e::State::reset);
+    EXPECT_EQ(b.readable(), 0u);
+    EXPECT_FALSE(b.eof());
+}
+
+TEST(SdpEngineClose, DisConnAfterReadIsEndOfStream) {
+    sdp::test::FakeQp qp;
+    e::Connection b(e::Role::accepting, e::Config{}, qp);
+    ASSERT_EQ(b.accept(hello_bytes(1, 2, 1, 1)), e::Error::none);
+    w::Message m;
+    m.bufs = 8;
+    m.mseq = 1;
+    m.body = w::Data{{0x42}};
+    b.on_recv(w::encode(m), false);
+    m.mseq = 2;
+    m.body = w::DisConn{};
+    b.on_recv(w::encode(m), false);
+    Bytes buf(4);
+    EXPECT_EQ(b.read(buf), 1u);
+    EXPECT_TRUE(b.eof());
+}

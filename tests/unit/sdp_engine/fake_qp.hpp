@@ -4,6 +4,7 @@
 // would terminate the stream), which the tests assert never happens.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <span>
@@ -107,6 +108,12 @@ class Pair {
         qa.outbound.push_back(Packet{std::move(bytes), se, false});
     }
 
+    // How receive completions reach the engine: on_recv() (span),
+    // on_recv_buffer() (the whole private buffer), or alternating.
+    enum class Delivery { span, buffer, alternate };
+    Delivery delivery = Delivery::alternate;
+    std::uint64_t delivered = 0;
+
     FakeQp qa, qb;
     engine::Connection a, b;
     bool llp_down = false;
@@ -133,7 +140,19 @@ class Pair {
             return true;
         }
         --to.posted;
-        dst.on_recv(p.bytes, p.solicited);
+        const bool buffer = delivery == Delivery::buffer ||
+                            (delivery == Delivery::alternate && (delivered++ & 1) != 0);
+        if (buffer) {
+            // As the soft provider does: the whole private buffer, which the
+            // engine may keep (Data) and replace with a spare one.
+            std::vector<std::uint8_t> buf(dst.local_recv_size());
+            std::copy(p.bytes.begin(), p.bytes.end(), buf.begin());
+            dst.on_recv_buffer(buf, p.bytes.size(), p.solicited);
+            if (buf.size() != dst.local_recv_size())
+                faults.push_back("buffer handed back with the wrong size");
+        } else {
+            dst.on_recv(p.bytes, p.solicited);
+        }
         return true;
     }
 };

@@ -178,3 +178,54 @@ TEST(Fpdu, SinkCanStop) {
     EXPECT_EQ(used, fpdu_size(1));
     EXPECT_TRUE(rx.at_boundary());
 }
+
+// Every split point of a stream of FPDUs (in-place path for whole FPDUs,
+// gathered path for the one cut), with and without CRC.
+TEST(Fpdu, EverySplitPointInPlaceAndGathered) {
+    std::mt19937 rng(4321);
+    for (bool crc : {false, true}) {
+        std::vector<Bytes> sent;
+        Bytes stream;
+        for (std::size_t len : {1u, 2u, 3u, 5u, 18u, 300u, 1000u}) {
+            Bytes u = random_bytes(rng, len);
+            append_fpdu(stream, u, {}, crc);
+            sent.push_back(std::move(u));
+        }
+        for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
+            FpduReceiver rx(crc);
+            std::vector<Bytes> got;
+            auto sink = [&](std::span<const std::uint8_t> u) {
+                got.emplace_back(u.begin(), u.end());
+                return true;
+            };
+            const std::span<const std::uint8_t> all(stream);
+            EXPECT_EQ(rx.feed(all.first(cut), sink), cut);
+            EXPECT_EQ(rx.feed(all.subspan(cut), sink), stream.size() - cut);
+            EXPECT_FALSE(rx.error());
+            EXPECT_TRUE(rx.at_boundary());
+            EXPECT_EQ(got, sent) << "cut " << cut;
+        }
+    }
+}
+
+// A corrupted byte of an FPDU received whole (the in-place path) is a CRC
+// error and nothing is delivered from that FPDU on.
+TEST(Fpdu, CrcErrorInPlace) {
+    std::mt19937 rng(77);
+    Bytes stream;
+    append_fpdu(stream, random_bytes(rng, 64), {}, true);
+    const std::size_t first = stream.size();
+    append_fpdu(stream, random_bytes(rng, 2000), {}, true);
+    for (std::size_t pos = first + 2; pos < stream.size(); pos += 7) {
+        Bytes bad = stream;
+        bad[pos] ^= 0x01;
+        FpduReceiver rx(true);
+        int n = 0;
+        rx.feed(bad, [&](auto) {
+            ++n;
+            return true;
+        });
+        EXPECT_EQ(rx.error(), FpduError::crc) << pos;
+        EXPECT_EQ(n, 1) << pos;
+    }
+}
