@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -74,6 +75,29 @@ int connect_nonblocking(int fd, const Endpoint& to, std::chrono::milliseconds ti
     if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) {
         return errno;
     }
+    return err;
+}
+
+int route_source(const IpAddress& to, IpAddress& out) {
+    int fd = ::socket(to.is_v4() ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return errno;
+    }
+    sockaddr_storage ss;
+    socklen_t len = to_sockaddr(Endpoint{to, 9}, ss);
+    int err = 0;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+        err = errno;
+    } else {
+        sockaddr_storage local;
+        socklen_t llen = sizeof local;
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0) {
+            err = errno;
+        } else {
+            out = from_sockaddr(local).address;
+        }
+    }
+    ::close(fd);
     return err;
 }
 

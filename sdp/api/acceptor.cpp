@@ -2,13 +2,18 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "internal.hpp"
 #include "sdp/stream.hpp"
@@ -156,6 +161,205 @@ int control_request(const std::string& socket_path, const std::string& json_line
     return std::atoi(result->c_str());
 }
 
+namespace detail {
+
+std::error_code register_service(const acceptor_options& opts, const pm::Endpoint& local,
+                                 std::string& reg_name, std::string& reg_error) {
+    const bool wildcard = local.address == pm::IpAddress::any(local.address.family());
+    const std::string sdp_addr =
+        opts.sdp_address.value_or(wildcard ? "*:" + std::to_string(local.port) : local.to_string());
+    reg_name = opts.service_name.empty() ? "sdp-" + std::to_string(local.port) : opts.service_name;
+    if (!opts.conventional) {
+        reg_error = "registration needs a conventional address";
+        return std::make_error_code(std::errc::invalid_argument);
+    }
+    std::string json = R"({"command":"register","arguments":{"name":")" + json_escape(reg_name) +
+                       R"(","conventional":")" + json_escape(*opts.conventional) + R"(","sdp":[")" +
+                       json_escape(sdp_addr) + R"("])";
+    if (opts.pm_time) {
+        json += R"(,"pm_time":")" + json_escape(*opts.pm_time) + "\"";
+    }
+    json += R"(,"owner":"sdp::acceptor pid )" + std::to_string(::getpid()) + "\"}}";
+    std::string text;
+    int r = control_request(*opts.control_socket, json, text, opts.control_timeout);
+    if (r == 0) {
+        return {};
+    }
+    reg_error =
+        r < 0 ? text
+              : "sdp-pmd refused the registration (result " + std::to_string(r) + "): " + text;
+    switch (r) {
+        case 2:
+            return std::make_error_code(std::errc::operation_not_supported);
+        case 4:
+            return std::make_error_code(std::errc::address_in_use);
+        case 5:
+            return std::make_error_code(std::errc::permission_denied);
+        case -1:
+            return std::make_error_code(std::errc::connection_refused);
+        default:
+            return std::make_error_code(std::errc::invalid_argument);
+    }
+}
+
+std::error_code unregister_service(const acceptor_options& opts, const std::string& reg_name,
+                                   std::string& reg_error) {
+    std::string text;
+    int r = control_request(
+        *opts.control_socket,
+        R"({"command":"unregister","arguments":{"name":")" + json_escape(reg_name) + "\"}}", text,
+        opts.control_timeout);
+    if (r != 0) {
+        reg_error = "unregister: " + text;
+        return std::make_error_code(std::errc::io_error);
+    }
+    return {};
+}
+
+}  // namespace detail
+
+// Concurrent MPA/SDP startups of the blocking acceptor: one thread per
+// accepted TCP connection runs SoftChannel::handshake (bounded by
+// handshake_timeout); finished streams queue in `ready`. Each job keeps a
+// dup() of its socket so close() can shut the socket down (the startup then
+// ends at once) without racing the job's own close of its descriptor.
+struct acceptor::startups {
+    struct job {
+        std::thread th;
+        int ctl = -1;
+        bool done = false;
+    };
+    mutable std::mutex mu;
+    int wake_fd = -1;  // eventfd: a job finished
+    std::list<job> jobs;
+    std::deque<std::unique_ptr<stream::impl>> ready;
+    std::deque<std::string> failures;  // not yet reported (bounded)
+    std::string last_error;
+    acceptor_stats st;
+    bool stopping = false;
+
+    startups() { wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+    ~startups() { stop(); }
+    startups(const startups&) = delete;
+    startups& operator=(const startups&) = delete;
+
+    // Ends every running startup and drops the queued streams.
+    void stop() {
+        std::list<job> all;
+        std::deque<std::unique_ptr<stream::impl>> drop;
+        {
+            std::lock_guard lk(mu);
+            stopping = true;
+            for (auto& j : jobs) {
+                if (!j.done && j.ctl >= 0) {
+                    ::shutdown(j.ctl, SHUT_RDWR);
+                }
+            }
+            all.splice(all.end(), jobs);
+            drop.swap(ready);
+            st.ready = 0;
+        }
+        for (auto& j : all) {
+            if (j.th.joinable()) {
+                j.th.join();
+            }
+            if (j.ctl >= 0) {
+                ::close(j.ctl);
+            }
+        }
+        drop.clear();  // aborts them
+        if (wake_fd >= 0) {
+            ::close(wake_fd);
+            wake_fd = -1;
+        }
+    }
+
+    void note_failure(std::string msg) {  // mu held
+        ++st.handshake_failures;
+        last_error = msg;
+        if (failures.size() < 256) {
+            failures.push_back(std::move(msg));
+        }
+    }
+
+    void start(int cfd, const pm::Endpoint& peer, const acceptor_options& opts) {
+        std::lock_guard lk(mu);
+        ++st.tcp_accepted;
+        if (stopping ||
+            st.pending + ready.size() >= std::max<std::size_t>(opts.max_pending_handshakes, 1)) {
+            ++st.over_limit;
+            ::close(cfd);
+            return;
+        }
+        const int ctl = ::fcntl(cfd, F_DUPFD_CLOEXEC, 0);
+        auto it = jobs.insert(jobs.end(), job{});
+        it->ctl = ctl;
+        ++st.pending;
+        const stream_options so = opts.stream;
+        try {
+            it->th = std::thread([this, it, cfd, peer, so] { run(it, cfd, peer, so); });
+        } catch (const std::system_error& e) {
+            --st.pending;
+            it->done = true;
+            note_failure(peer.to_string() + ": cannot start a handshake thread: " + e.what());
+            ::close(cfd);
+        }
+    }
+
+    void run(std::list<job>::iterator it, int cfd, pm::Endpoint peer, stream_options so) {
+        // Nothing may escape this thread (std::terminate): a failure to
+        // allocate or to start the channel's helper thread is a failed
+        // startup like any other.
+        std::unique_ptr<stream::impl> im;
+        std::error_code ec;
+        std::string why;
+        try {
+            im = std::make_unique<stream::impl>();
+            im->opts = so;
+        } catch (const std::exception& e) {
+            ::close(cfd);  // not handed to handshake() yet
+            ec = std::make_error_code(std::errc::not_enough_memory);
+            why = e.what();
+        }
+        if (im) {
+            try {
+                // Owns cfd from here on, also when it throws.
+                im->sdp = io::SoftChannel::handshake(cfd, iwarp::MpaRole::responder,
+                                                     detail::channel_options(so), ec, &why);
+            } catch (const std::exception& e) {
+                im.reset();
+                ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+                why = e.what();
+            }
+        }
+        std::unique_ptr<stream::impl> drop;
+        {
+            std::lock_guard lk(mu);
+            --st.pending;
+            it->done = true;
+            // The duplicate was only there to interrupt the startup; keeping
+            // it would hold the connection open after the stream closes it.
+            if (it->ctl >= 0) {
+                ::close(it->ctl);
+                it->ctl = -1;
+            }
+            if (!im || !im->sdp) {
+                note_failure(peer.to_string() + ": " + ec.message() + ": " + why);
+            } else if (stopping) {
+                drop = std::move(im);
+            } else {
+                ++st.established;
+                im->info.used = transport::sdp;
+                im->info.peer = peer;
+                ready.push_back(std::move(im));
+                st.ready = ready.size();
+            }
+            std::uint64_t one = 1;
+            (void)!::write(wake_fd, &one, sizeof one);
+        }
+    }
+};
+
 acceptor::acceptor() = default;
 
 acceptor::~acceptor() {
@@ -174,7 +378,8 @@ std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
     sockaddr_storage ss;
     socklen_t len = detail::to_sockaddr(local, ss);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, opts.backlog) != 0) {
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, opts.backlog) != 0 ||
+        !io::set_nonblocking(fd, true)) {
         int e = errno;
         ::close(fd);
         return {e, std::generic_category()};
@@ -184,117 +389,136 @@ std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &glen);
     local_ = detail::from_sockaddr(got);
     fd_ = fd;
+    st_ = std::make_unique<startups>();
+    if (st_->wake_fd < 0) {
+        int e = errno;
+        close();
+        return {e, std::generic_category()};
+    }
     if (opts.control_socket) {
-        const bool wildcard = local_.address == pm::IpAddress::any(local_.address.family());
-        const std::string sdp_addr = opts.sdp_address.value_or(
-            wildcard ? "*:" + std::to_string(local_.port) : local_.to_string());
-        reg_name_ =
-            opts.service_name.empty() ? "sdp-" + std::to_string(local_.port) : opts.service_name;
-        if (!opts.conventional) {
-            reg_error_ = "registration needs a conventional address";
+        if (auto ec = detail::register_service(opts, local_, reg_name_, reg_error_)) {
             close();
-            return std::make_error_code(std::errc::invalid_argument);
-        }
-        std::string json = R"({"command":"register","arguments":{"name":")" +
-                           json_escape(reg_name_) + R"(","conventional":")" +
-                           json_escape(*opts.conventional) + R"(","sdp":[")" +
-                           json_escape(sdp_addr) + R"("])";
-        if (opts.pm_time) {
-            json += R"(,"pm_time":")" + json_escape(*opts.pm_time) + "\"";
-        }
-        json += R"(,"owner":"sdp::acceptor pid )" + std::to_string(::getpid()) + "\"}}";
-        std::string text;
-        int r = control_request(*opts.control_socket, json, text, opts.control_timeout);
-        if (r != 0) {
-            reg_error_ = r < 0 ? text
-                               : "sdp-pmd refused the registration (result " + std::to_string(r) +
-                                     "): " + text;
-            close();
-            switch (r) {
-                case 2:
-                    return std::make_error_code(std::errc::operation_not_supported);
-                case 4:
-                    return std::make_error_code(std::errc::address_in_use);
-                case 5:
-                    return std::make_error_code(std::errc::permission_denied);
-                case -1:
-                    return std::make_error_code(std::errc::connection_refused);
-                default:
-                    return std::make_error_code(std::errc::invalid_argument);
-            }
+            return ec;
         }
         registered_ = true;
     }
     return {};
 }
 
+void acceptor::reap() {
+    std::list<startups::job> done;
+    std::deque<std::string> failures;
+    {
+        std::lock_guard lk(st_->mu);
+        for (auto it = st_->jobs.begin(); it != st_->jobs.end();) {
+            auto next = std::next(it);
+            if (it->done) {
+                done.splice(done.end(), st_->jobs, it);
+            }
+            it = next;
+        }
+        failures.swap(st_->failures);
+    }
+    for (auto& j : done) {
+        if (j.th.joinable()) {
+            j.th.join();
+        }
+        if (j.ctl >= 0) {
+            ::close(j.ctl);
+        }
+    }
+    if (opts_.on_handshake_error) {
+        for (const auto& f : failures) {
+            opts_.on_handshake_error(f);
+        }
+    }
+}
+
 std::error_code acceptor::accept(stream& out, std::optional<std::chrono::milliseconds> timeout) {
-    if (fd_ < 0) {
+    if (fd_ < 0 || !st_) {
         return std::make_error_code(std::errc::bad_file_descriptor);
     }
     const auto deadline = timeout ? std::optional(io::Clock::now() + *timeout) : std::nullopt;
     while (true) {
+        reap();
+        {
+            std::lock_guard lk(st_->mu);
+            if (!st_->ready.empty()) {
+                out.impl_ = std::move(st_->ready.front());
+                st_->ready.pop_front();
+                st_->st.ready = st_->ready.size();
+                return {};
+            }
+        }
         int wait_ms = -1;
         if (deadline) {
             auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - io::Clock::now());
             if (left.count() <= 0) {
                 return std::make_error_code(std::errc::timed_out);
             }
-            wait_ms = static_cast<int>(left.count());
+            wait_ms = static_cast<int>(std::min<std::int64_t>(left.count(), 60'000));
         }
-        pollfd p{fd_, POLLIN, 0};
-        int n = ::poll(&p, 1, wait_ms);
+        pollfd p[2] = {{fd_, POLLIN, 0}, {st_->wake_fd, POLLIN, 0}};
+        int n = ::poll(p, 2, wait_ms);
         if (n < 0 && errno != EINTR) {
             return {errno, std::generic_category()};
         }
         if (n <= 0) {
             continue;
         }
-        sockaddr_storage peer;
-        socklen_t plen = sizeof peer;
-        int cfd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &plen, SOCK_CLOEXEC);
-        if (cfd < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) {
-                continue;
-            }
-            return {errno, std::generic_category()};
+        if (p[1].revents & POLLIN) {
+            std::uint64_t v;
+            (void)!::read(st_->wake_fd, &v, sizeof v);
         }
-        auto im = std::make_unique<stream::impl>();
-        im->opts = opts_.stream;
-        std::error_code ec;
-        std::string why;
-        im->sdp = io::SoftChannel::handshake(cfd, iwarp::MpaRole::responder,
-                                             detail::channel_options(opts_.stream), ec, &why);
-        if (!im->sdp) {
-            last_error_ =
-                detail::from_sockaddr(peer).to_string() + ": " + ec.message() + ": " + why;
+        if (!(p[0].revents & POLLIN)) {
             continue;
         }
-        im->info.used = transport::sdp;
-        im->info.peer = detail::from_sockaddr(peer);
-        out.impl_ = std::move(im);
+        // Take everything in the listen queue; startups run on their own.
+        while (true) {
+            sockaddr_storage peer;
+            socklen_t plen = sizeof peer;
+            int cfd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &plen, SOCK_CLOEXEC);
+            if (cfd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED) {
+                    continue;
+                }
+                if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    break;
+                }
+                return {errno, std::generic_category()};
+            }
+            st_->start(cfd, detail::from_sockaddr(peer), opts_);
+        }
+    }
+}
+
+std::string acceptor::last_error() const {
+    if (!st_) {
         return {};
     }
+    std::lock_guard lk(st_->mu);
+    return st_->last_error;
+}
+
+acceptor_stats acceptor::stats() const {
+    if (!st_) {
+        return {};
+    }
+    std::lock_guard lk(st_->mu);
+    return st_->st;
 }
 
 std::error_code acceptor::close() {
     std::error_code ec;
     if (registered_ && opts_.control_socket) {
-        std::string text;
-        int r = control_request(
-            *opts_.control_socket,
-            R"({"command":"unregister","arguments":{"name":")" + json_escape(reg_name_) + "\"}}",
-            text, opts_.control_timeout);
-        if (r != 0) {
-            reg_error_ = "unregister: " + text;
-            ec = std::make_error_code(std::errc::io_error);
-        }
+        ec = detail::unregister_service(opts_, reg_name_, reg_error_);
     }
     registered_ = false;
     if (fd_ >= 0) {
         ::close(fd_);
         fd_ = -1;
     }
+    st_.reset();  // ends running startups, drops unreturned streams
     return ec;
 }
 

@@ -43,6 +43,48 @@ io::ChannelOptions channel_options(const stream_options& o) {
     return c;
 }
 
+pmclient::RequestOptions request_options(const stream_options& o) {
+    pmclient::RequestOptions ro;
+    ro.pmsp = o.pmsp;
+    ro.deadline = o.resolve_deadline;
+    ro.initial_timeout = o.resolve_initial_timeout;
+    ro.use_cache = o.use_pm_cache;
+    return ro;
+}
+
+bool startup_fallback_worthy(const std::error_code& ec) {
+    return ec == std::errc::connection_refused || ec == std::errc::connection_reset ||
+           ec == std::errc::timed_out || ec == std::errc::connection_aborted;
+}
+
+bool sdp_connect_fallback_worthy(int err) {
+    return err == ECONNREFUSED || err == ECONNRESET || err == ETIMEDOUT;
+}
+
+std::string reason_after_resolution(const pmclient::Result& r) {
+    return std::string(r.kind == pmclient::ResultKind::denied ? "PMDeny" : "PM timeout") +
+           "; fell back to the Conventional Address";
+}
+
+std::string reason_after_startup(const std::error_code& ec, const std::string& why) {
+    return "SDP startup failed (" + ec.message() + ": " + why + ")";
+}
+
+std::string reason_after_sdp_connect(const pm::Endpoint& sdp_address, int err) {
+    return "SDP Address " + sdp_address.to_string() + ": " + std::strerror(err) +
+           "; fell back to the Conventional Address";
+}
+
+std::error_code resolution_error(const pmclient::Result& r) {
+    if (r.error == pmclient::Errc::invalid_argument || r.error == pmclient::Errc::config) {
+        return std::make_error_code(std::errc::invalid_argument);
+    }
+    if (r.error == pmclient::Errc::cancelled) {
+        return std::make_error_code(std::errc::operation_canceled);
+    }
+    return std::make_error_code(std::errc::host_unreachable);
+}
+
 }  // namespace detail
 
 namespace {
@@ -51,11 +93,6 @@ using detail::channel_options;
 
 std::error_code errno_code(int e) {
     return {e, std::generic_category()};
-}
-
-bool fallback_worthy(const std::error_code& ec) {
-    return ec == std::errc::connection_refused || ec == std::errc::connection_reset ||
-           ec == std::errc::timed_out || ec == std::errc::connection_aborted;
 }
 
 pmclient::BlockingResolver& shared_resolver() {
@@ -127,12 +164,7 @@ std::error_code stream::connect(const pm::Endpoint& conventional, const stream_o
     impl_.reset();
     pmclient::ConnectOptions co;
     co.connect_timeout = opts.connect_timeout;
-    pmclient::RequestOptions ro;
-    ro.pmsp = opts.pmsp;
-    ro.deadline = opts.resolve_deadline;
-    ro.initial_timeout = opts.resolve_initial_timeout;
-    ro.use_cache = opts.use_pm_cache;
-    co.request = ro;
+    co.request = detail::request_options(opts);
     pmclient::ConnectResult cr;
     try {
         cr = pmclient::connect(shared_resolver(), conventional, std::nullopt, co);
@@ -174,7 +206,7 @@ std::error_code stream::connect(const pm::Endpoint& conventional, const stream_o
     }
     // 7.5.1: a reset (or refusal / timeout) of the SDP connection is
     // treated like a PMDeny: plain TCP to the Conventional Address.
-    if (!opts.fallback || !fallback_worthy(ec)) {
+    if (!opts.fallback || !detail::startup_fallback_worthy(ec)) {
         return ec;
     }
     stream t;
@@ -183,7 +215,7 @@ std::error_code stream::connect(const pm::Endpoint& conventional, const stream_o
     }
     t.impl_->info.resolution = resolution;
     t.impl_->info.from_cache = cr.resolution.from_cache;
-    t.impl_->info.reason = "SDP startup failed (" + ec.message() + ": " + why + ")";
+    t.impl_->info.reason = detail::reason_after_startup(ec, why);
     impl_ = std::move(t.impl_);
     return {};
 }

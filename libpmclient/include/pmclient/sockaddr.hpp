@@ -23,4 +23,9 @@ Endpoint from_sockaddr(const sockaddr_storage& ss);
 // is left non-blocking.
 int connect_nonblocking(int fd, const Endpoint& to, std::chrono::milliseconds timeout);
 
+// The source address the kernel would pick towards `to` (a UDP socket
+// connected to `to`, nothing sent): a client's CpIPAddr. Returns 0 or an
+// errno value.
+int route_source(const IpAddress& to, IpAddress& out);
+
 }  // namespace pm

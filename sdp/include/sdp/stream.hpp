@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -128,6 +129,23 @@ struct acceptor_options {
     std::optional<std::string> sdp_address;  // default: the listening "IP:PORT" ("*:P" for 0.0.0.0)
     std::optional<std::string> pm_time;      // e.g. "30s", "permanent"
     std::chrono::milliseconds control_timeout{2000};
+    // MPA/SDP startups in progress at once, plus established streams not
+    // yet returned by accept(). Beyond it a new TCP connection is closed at
+    // once and counted (acceptor_stats::over_limit).
+    std::size_t max_pending_handshakes = 64;
+    // Called for each failed startup with "peer: error: why" (from the
+    // thread that calls accept(), or the async acceptor's executor).
+    std::function<void(const std::string&)> on_handshake_error;
+};
+
+// Counters of an acceptor (blocking or async).
+struct acceptor_stats {
+    std::uint64_t tcp_accepted = 0;        // TCP connections taken from the listen queue
+    std::uint64_t established = 0;         // startups that completed
+    std::uint64_t handshake_failures = 0;  // garbage, timeout, reset, rejected
+    std::uint64_t over_limit = 0;          // closed: max_pending_handshakes reached
+    std::size_t pending = 0;               // startups running now
+    std::size_t ready = 0;                 // established, waiting for accept()
 };
 
 class acceptor {
@@ -141,10 +159,14 @@ class acceptor {
     // mapping. A failed registration closes the listener and returns the
     // error; registration_error() has the daemon's text.
     std::error_code open(const pm::Endpoint& local, const acceptor_options& opts = {});
-    // Accepts one TCP connection and runs the MPA responder + SDP accept.
-    // A connection whose startup fails is dropped and the next one waited
-    // for, unless timeout passes (timed_out). The last startup failure is
-    // in last_error().
+    // Returns the next connection whose MPA/SDP startup completed. Startups
+    // run concurrently (one thread each, at most max_pending_handshakes),
+    // so a silent or slow client never delays the others; a startup already
+    // running goes on between accept() calls, while new TCP connections are
+    // taken from the listen backlog only inside accept(). A failed startup
+    // is counted (stats()), reported through on_handshake_error and
+    // last_error(), and never returned here; accept() fails only with
+    // timed_out (timeout passed) or when the listener itself fails.
     std::error_code accept(stream& out, std::optional<std::chrono::milliseconds> timeout = {});
     // Unregisters (if registered) and closes the listener.
     std::error_code close();
@@ -153,17 +175,22 @@ class acceptor {
     pm::Endpoint local_endpoint() const { return local_; }
     bool registered() const { return registered_; }
     const std::string& registration_error() const { return reg_error_; }
-    const std::string& last_error() const { return last_error_; }
+    // The last startup failure ("peer: error: why"), empty if none.
+    std::string last_error() const;
+    acceptor_stats stats() const;
     int native_handle() const { return fd_; }
 
+    struct startups;
+
   private:
+    void reap();
     int fd_ = -1;
     pm::Endpoint local_;
     acceptor_options opts_;
     bool registered_ = false;
     std::string reg_name_;
     std::string reg_error_;
-    std::string last_error_;
+    std::unique_ptr<startups> st_;
 };
 
 // The control-socket client used by acceptor (one JSON line each way).

@@ -8,10 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "pmclient/address.hpp"
 
@@ -36,6 +39,19 @@ inline bool check_pattern(std::span<const std::uint8_t> in, std::uint64_t pos, s
         if (in[i] != pattern_byte(pos + i, seed)) {
             return false;
         }
+    }
+    return true;
+}
+
+// Polls pred until it holds or `timeout` passes (bounded wait).
+inline bool wait_for(const std::function<bool()>& pred,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() >= end) {
+            return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return true;
 }

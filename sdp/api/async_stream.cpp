@@ -1,0 +1,764 @@
+#include "sdp/async_stream.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "internal.hpp"
+#include "pmclient/resolver.hpp"
+#include "pmclient/sockaddr.hpp"
+#include "sdp/io/asio_channel.hpp"
+
+namespace sdp {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace detail {
+
+boost::system::error_code to_boost(const std::error_code& ec) {
+    if (!ec) {
+        return {};
+    }
+    // errno values: the system category, so asio::error::connection_reset,
+    // operation_aborted (ECANCELED), ... compare equal.
+    return {ec.value(), boost::system::system_category()};
+}
+
+asio::ip::address to_asio(const pm::IpAddress& a) {
+    const auto& b = a.bytes();
+    if (a.is_v4()) {
+        return asio::ip::address_v4(asio::ip::address_v4::bytes_type{b[0], b[1], b[2], b[3]});
+    }
+    asio::ip::address_v6::bytes_type v6{};
+    for (std::size_t i = 0; i < 16; ++i) {
+        v6[i] = b[i];
+    }
+    return asio::ip::address_v6(v6);
+}
+
+tcp::endpoint to_asio(const pm::Endpoint& e) {
+    return {to_asio(e.address), e.port};
+}
+
+pm::Endpoint to_pm(const tcp::endpoint& e) {
+    sockaddr_storage ss{};
+    std::memcpy(&ss, e.data(), std::min<std::size_t>(e.size(), sizeof ss));
+    return from_sockaddr(ss);
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::to_boost;
+
+// One pmclient::Resolver per io_context, shared by its async_streams (and
+// its PmTime cache). Created with the service, dropped at shutdown so its
+// pending resolutions complete (cancelled) while the scheduler still runs.
+class resolver_service final : public asio::execution_context::service {
+  public:
+    static inline asio::execution_context::id id;
+    explicit resolver_service(asio::io_context& io)
+        : asio::execution_context::service(io),
+          resolver(std::make_unique<pmclient::Resolver>(io)) {}
+    pmclient::Resolver* get() { return resolver.get(); }
+
+  private:
+    void shutdown() override { resolver.reset(); }
+    std::unique_ptr<pmclient::Resolver> resolver;
+};
+
+}  // namespace
+
+struct connect_op;
+
+struct async_stream::impl {
+    explicit impl(asio::io_context& ctx) : io(ctx) {}
+    asio::io_context& io;
+    stream_options opts;
+    connect_info info;
+    std::shared_ptr<io::AsioChannel> sdp;  // SDP path
+    std::unique_ptr<tcp::socket> plain;    // TCP fallback path
+    std::shared_ptr<connect_op> connecting;
+
+    bool open() const { return (sdp && sdp->is_open()) || (plain && plain->is_open()); }
+    void abort() {
+        if (sdp) {
+            sdp->abort();
+        }
+        if (plain && plain->is_open()) {
+            boost::system::error_code e;
+            plain->set_option(asio::socket_base::linger(true, 0), e);
+            plain->close(e);
+        }
+    }
+};
+
+// The connect state machine: [resolve] -> TCP connect -> [MPA/SDP startup]
+// -> done, or -> TCP fallback to the Conventional Address (7.5.1), with the
+// same decisions as stream::connect (internal.hpp).
+struct connect_op : std::enable_shared_from_this<connect_op> {
+    enum kind_t { pm_path = 0, sdp_only = 1, tcp_only = 2 };
+
+    connect_op(std::shared_ptr<async_stream::impl> s, pmclient::Resolver* r)
+        : im(std::move(s)), resolver(r), sock(im->io), timer(im->io) {}
+
+    std::shared_ptr<async_stream::impl> im;
+    pmclient::Resolver* resolver;
+    detail::op_handler handler;
+    kind_t kind = pm_path;
+    pm::Endpoint target;  // conventional (pm_path) or the address to connect to
+    pm::IpAddress cp;
+    pm::Endpoint sdp_address;
+    tcp::socket sock;
+    asio::steady_timer timer;
+    std::shared_ptr<io::AsioChannel> channel;
+    unsigned connect_gen = 0;
+    bool done = false;
+
+    void finish(std::error_code ec) {
+        if (done) {
+            return;
+        }
+        auto keep = shared_from_this();
+        done = true;
+        timer.cancel();
+        if (ec) {
+            boost::system::error_code e;
+            sock.close(e);
+            if (channel) {
+                channel->abort();
+            }
+        }
+        if (im->connecting.get() == this) {
+            im->connecting.reset();
+        }
+        handler(to_boost(ec));
+    }
+
+    void cancel() {
+        if (done) {
+            return;
+        }
+        if (channel) {
+            channel->cancel();  // its handshake callback finishes us
+        }
+        finish(std::make_error_code(std::errc::operation_canceled));
+    }
+
+    // A socket of the right family, bound to cp:0 when cp is set.
+    std::error_code fresh_socket(const pm::IpAddress& family_of, bool bind_cp) {
+        boost::system::error_code e;
+        sock.close(e);
+        sock = tcp::socket(im->io);
+        sock.open(family_of.is_v4() ? tcp::v4() : tcp::v6(), e);
+        if (!e && bind_cp) {
+            sock.bind(tcp::endpoint(detail::to_asio(cp), 0), e);
+        }
+        return e ? std::error_code(e.value(), std::generic_category()) : std::error_code{};
+    }
+
+    // TCP connect bounded by connect_timeout; cb(errno or 0).
+    template <typename F>
+    void tcp_connect(const pm::Endpoint& to, F cb) {
+        auto self = shared_from_this();
+        auto timed_out = std::make_shared<bool>(false);
+        const unsigned gen = ++connect_gen;
+        timer.expires_after(im->opts.connect_timeout);
+        timer.async_wait([this, self, timed_out, gen](const boost::system::error_code& ec) {
+            // (gen: a late expiry must not cancel the next attempt's connect)
+            if (!ec && !done && gen == connect_gen) {
+                *timed_out = true;
+                boost::system::error_code e;
+                sock.cancel(e);
+            }
+        });
+        sock.async_connect(detail::to_asio(to), [this, self, timed_out, cb = std::move(cb)](
+                                                    const boost::system::error_code& ec) mutable {
+            timer.cancel();
+            if (done) {
+                return;
+            }
+            int err = 0;
+            if (ec && *timed_out) {
+                err = ETIMEDOUT;
+            } else if (ec) {
+                err = ec == asio::error::operation_aborted ? ECANCELED : ec.value();
+            }
+            cb(err);
+        });
+    }
+
+    void start() {
+        const auto& o = im->opts;
+        if (o.connect_timeout.count() <= 0 || target.port == 0 || target.address.is_unspecified()) {
+            im->info.reason = "the address needs a specified IP address and a non-zero port";
+            finish(std::make_error_code(std::errc::invalid_argument));
+            return;
+        }
+        if (kind == tcp_only) {
+            start_tcp(target, false);
+            return;
+        }
+        if (kind == sdp_only) {
+            if (auto ec = fresh_socket(target.address, false)) {
+                finish(ec);
+                return;
+            }
+            sdp_address = target;
+            tcp_connect(target, [this](int err) {
+                if (err != 0) {
+                    finish({err, std::generic_category()});
+                } else {
+                    start_handshake();
+                }
+            });
+            return;
+        }
+        // Section 7.5.1: CpIPAddr, a socket bound to CpIPAddr:0 gives CpPort.
+        if (int err = pm::route_source(target.address, cp); err != 0) {
+            im->info.reason =
+                "no route to " + target.address.to_string() + ": " + std::strerror(err);
+            finish({err, std::generic_category()});
+            return;
+        }
+        if (auto ec = fresh_socket(cp, true)) {
+            im->info.reason = "cannot bind TCP socket: " + ec.message();
+            finish(ec);
+            return;
+        }
+        boost::system::error_code e;
+        const auto local = sock.local_endpoint(e);
+        if (e) {
+            finish({e.value(), std::generic_category()});
+            return;
+        }
+        if (!resolver) {
+            try {
+                resolver = asio::use_service<resolver_service>(im->io).get();
+            } catch (const std::exception& ex) {
+                im->info.reason = ex.what();
+            }
+            if (!resolver) {
+                finish(std::make_error_code(std::errc::invalid_argument));
+                return;
+            }
+        }
+        pmclient::ResolveRequest req{target, detail::to_pm(local), detail::request_options(o)};
+        resolver->async_resolve(std::move(req), [self = shared_from_this()](pmclient::Result r) {
+            self->on_resolved(std::move(r));
+        });
+    }
+
+    void on_resolved(pmclient::Result r) {
+        if (done) {
+            return;
+        }
+        im->info.resolution = std::string(pmclient::to_string(r.kind));
+        im->info.from_cache = r.from_cache;
+        if (r.kind == pmclient::ResultKind::error) {
+            im->info.reason = r.reason;
+            finish(detail::resolution_error(r));
+            return;
+        }
+        if (r.kind != pmclient::ResultKind::accepted) {
+            fallback(detail::reason_after_resolution(r));
+            return;
+        }
+        sdp_address = r.sdp;
+        tcp_connect(r.sdp, [this](int err) {
+            if (err == 0) {
+                start_handshake();
+            } else if (detail::sdp_connect_fallback_worthy(err)) {
+                // 7.5.1: a reset counts as a PMDeny; forget a stale mapping.
+                resolver->flush_cache(target);
+                fallback(detail::reason_after_sdp_connect(sdp_address, err));
+            } else {
+                im->info.reason =
+                    "connect to SDP Address " + sdp_address.to_string() + ": " + std::strerror(err);
+                finish({err, std::generic_category()});
+            }
+        });
+    }
+
+    void start_handshake() {
+        channel = std::make_shared<io::AsioChannel>(std::move(sock), iwarp::MpaRole::initiator,
+                                                    detail::channel_options(im->opts));
+        sock = tcp::socket(im->io);
+        channel->handshake(
+            [this, self = shared_from_this()](std::error_code ec, const std::string& why) {
+                if (done) {
+                    return;
+                }
+                if (!ec) {
+                    im->sdp = std::move(channel);
+                    im->info.used = transport::sdp;
+                    im->info.peer = sdp_address;
+                    finish({});
+                    return;
+                }
+                channel.reset();
+                if (kind == pm_path && im->opts.fallback && detail::startup_fallback_worthy(ec)) {
+                    fallback(detail::reason_after_startup(ec, why));
+                    return;
+                }
+                im->info.reason = why;
+                finish(ec);
+            });
+    }
+
+    void fallback(std::string reason) {
+        if (!im->opts.fallback) {
+            im->info.reason = std::move(reason);
+            finish(std::make_error_code(std::errc::connection_refused));
+            return;
+        }
+        im->info.reason = std::move(reason);
+        start_tcp(target, true);
+    }
+
+    void start_tcp(const pm::Endpoint& to, bool bind_cp) {
+        if (auto ec = fresh_socket(bind_cp ? cp : to.address, bind_cp)) {
+            finish(ec);
+            return;
+        }
+        tcp_connect(to, [this, to](int err) {
+            if (err != 0) {
+                im->info.reason += (im->info.reason.empty() ? "" : "; ") +
+                                   std::string("connect to ") + to.to_string() + ": " +
+                                   std::strerror(err);
+                finish({err, std::generic_category()});
+                return;
+            }
+            boost::system::error_code e;
+            sock.set_option(tcp::no_delay(true), e);
+            im->plain = std::make_unique<tcp::socket>(std::move(sock));
+            sock = tcp::socket(im->io);
+            im->info.used = transport::tcp;
+            im->info.peer = to;
+            if (kind == pm_path && im->info.reason.empty()) {
+                im->info.reason = "port mapper: " + im->info.resolution;
+            }
+            finish({});
+        });
+    }
+};
+
+async_stream::async_stream(asio::io_context& io) : io_(&io), impl_(std::make_shared<impl>(io)) {}
+
+async_stream::async_stream(asio::io_context& io, pmclient::Resolver& resolver)
+    : io_(&io), resolver_(&resolver), impl_(std::make_shared<impl>(io)) {}
+
+async_stream::~async_stream() {
+    if (impl_) {
+        if (impl_->connecting) {
+            impl_->connecting->cancel();
+        }
+        impl_->abort();
+    }
+}
+
+async_stream::async_stream(async_stream&& o) noexcept
+    : io_(o.io_), resolver_(o.resolver_), impl_(std::move(o.impl_)) {}
+
+async_stream& async_stream::operator=(async_stream&& o) noexcept {
+    if (this != &o) {
+        if (impl_) {
+            if (impl_->connecting) {
+                impl_->connecting->cancel();
+            }
+            impl_->abort();
+        }
+        io_ = o.io_;
+        resolver_ = o.resolver_;
+        impl_ = std::move(o.impl_);
+    }
+    return *this;
+}
+
+void async_stream::start_connect(int kind, const pm::Endpoint& ep, const stream_options& opts,
+                                 detail::op_handler h) {
+    if (impl_) {
+        if (impl_->connecting) {
+            impl_->connecting->cancel();
+        }
+        impl_->abort();
+    }
+    impl_ = std::make_shared<impl>(*io_);  // a fresh connection (and info)
+    impl_->opts = opts;
+    auto op = std::make_shared<connect_op>(impl_, resolver_);
+    op->handler = std::move(h);
+    op->kind = static_cast<connect_op::kind_t>(kind);
+    op->target = pm::Endpoint{ep.address.unmapped(), ep.port};
+    impl_->connecting = op;
+    op->start();
+}
+
+void async_stream::start_read(asio::mutable_buffer b, detail::io_handler h) {
+    auto hp = std::make_shared<detail::io_handler>(std::move(h));
+    if (!impl_ || !impl_->open()) {
+        (*hp)(asio::error::bad_descriptor, 0);
+        return;
+    }
+    if (impl_->plain) {
+        impl_->plain->async_read_some(
+            b, [hp](const boost::system::error_code& ec, std::size_t n) { (*hp)(ec, n); });
+        return;
+    }
+    impl_->sdp->async_read_some(
+        std::span<std::uint8_t>(static_cast<std::uint8_t*>(b.data()), b.size()),
+        [hp, empty = b.size() == 0](std::error_code ec, std::size_t n) {
+            if (!ec && n == 0 && !empty) {
+                (*hp)(asio::error::eof, 0);  // the peer's DisConn
+            } else {
+                (*hp)(to_boost(ec), n);
+            }
+        });
+}
+
+void async_stream::start_write(asio::const_buffer b, detail::io_handler h) {
+    auto hp = std::make_shared<detail::io_handler>(std::move(h));
+    if (!impl_ || !impl_->open()) {
+        (*hp)(asio::error::bad_descriptor, 0);
+        return;
+    }
+    if (impl_->plain) {
+        impl_->plain->async_write_some(
+            b, [hp](const boost::system::error_code& ec, std::size_t n) { (*hp)(ec, n); });
+        return;
+    }
+    impl_->sdp->async_write_some(
+        std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(b.data()), b.size()),
+        [hp](std::error_code ec, std::size_t n) { (*hp)(to_boost(ec), n); });
+}
+
+void async_stream::start_shutdown(detail::op_handler h) {
+    boost::system::error_code ec;
+    if (!impl_ || !impl_->open()) {
+        ec = asio::error::not_connected;
+    } else if (impl_->plain) {
+        impl_->plain->shutdown(tcp::socket::shutdown_send, ec);
+    } else {
+        ec = to_boost(impl_->sdp->shutdown_write());
+    }
+    h(ec);
+}
+
+void async_stream::start_close(detail::op_handler h) {
+    if (!impl_ || !impl_->open()) {
+        h(boost::system::error_code{});
+        return;
+    }
+    if (impl_->plain) {
+        boost::system::error_code ec;
+        impl_->plain->shutdown(tcp::socket::shutdown_send, ec);
+        impl_->plain->close(ec);
+        h(ec);
+        return;
+    }
+    auto hp = std::make_shared<detail::op_handler>(std::move(h));
+    impl_->sdp->async_close(impl_->opts.linger, [hp](std::error_code ec) { (*hp)(to_boost(ec)); });
+}
+
+void async_stream::cancel() {
+    if (!impl_) {
+        return;
+    }
+    if (impl_->connecting) {
+        impl_->connecting->cancel();
+    }
+    if (impl_->sdp) {
+        impl_->sdp->cancel();
+    }
+    if (impl_->plain && impl_->plain->is_open()) {
+        boost::system::error_code e;
+        impl_->plain->cancel(e);
+    }
+}
+
+void async_stream::close() {
+    if (!impl_) {
+        return;
+    }
+    if (impl_->connecting) {
+        impl_->connecting->cancel();
+    }
+    impl_->abort();
+}
+
+bool async_stream::is_open() const {
+    return impl_ && impl_->open();
+}
+
+transport async_stream::used() const {
+    return impl_ ? impl_->info.used : transport::none;
+}
+
+const connect_info& async_stream::info() const {
+    static const connect_info none;
+    return impl_ ? impl_->info : none;
+}
+
+std::string async_stream::describe() const {
+    if (!impl_ || !impl_->open()) {
+        return "not connected";
+    }
+    if (impl_->plain) {
+        return "tcp to " + impl_->info.peer.to_string();
+    }
+    return "sdp to " + impl_->info.peer.to_string() + " (mss " + std::to_string(impl_->sdp->mss()) +
+           ", crc " + (impl_->sdp->crc() ? "on" : "off") + "; " + impl_->sdp->describe() + ")";
+}
+
+// ---------------------------------------------------------------------------
+// async_acceptor
+
+struct async_acceptor::impl : std::enable_shared_from_this<async_acceptor::impl> {
+    explicit impl(asio::io_context& ctx) : io(ctx), acc(ctx), retry(ctx) {}
+    asio::io_context& io;
+    tcp::acceptor acc;
+    asio::steady_timer retry;  // after EMFILE and the like
+    acceptor_options opts;
+    pm::Endpoint local;
+    bool registered = false;
+    std::string reg_name;
+    std::string reg_error;
+    std::string last_error;
+    acceptor_stats st;
+    bool closed = true;
+    boost::system::error_code failed;  // the listener itself failed
+    std::vector<std::shared_ptr<io::AsioChannel>> pending;
+    std::deque<std::pair<std::shared_ptr<io::AsioChannel>, pm::Endpoint>> ready;
+    std::deque<erased_handler_t> waiters;
+
+    void accept_next() {
+        if (closed || failed) {
+            return;
+        }
+        acc.async_accept(
+            [self = shared_from_this()](const boost::system::error_code& ec, tcp::socket s) {
+                self->on_accept(ec, std::move(s));
+            });
+    }
+
+    void on_accept(const boost::system::error_code& ec, tcp::socket s) {
+        if (closed) {
+            return;
+        }
+        if (ec) {
+            if (ec == asio::error::connection_aborted || ec == asio::error::interrupted ||
+                ec == asio::error::would_block || ec == asio::error::try_again) {
+                accept_next();
+            } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+                       ec == asio::error::no_memory || ec.value() == ENFILE) {
+                // Out of resources: try again a little later, without spinning.
+                retry.expires_after(std::chrono::milliseconds(100));
+                retry.async_wait([self = shared_from_this()](const boost::system::error_code& e) {
+                    if (!e) {
+                        self->accept_next();
+                    }
+                });
+            } else {
+                failed = ec;
+                dispatch();
+            }
+            return;
+        }
+        ++st.tcp_accepted;
+        if (pending.size() + ready.size() >=
+            std::max<std::size_t>(opts.max_pending_handshakes, 1)) {
+            ++st.over_limit;
+            boost::system::error_code e;
+            s.close(e);
+            accept_next();
+            return;
+        }
+        boost::system::error_code e;
+        const pm::Endpoint peer = detail::to_pm(s.remote_endpoint(e));
+        auto ch = std::make_shared<io::AsioChannel>(std::move(s), iwarp::MpaRole::responder,
+                                                    detail::channel_options(opts.stream));
+        pending.push_back(ch);
+        st.pending = pending.size();
+        ch->handshake(
+            [self = shared_from_this(), ch, peer](std::error_code hec, const std::string& why) {
+                self->on_handshake(ch, peer, hec, why);
+            });
+        accept_next();
+    }
+
+    void on_handshake(const std::shared_ptr<io::AsioChannel>& ch, const pm::Endpoint& peer,
+                      std::error_code ec, const std::string& why) {
+        std::erase(pending, ch);
+        st.pending = pending.size();
+        if (closed) {
+            ch->abort();
+            return;
+        }
+        if (ec) {
+            ++st.handshake_failures;
+            last_error = peer.to_string() + ": " + ec.message() + ": " + why;
+            if (opts.on_handshake_error) {
+                opts.on_handshake_error(last_error);
+            }
+            return;
+        }
+        ++st.established;
+        ready.emplace_back(ch, peer);
+        st.ready = ready.size();
+        dispatch();
+    }
+
+    void dispatch() {
+        while (!waiters.empty() && !ready.empty()) {
+            auto h = std::move(waiters.front());
+            waiters.pop_front();
+            auto [ch, peer] = std::move(ready.front());
+            ready.pop_front();
+            st.ready = ready.size();
+            async_stream s(io);
+            s.impl_->opts = opts.stream;
+            s.impl_->sdp = std::move(ch);
+            s.impl_->info.used = transport::sdp;
+            s.impl_->info.peer = peer;
+            h(boost::system::error_code{}, std::move(s));
+        }
+        if (failed) {
+            while (!waiters.empty()) {
+                auto h = std::move(waiters.front());
+                waiters.pop_front();
+                h(failed, async_stream(io));
+            }
+        }
+    }
+
+    void cancel_waiters() {
+        while (!waiters.empty()) {
+            auto h = std::move(waiters.front());
+            waiters.pop_front();
+            h(asio::error::operation_aborted, async_stream(io));
+        }
+    }
+};
+
+async_acceptor::async_acceptor(asio::io_context& io)
+    : io_(&io), impl_(std::make_shared<impl>(io)) {}
+
+async_acceptor::~async_acceptor() {
+    close();
+}
+
+std::error_code async_acceptor::open(const pm::Endpoint& local, const acceptor_options& opts) {
+    close();
+    impl_ = std::make_shared<impl>(*io_);
+    auto& im = *impl_;
+    im.opts = opts;
+    boost::system::error_code e;
+    const auto ep = detail::to_asio(local);
+    im.acc.open(ep.protocol(), e);
+    if (!e) {
+        im.acc.set_option(tcp::acceptor::reuse_address(true), e);
+    }
+    if (!e) {
+        im.acc.bind(ep, e);
+    }
+    if (!e) {
+        im.acc.listen(opts.backlog, e);
+    }
+    if (e) {
+        boost::system::error_code ignored;
+        im.acc.close(ignored);
+        return {e.value(), std::generic_category()};
+    }
+    im.local = detail::to_pm(im.acc.local_endpoint(e));
+    if (opts.control_socket) {
+        if (auto ec = detail::register_service(opts, im.local, im.reg_name, im.reg_error)) {
+            boost::system::error_code ignored;
+            im.acc.close(ignored);
+            return ec;
+        }
+        im.registered = true;
+    }
+    im.closed = false;
+    im.accept_next();
+    return {};
+}
+
+void async_acceptor::start_accept(erased_handler_t h) {
+    if (!impl_ || impl_->closed) {
+        h(asio::error::bad_descriptor, async_stream(*io_));
+        return;
+    }
+    impl_->waiters.push_back(std::move(h));
+    impl_->dispatch();
+}
+
+void async_acceptor::cancel() {
+    if (impl_) {
+        impl_->cancel_waiters();
+    }
+}
+
+std::error_code async_acceptor::close() {
+    if (!impl_ || impl_->closed) {
+        return {};
+    }
+    auto& im = *impl_;
+    std::error_code ec;
+    if (im.registered && im.opts.control_socket) {
+        ec = detail::unregister_service(im.opts, im.reg_name, im.reg_error);
+    }
+    im.registered = false;
+    im.closed = true;
+    boost::system::error_code ignored;
+    im.acc.close(ignored);
+    im.retry.cancel();
+    auto pending = std::move(im.pending);
+    im.pending.clear();
+    for (auto& ch : pending) {
+        ch->abort();
+    }
+    for (auto& r : im.ready) {
+        r.first->abort();
+    }
+    im.ready.clear();
+    im.st.pending = 0;
+    im.st.ready = 0;
+    im.cancel_waiters();
+    return ec;
+}
+
+bool async_acceptor::is_open() const {
+    return impl_ && !impl_->closed;
+}
+
+pm::Endpoint async_acceptor::local_endpoint() const {
+    return impl_ ? impl_->local : pm::Endpoint{};
+}
+
+bool async_acceptor::registered() const {
+    return impl_ && impl_->registered;
+}
+
+const std::string& async_acceptor::registration_error() const {
+    static const std::string none;
+    return impl_ ? impl_->reg_error : none;
+}
+
+std::string async_acceptor::last_error() const {
+    return impl_ ? impl_->last_error : std::string{};
+}
+
+acceptor_stats async_acceptor::stats() const {
+    return impl_ ? impl_->st : acceptor_stats{};
+}
+
+}  // namespace sdp

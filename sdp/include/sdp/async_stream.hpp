@@ -1,0 +1,298 @@
+// The asynchronous SDP stream API on Boost.Asio.
+//
+//   boost::asio::io_context io;
+//   sdp::async_stream s(io);
+//   s.async_connect(conventional, opts, [&](boost::system::error_code ec) {
+//       // s.used(): transport::sdp or transport::tcp; s.info().reason says why
+//       boost::asio::async_write(s, boost::asio::buffer(data), ...);
+//   });
+//
+//   sdp::async_acceptor a(io);
+//   a.open(*pm::Endpoint::parse("0.0.0.0:5001"), acceptor_opts);  // (+ registration)
+//   a.async_accept([](boost::system::error_code ec, sdp::async_stream peer) { ... });
+//
+// async_connect() resolves the Conventional Address with libpmclient's async
+// Resolver (section 7.5.1), TCP-connects to the SDP Address, runs the MPA
+// startup and SDP Hello/HelloAck from Asio completions, and falls back to
+// plain TCP exactly like sdp::stream::connect() (same connect_info).
+//
+// async_read_some / async_write_some meet Asio's AsyncReadStream and
+// AsyncWriteStream requirements, so boost::asio::async_read / async_write /
+// async_read_until work on an async_stream. End of stream is
+// boost::asio::error::eof; a peer's abort connection_reset; cancel() and
+// close() complete pending operations with operation_aborted.
+//
+// Completion tokens go through boost::asio::async_initiate: callbacks,
+// boost::asio::use_future, use_awaitable, yield_context, ...
+//
+// Threads: like boost::asio::ip::tcp::socket, an async_stream is not
+// thread-safe: use it from one thread running the io_context, or from a
+// strand. Completion handlers run on their associated executor (default:
+// the io_context's), never inside the initiating call. No extra threads.
+#pragma once
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "sdp/stream.hpp"
+
+namespace pmclient {
+class Resolver;
+}
+
+namespace sdp {
+
+namespace detail {
+
+// A type-erased, move-only completion handler. Invoking it posts the handler
+// with its arguments to the handler's associated executor (keeping that
+// executor busy until then), so it never runs inside the caller.
+template <typename Signature>
+class erased_handler;
+
+template <typename... Args>
+class erased_handler<void(Args...)> {
+  public:
+    erased_handler() = default;
+    template <typename Handler, typename Executor>
+    erased_handler(Handler&& h, const Executor& ex)
+        : p_(std::make_unique<impl<std::decay_t<Handler>, Executor>>(std::forward<Handler>(h),
+                                                                     ex)) {}
+    explicit operator bool() const { return p_ != nullptr; }
+    void operator()(Args... args) {
+        auto p = std::move(p_);
+        if (p) {
+            p->post(std::move(args)...);
+        }
+    }
+
+  private:
+    struct base {
+        virtual ~base() = default;
+        virtual void post(Args... args) = 0;
+    };
+    template <typename Handler, typename Executor>
+    struct impl final : base {
+        impl(Handler h, const Executor& ex)
+            : handler(std::move(h)), work(boost::asio::get_associated_executor(handler, ex)) {}
+        void post(Args... args) override {
+            auto ex = work.get_executor();
+            boost::asio::post(ex, [h = std::move(handler), ... a = std::move(args)]() mutable {
+                std::move(h)(std::move(a)...);
+            });
+            work.reset();
+        }
+        Handler handler;
+        boost::asio::executor_work_guard<boost::asio::associated_executor_t<Handler, Executor>>
+            work;
+    };
+    std::unique_ptr<base> p_;
+};
+
+using io_handler = erased_handler<void(boost::system::error_code, std::size_t)>;
+using op_handler = erased_handler<void(boost::system::error_code)>;
+
+// The first non-empty buffer of a sequence (as Asio's own sockets do for a
+// single read or write).
+template <typename Buffer, typename Sequence>
+Buffer first_buffer(const Sequence& seq) {
+    auto it = boost::asio::buffer_sequence_begin(seq);
+    const auto end = boost::asio::buffer_sequence_end(seq);
+    for (; it != end; ++it) {
+        Buffer b(*it);
+        if (b.size() > 0) {
+            return b;
+        }
+    }
+    return Buffer();
+}
+
+}  // namespace detail
+
+class async_acceptor;
+
+class async_stream {
+  public:
+    using executor_type = boost::asio::io_context::executor_type;
+
+    // Port Mapper resolutions share one pmclient::Resolver per io_context
+    // (created on first use from libpmclient's configuration), unless one is
+    // given here (it must outlive the stream).
+    explicit async_stream(boost::asio::io_context& io);
+    async_stream(boost::asio::io_context& io, pmclient::Resolver& resolver);
+    ~async_stream();  // abortive if still open
+    async_stream(async_stream&&) noexcept;
+    async_stream& operator=(async_stream&&) noexcept;
+    async_stream(const async_stream&) = delete;
+    async_stream& operator=(const async_stream&) = delete;
+
+    executor_type get_executor() noexcept { return io_->get_executor(); }
+
+    // Port Mapper resolution, SDP, fallback to TCP, like stream::connect().
+    // Signature void(boost::system::error_code). Errors: invalid_argument
+    // (bad address, pmclient configuration), connection_refused (no
+    // fallback), the errors of the fallback TCP connect, protocol_error
+    // (not an SDP peer), operation_aborted (cancel()/close()).
+    template <typename Token>
+    auto async_connect(const pm::Endpoint& conventional, const stream_options& opts,
+                       Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+            [this](auto handler, const pm::Endpoint& ep, const stream_options& o) {
+                start_connect(0, ep, o, detail::op_handler(std::move(handler), get_executor()));
+            },
+            token, conventional, opts);
+    }
+    // SDP straight to an SDP Address (no Port Mapper, no fallback).
+    template <typename Token>
+    auto async_connect_sdp(const pm::Endpoint& sdp_address, const stream_options& opts,
+                           Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+            [this](auto handler, const pm::Endpoint& ep, const stream_options& o) {
+                start_connect(1, ep, o, detail::op_handler(std::move(handler), get_executor()));
+            },
+            token, sdp_address, opts);
+    }
+    // Plain TCP (no SDP), for comparisons.
+    template <typename Token>
+    auto async_connect_tcp(const pm::Endpoint& address, const stream_options& opts, Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+            [this](auto handler, const pm::Endpoint& ep, const stream_options& o) {
+                start_connect(2, ep, o, detail::op_handler(std::move(handler), get_executor()));
+            },
+            token, address, opts);
+    }
+
+    // AsyncReadStream: void(boost::system::error_code, std::size_t). Reads
+    // into the first non-empty buffer; an empty sequence completes with 0.
+    template <typename MutableBufferSequence, typename Token>
+    auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+            [this](auto handler, boost::asio::mutable_buffer b) {
+                start_read(b, detail::io_handler(std::move(handler), get_executor()));
+            },
+            token, detail::first_buffer<boost::asio::mutable_buffer>(buffers));
+    }
+    // AsyncWriteStream: completes once some bytes are queued in the SDP
+    // engine (its send queue plays the role of a socket send buffer).
+    template <typename ConstBufferSequence, typename Token>
+    auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+            [this](auto handler, boost::asio::const_buffer b) {
+                start_write(b, detail::io_handler(std::move(handler), get_executor()));
+            },
+            token, detail::first_buffer<boost::asio::const_buffer>(buffers));
+    }
+    // Half-close: the peer reads EOF after the queued data (SDP DisConn, or
+    // TCP FIN on the fallback). void(boost::system::error_code).
+    template <typename Token>
+    auto async_shutdown(Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+            [this](auto handler) {
+                start_shutdown(detail::op_handler(std::move(handler), get_executor()));
+            },
+            token);
+    }
+    // Graceful close (8.2.1), bounded by stream_options::linger (then
+    // abortive, timed_out). Pending reads/writes complete with
+    // operation_aborted. void(boost::system::error_code).
+    template <typename Token>
+    auto async_close(Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
+            [this](auto handler) {
+                start_close(detail::op_handler(std::move(handler), get_executor()));
+            },
+            token);
+    }
+
+    // Pending connect/read/write complete with operation_aborted; the
+    // connection stays usable after a cancelled read or write.
+    void cancel();
+    // Abortive close (AbortConn + RST; the peer reads connection_reset);
+    // pending operations complete with operation_aborted.
+    void close();
+
+    bool is_open() const;
+    transport used() const;
+    const connect_info& info() const;
+    std::string describe() const;
+
+    struct impl;
+
+  private:
+    friend class async_acceptor;
+    void start_connect(int kind, const pm::Endpoint& ep, const stream_options& opts,
+                       detail::op_handler h);
+    void start_read(boost::asio::mutable_buffer b, detail::io_handler h);
+    void start_write(boost::asio::const_buffer b, detail::io_handler h);
+    void start_shutdown(detail::op_handler h);
+    void start_close(detail::op_handler h);
+
+    boost::asio::io_context* io_;
+    pmclient::Resolver* resolver_ = nullptr;
+    std::shared_ptr<impl> impl_;
+};
+
+// Listens on an SDP port and accepts async_streams. MPA/SDP startups run
+// concurrently on the io_context (at most max_pending_handshakes, beyond
+// which new TCP connections are closed and counted); failed startups are
+// counted and reported through on_handshake_error, never to async_accept.
+class async_acceptor {
+  public:
+    using executor_type = boost::asio::io_context::executor_type;
+
+    explicit async_acceptor(boost::asio::io_context& io);
+    ~async_acceptor();  // close()
+    async_acceptor(const async_acceptor&) = delete;
+    async_acceptor& operator=(const async_acceptor&) = delete;
+
+    executor_type get_executor() noexcept { return io_->get_executor(); }
+
+    // Listens and, with a control socket, registers the mapping with the
+    // local sdp-pmd (one blocking exchange bounded by control_timeout), as
+    // sdp::acceptor::open.
+    std::error_code open(const pm::Endpoint& local, const acceptor_options& opts = {});
+    // void(boost::system::error_code, sdp::async_stream): the next stream
+    // whose startup completed. Errors: operation_aborted (cancel/close),
+    // bad_descriptor (not open), or a failure of the listener itself.
+    template <typename Token>
+    auto async_accept(Token&& token) {
+        return boost::asio::async_initiate<Token, void(boost::system::error_code, async_stream)>(
+            [this](auto handler) {
+                start_accept(erased_handler_t(std::move(handler), get_executor()));
+            },
+            token);
+    }
+    // Pending async_accept complete with operation_aborted.
+    void cancel();
+    // Unregisters (if registered), stops the startups, closes the listener.
+    std::error_code close();
+
+    bool is_open() const;
+    pm::Endpoint local_endpoint() const;
+    bool registered() const;
+    const std::string& registration_error() const;
+    std::string last_error() const;
+    acceptor_stats stats() const;
+
+    struct impl;
+
+  private:
+    using erased_handler_t = detail::erased_handler<void(boost::system::error_code, async_stream)>;
+    void start_accept(erased_handler_t h);
+
+    boost::asio::io_context* io_;
+    std::shared_ptr<impl> impl_;
+};
+
+}  // namespace sdp

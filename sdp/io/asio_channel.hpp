@@ -1,0 +1,129 @@
+// The Boost.Asio shell for the soft provider: drives a SoftSession over one
+// connected boost::asio::ip::tcp::socket from Asio completions. No threads:
+// one read is always outstanding (bytes -> SoftSession::on_bytes), one write
+// of take_output() at a time, llp_request() honoured (FIN once the output is
+// written, RST at once), timers for the startup and the close linger.
+//
+// Like an Asio socket, an AsioChannel is not thread-safe: call it from its
+// executor (a single-threaded io_context or a strand). Callbacks are never
+// invoked from inside the initiating call: they are posted to the executor.
+// Errors are std::errc values (generic category); end of stream is a read
+// that completes with no error and 0 bytes; operation_canceled after
+// cancel()/abort().
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "sdp/io/channel.hpp"
+#include "sdp/io/soft_session.hpp"
+
+namespace sdp::io {
+
+class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
+  public:
+    using Socket = boost::asio::ip::tcp::socket;
+    using IoCallback = std::function<void(std::error_code, std::size_t)>;
+    using Callback = std::function<void(std::error_code)>;
+    using HandshakeCallback = std::function<void(std::error_code, std::string why)>;
+
+    // `sock` is connected. Use std::make_shared; then handshake().
+    AsioChannel(Socket sock, iwarp::MpaRole role, const ChannelOptions& opts);
+    ~AsioChannel();
+    AsioChannel(const AsioChannel&) = delete;
+    AsioChannel& operator=(const AsioChannel&) = delete;
+
+    // MPA startup + SDP Hello/HelloAck, bounded by handshake_timeout. Errors
+    // as SoftChannel::handshake (timed_out, connection_reset,
+    // connection_refused, protocol_error; operation_canceled by cancel()).
+    // On failure the socket is closed (after an MPA reject went out).
+    void handshake(HandshakeCallback cb);
+    // One read at a time; completes with >0 bytes, 0 at end of stream, or an
+    // error (connection_reset, not_connected, operation_canceled).
+    void async_read_some(std::span<std::uint8_t> buf, IoCallback cb);
+    // One write at a time; completes once some bytes are queued in the SDP
+    // engine (broken_pipe after shutdown_write or close, connection_reset).
+    void async_write_some(std::span<const std::uint8_t> buf, IoCallback cb);
+    // Half-close: DisConn after the queued data.
+    std::error_code shutdown_write();
+    // Graceful close: DisConn, the peer's DisConn and the LLP teardown within
+    // `linger` (else abortive, timed_out). Pending read/write complete with
+    // operation_canceled.
+    void async_close(std::chrono::milliseconds linger, Callback cb);
+    // Abortive close: AbortConn if possible, then RST. Pending operations
+    // complete with operation_canceled.
+    void abort();
+    // Completes the pending read/write (and a running handshake) with
+    // operation_canceled; the connection stays usable after read/write
+    // cancellation.
+    void cancel();
+
+    [[nodiscard]] boost::asio::any_io_executor get_executor() { return ex_; }
+    [[nodiscard]] bool is_open() const { return !finished_; }
+    [[nodiscard]] std::size_t mss() const { return mss_; }
+    [[nodiscard]] bool crc() const { return session_.mpa().outcome().crc; }
+    [[nodiscard]] std::string describe() const { return session_.describe_error(); }
+    [[nodiscard]] const engine::Stats& stats() const { return session_.sdp().stats(); }
+
+  private:
+    struct IoOp {
+        std::span<std::uint8_t> rbuf;
+        std::span<const std::uint8_t> wbuf;
+        IoCallback cb;
+    };
+
+    void pump();
+    void start_read();
+    void start_write();
+    void do_llp();
+    void check_handshake();
+    void check_close();
+    void serve_read();
+    void serve_write();
+    void finish_handshake(std::error_code ec, std::string why);
+    void finish_close(std::error_code ec);
+    void finish_socket();
+    void lost_llp(const boost::system::error_code& ec);
+    void post_io(IoCallback cb, std::error_code ec, std::size_t n);
+    void post(Callback cb, std::error_code ec);
+    std::error_code state_error(bool for_write) const;
+
+    boost::asio::any_io_executor ex_;
+    Socket sock_;
+    SoftSession session_;
+    iwarp::MpaRole role_;
+    ChannelOptions opts_;
+    std::size_t mss_ = 1460;
+    boost::asio::steady_timer timer_;  // handshake, then close linger
+
+    std::vector<std::uint8_t> in_;
+    std::vector<std::uint8_t> out_;  // being written (whole buffer)
+    bool reading_ = false;
+    bool writing_ = false;
+    bool rd_eof_ = false;  // nothing more will come from TCP
+    bool wr_shut_ = false;
+    bool rst_done_ = false;
+    bool finished_ = false;  // socket closed
+
+    HandshakeCallback hs_cb_;
+    bool hs_failing_ = false;  // failed; waiting for the MPA reject to go out
+    std::error_code hs_ec_;
+    std::string hs_why_;
+
+    std::optional<IoOp> rd_op_;
+    std::optional<IoOp> wr_op_;
+    Callback close_cb_;
+};
+
+}  // namespace sdp::io

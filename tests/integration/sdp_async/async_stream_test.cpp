@@ -1,0 +1,886 @@
+// sdp::async_stream / sdp::async_acceptor on loopback: against the blocking
+// API in both roles (1 B, 1 MiB, 16 MiB with asio::async_read/async_write,
+// both directions at once), half-close, abort, cancel of a pending read,
+// completion tokens (use_future), concurrent startups of the async acceptor,
+// and the Port Mapper path through the real sdp-pmd (SDP, PMDeny -> TCP,
+// refused SDP port -> TCP). The io_context runs on the test thread in
+// bounded steps (run_until); blocking peers run on threads whose calls are
+// bounded by io_timeout / accept timeouts.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/asio/write.hpp>
+
+#include <atomic>
+#include <functional>
+#include <future>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "daemon/harness.hpp"
+#include "sdp/async_stream.hpp"
+#include "sdp/stream.hpp"
+#include "sdp_test_util.hpp"
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using sdptest::check_pattern;
+using sdptest::pattern;
+
+sdp::stream_options opts() {
+    sdp::stream_options o;
+    o.io_timeout = 30s;
+    o.handshake_timeout = 10s;
+    o.linger = 10s;
+    return o;
+}
+
+// Runs the io_context in small steps until pred() holds (bounded).
+bool run_until(asio::io_context& io, const std::function<bool()>& pred,
+               std::chrono::seconds bound = 60s) {
+    const auto end = std::chrono::steady_clock::now() + bound;
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() >= end) {
+            return false;
+        }
+        io.restart();
+        io.run_one_for(50ms);
+    }
+    return true;
+}
+
+std::vector<std::uint8_t> make_pattern(std::size_t n, std::uint32_t seed) {
+    std::vector<std::uint8_t> v(n);
+    pattern(v, 0, seed);
+    return v;
+}
+
+// Blocking side: writes n pattern bytes, then half-closes.
+std::error_code send_pattern(sdp::stream& s, std::size_t n, std::uint32_t seed) {
+    std::vector<std::uint8_t> buf;
+    std::size_t off = 0;
+    std::error_code ec;
+    while (off < n) {
+        const std::size_t k = std::min<std::size_t>(256 * 1024, n - off);
+        buf.resize(k);
+        pattern(buf, off, seed);
+        s.write(buf, ec);
+        if (ec) {
+            return ec;
+        }
+        off += k;
+    }
+    return s.shutdown_write();
+}
+
+// Blocking side: reads until EOF; checks the pattern.
+std::size_t recv_pattern(sdp::stream& s, std::uint32_t seed, std::error_code& ec, bool& ok) {
+    std::vector<std::uint8_t> buf(300 * 1024);
+    std::size_t off = 0;
+    ok = true;
+    while (true) {
+        std::size_t n = s.read_some(buf, ec);
+        if (ec || n == 0) {
+            return off;
+        }
+        if (ok && !check_pattern(std::span(buf.data(), n), off, seed)) {
+            ok = false;
+        }
+        off += n;
+    }
+}
+
+// A blocking acceptor on 127.0.0.1:0 and an async client connected to it
+// (async_connect_sdp); `serve` runs on a thread with the accepted stream.
+struct AsyncClientPair {
+    asio::io_context io;
+    sdp::acceptor acc;
+    sdp::async_stream client{io};
+    sdp::stream server;
+    std::thread srv;
+    std::error_code accept_ec;
+
+    void start(const std::function<void(sdp::stream&)>& serve) {
+        sdp::acceptor_options ao;
+        ao.stream = opts();
+        ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+        srv = std::thread([this, serve] {
+            accept_ec = acc.accept(server, 30s);
+            if (!accept_ec) {
+                serve(server);
+            }
+        });
+        bool done = false;
+        error_code ec;
+        client.async_connect_sdp(acc.local_endpoint(), opts(), [&](error_code e) {
+            ec = e;
+            done = true;
+        });
+        ASSERT_TRUE(run_until(io, [&] { return done; }));
+        ASSERT_FALSE(ec) << ec.message() << " " << client.info().reason;
+        ASSERT_EQ(client.used(), sdp::transport::sdp);
+        ASSERT_TRUE(client.is_open());
+    }
+    ~AsyncClientPair() {
+        if (srv.joinable()) {
+            client.close();
+            srv.join();
+        }
+    }
+};
+
+// Async client sends n bytes and half-closes; the blocking server checks
+// them, answers n bytes of another pattern and half-closes; the client
+// reads them to EOF; then both close gracefully.
+void async_to_blocking(std::size_t n) {
+    AsyncClientPair p;
+    std::error_code srv_rec, srv_wec;
+    std::size_t srv_got = 0;
+    bool srv_ok = false;
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+        srv_got = recv_pattern(s, 7, srv_rec, srv_ok);
+        srv_wec = send_pattern(s, n, 9);
+        std::vector<std::uint8_t> b(16);
+        std::error_code ec;
+        s.read_some(b, ec);  // waits for the client's close (bounded)
+        s.close();
+    }));
+    const auto out = make_pattern(n, 7);
+    bool wrote = false;
+    error_code wec;
+    asio::async_write(p.client, asio::buffer(out), [&](error_code e, std::size_t k) {
+        wec = e;
+        EXPECT_EQ(k, n);
+        p.client.async_shutdown([&](error_code e2) {
+            EXPECT_FALSE(e2) << e2.message();
+            wrote = true;
+        });
+    });
+    std::vector<std::uint8_t> in;
+    bool read_done = false;
+    error_code rec;
+    asio::async_read(p.client, asio::dynamic_buffer(in), [&](error_code e, std::size_t) {
+        rec = e;
+        read_done = true;
+    });
+    ASSERT_TRUE(run_until(
+        p.io, [&] { return wrote && read_done; }, 120s));
+    EXPECT_FALSE(wec) << wec.message();
+    EXPECT_EQ(rec, asio::error::eof) << rec.message();
+    EXPECT_EQ(in.size(), n);
+    EXPECT_TRUE(check_pattern(in, 0, 9));
+    bool closed = false;
+    error_code cec;
+    p.client.async_close([&](error_code e) {
+        cec = e;
+        closed = true;
+    });
+    ASSERT_TRUE(run_until(p.io, [&] { return closed; }));
+    EXPECT_FALSE(cec) << cec.message();
+    EXPECT_FALSE(p.client.is_open());
+    p.srv.join();
+    EXPECT_FALSE(p.accept_ec) << p.accept_ec.message();
+    EXPECT_FALSE(srv_rec) << srv_rec.message();
+    EXPECT_FALSE(srv_wec) << srv_wec.message();
+    EXPECT_EQ(srv_got, n);
+    EXPECT_TRUE(srv_ok);
+}
+
+TEST(SdpAsyncStream, OneByteToBlockingAcceptor) {
+    async_to_blocking(1);
+}
+
+TEST(SdpAsyncStream, OneMiBToBlockingAcceptor) {
+    async_to_blocking(1024 * 1024);
+}
+
+TEST(SdpAsyncStream, SixteenMiBToBlockingAcceptor) {
+    async_to_blocking(16 * 1024 * 1024);
+}
+
+TEST(SdpAsyncStream, BothDirectionsAtOnce) {
+    constexpr std::size_t n = 16 * 1024 * 1024;
+    AsyncClientPair p;
+    std::error_code srv_rec, srv_wec;
+    std::size_t srv_got = 0;
+    bool srv_ok = false;
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+        std::thread w([&] { srv_wec = send_pattern(s, n, 21); });
+        srv_got = recv_pattern(s, 20, srv_rec, srv_ok);
+        w.join();
+        s.close();
+    }));
+    const auto out = make_pattern(n, 20);
+    bool wrote = false;
+    error_code wec;
+    asio::async_write(p.client, asio::buffer(out), [&](error_code e, std::size_t) {
+        wec = e;
+        p.client.async_shutdown([&](error_code) { wrote = true; });
+    });
+    std::vector<std::uint8_t> in;
+    bool read_done = false;
+    error_code rec;
+    asio::async_read(p.client, asio::dynamic_buffer(in), [&](error_code e, std::size_t) {
+        rec = e;
+        read_done = true;
+    });
+    ASSERT_TRUE(run_until(
+        p.io, [&] { return wrote && read_done; }, 180s));
+    EXPECT_FALSE(wec) << wec.message();
+    EXPECT_EQ(rec, asio::error::eof) << rec.message();
+    EXPECT_EQ(in.size(), n);
+    EXPECT_TRUE(check_pattern(in, 0, 21));
+    bool closed = false;
+    p.client.async_close([&](error_code) { closed = true; });
+    ASSERT_TRUE(run_until(p.io, [&] { return closed; }));
+    p.srv.join();
+    EXPECT_FALSE(srv_rec) << srv_rec.message();
+    EXPECT_FALSE(srv_wec) << srv_wec.message();
+    EXPECT_EQ(srv_got, n);
+    EXPECT_TRUE(srv_ok);
+}
+
+TEST(SdpAsyncStream, HalfCloseThenReply) {
+    AsyncClientPair p;
+    std::string got;
+    std::error_code srv_ec;
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+        std::vector<std::uint8_t> b(64);
+        while (true) {  // until the client's DisConn
+            std::size_t k = s.read_some(b, srv_ec);
+            if (srv_ec || k == 0) {
+                break;
+            }
+            got.append(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        const std::string pong = "pong";
+        s.write(std::span(reinterpret_cast<const std::uint8_t*>(pong.data()), pong.size()), srv_ec);
+        s.close();
+    }));
+    const std::string ping = "ping";
+    bool sent = false;
+    asio::async_write(p.client, asio::buffer(ping), [&](error_code e, std::size_t) {
+        EXPECT_FALSE(e);
+        p.client.async_shutdown([&](error_code e2) {
+            EXPECT_FALSE(e2);
+            sent = true;
+        });
+    });
+    std::vector<std::uint8_t> in;
+    bool done = false;
+    error_code rec;
+    asio::async_read(p.client, asio::dynamic_buffer(in), [&](error_code e, std::size_t) {
+        rec = e;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(p.io, [&] { return sent && done; }));
+    EXPECT_EQ(rec, asio::error::eof);
+    EXPECT_EQ(std::string(in.begin(), in.end()), "pong");
+    // Writing after the half-close fails.
+    bool wdone = false;
+    error_code wec;
+    p.client.async_write_some(asio::buffer(ping), [&](error_code e, std::size_t) {
+        wec = e;
+        wdone = true;
+    });
+    ASSERT_TRUE(run_until(p.io, [&] { return wdone; }));
+    EXPECT_TRUE(wec);
+    p.client.close();
+    p.srv.join();
+    EXPECT_EQ(got, "ping");
+}
+
+// The async client aborts: the blocking reader gets connection_reset.
+TEST(SdpAsyncStream, AbortResetsTheBlockingPeer) {
+    AsyncClientPair p;
+    std::error_code srv_ec;
+    std::atomic<bool> got_first{false};
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+        std::vector<std::uint8_t> b(64 * 1024);
+        for (int i = 0; i < 100000; ++i) {
+            std::size_t k = s.read_some(b, srv_ec);
+            if (srv_ec || k == 0) {
+                break;
+            }
+            got_first = true;
+        }
+    }));
+    const std::vector<std::uint8_t> out(64 * 1024, 1);
+    bool wrote = false;
+    p.client.async_write_some(asio::buffer(out), [&](error_code, std::size_t) { wrote = true; });
+    ASSERT_TRUE(run_until(p.io, [&] { return wrote && got_first.load(); }));
+    p.client.close();
+    EXPECT_FALSE(p.client.is_open());
+    p.srv.join();
+    EXPECT_EQ(srv_ec, std::errc::connection_reset) << srv_ec.message();
+}
+
+// The blocking peer aborts: a pending async read completes with
+// connection_reset.
+TEST(SdpAsyncStream, PeerAbortResetsAPendingRead) {
+    AsyncClientPair p;
+    std::atomic<bool> go{false};
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+        pmtest::wait_until([&] { return go.load(); }, 30s);
+        s.abort();
+    }));
+    std::vector<std::uint8_t> b(16);
+    bool done = false;
+    error_code rec;
+    p.client.async_read_some(asio::buffer(b), [&](error_code e, std::size_t) {
+        rec = e;
+        done = true;
+    });
+    go = true;
+    ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    EXPECT_EQ(rec, asio::error::connection_reset) << rec.message();
+}
+
+// cancel() completes a pending read with operation_aborted; the stream
+// stays usable.
+TEST(SdpAsyncStream, CancelPendingRead) {
+    AsyncClientPair p;
+    std::atomic<bool> go{false};
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+        pmtest::wait_until([&] { return go.load(); }, 30s);
+        std::vector<std::uint8_t> one{42};
+        std::error_code ec;
+        s.write(one, ec);
+        std::vector<std::uint8_t> b(16);
+        s.read_some(b, ec);  // until the client closes
+    }));
+    std::vector<std::uint8_t> b(16);
+    bool done = false;
+    error_code rec;
+    p.client.async_read_some(asio::buffer(b), [&](error_code e, std::size_t) {
+        rec = e;
+        done = true;
+    });
+    // Let the read get under way, then cancel it.
+    p.io.restart();
+    p.io.poll();
+    EXPECT_FALSE(done);
+    p.client.cancel();
+    ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    EXPECT_EQ(rec, asio::error::operation_aborted) << rec.message();
+    go = true;
+    done = false;
+    std::size_t n = 0;
+    p.client.async_read_some(asio::buffer(b), [&](error_code e, std::size_t k) {
+        rec = e;
+        n = k;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    EXPECT_FALSE(rec) << rec.message();
+    ASSERT_EQ(n, 1u);
+    EXPECT_EQ(b[0], 42);
+    // close() aborts a pending read the same way.
+    done = false;
+    p.client.async_read_some(asio::buffer(b), [&](error_code e, std::size_t) {
+        rec = e;
+        done = true;
+    });
+    p.client.close();
+    ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    EXPECT_EQ(rec, asio::error::operation_aborted) << rec.message();
+}
+
+TEST(SdpAsyncStream, RefusedSdpConnect) {
+    sdptest::TcpListener l;
+    const auto ep = l.endpoint();
+    l.close();
+    asio::io_context io;
+    sdp::async_stream s(io);
+    bool done = false;
+    error_code ec;
+    s.async_connect_sdp(ep, opts(), [&](error_code e) {
+        ec = e;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return done; }));
+    EXPECT_EQ(ec, asio::error::connection_refused) << ec.message();
+    EXPECT_FALSE(s.is_open());
+}
+
+// A server that accepts TCP but never answers: the startup times out.
+TEST(SdpAsyncStream, HandshakeTimesOutAgainstASilentServer) {
+    sdptest::TcpListener l;  // the kernel completes the TCP handshake; nobody reads
+    asio::io_context io;
+    sdp::async_stream s(io);
+    auto o = opts();
+    o.handshake_timeout = 300ms;
+    bool done = false;
+    error_code ec;
+    s.async_connect_sdp(l.endpoint(), o, [&](error_code e) {
+        ec = e;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return done; }));
+    EXPECT_EQ(ec, asio::error::timed_out) << ec.message();
+    EXPECT_FALSE(s.is_open());
+}
+
+// use_future as the completion token, with the io_context on another thread.
+TEST(SdpAsyncStream, UseFutureToken) {
+    asio::io_context io;
+    auto work = asio::make_work_guard(io);
+    std::thread runner([&] { io.run_for(60s); });
+    sdp::acceptor acc;
+    sdp::acceptor_options ao;
+    ao.stream = opts();
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    sdp::stream server;
+    std::error_code aec;
+    std::thread srv([&] {
+        aec = acc.accept(server, 30s);
+        if (!aec) {
+            std::vector<std::uint8_t> b(3);
+            std::error_code ec;
+            if (server.read(b, ec) == 3) {
+                server.write(b, ec);
+            }
+        }
+    });
+    sdp::async_stream s(io);
+    // The stream is used from the runner thread only through posted calls.
+    auto connected =
+        asio::post(io, asio::use_future([&] {
+                       return s.async_connect_sdp(acc.local_endpoint(), opts(), asio::use_future);
+                   }))
+            .get();
+    EXPECT_NO_THROW(connected.get());
+    const std::string abc = "abc";
+    auto wrote = asio::post(io, asio::use_future([&] {
+                                return asio::async_write(s, asio::buffer(abc), asio::use_future);
+                            }))
+                     .get();
+    EXPECT_EQ(wrote.get(), 3u);
+    std::vector<std::uint8_t> b(3);
+    auto got = asio::post(io, asio::use_future([&] {
+                              return asio::async_read(s, asio::buffer(b), asio::use_future);
+                          }))
+                   .get();
+    EXPECT_EQ(got.get(), 3u);
+    EXPECT_EQ(std::string(b.begin(), b.end()), "abc");
+    asio::post(io, asio::use_future([&] { s.close(); })).get();
+    srv.join();
+    EXPECT_FALSE(aec) << aec.message();
+    work.reset();
+    io.stop();
+    runner.join();
+}
+
+// A blocking client against the async acceptor, 1 MiB each way.
+TEST(SdpAsyncAcceptor, BlockingClientBothWays) {
+    constexpr std::size_t n = 1024 * 1024;
+    asio::io_context io;
+    sdp::async_acceptor acc(io);
+    sdp::acceptor_options ao;
+    ao.stream = opts();
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    sdp::stream client;
+    std::error_code cec, crec, cwec;
+    std::size_t cgot = 0;
+    bool cok = false;
+    std::thread cl([&] {
+        cec = client.connect_sdp(acc.local_endpoint(), opts());
+        if (cec) {
+            return;
+        }
+        std::thread w([&] { cwec = send_pattern(client, n, 31); });
+        cgot = recv_pattern(client, 32, crec, cok);
+        w.join();
+        client.close();
+    });
+    std::optional<sdp::async_stream> server;
+    error_code aec;
+    acc.async_accept([&](error_code e, sdp::async_stream s) {
+        aec = e;
+        server.emplace(std::move(s));
+    });
+    ASSERT_TRUE(run_until(io, [&] { return server.has_value(); }));
+    ASSERT_FALSE(aec) << aec.message();
+    EXPECT_EQ(server->used(), sdp::transport::sdp);
+    const auto out = make_pattern(n, 32);
+    bool wrote = false, read_done = false;
+    error_code wec, rec;
+    asio::async_write(*server, asio::buffer(out), [&](error_code e, std::size_t) {
+        wec = e;
+        server->async_shutdown([&](error_code) { wrote = true; });
+    });
+    std::vector<std::uint8_t> in;
+    asio::async_read(*server, asio::dynamic_buffer(in), [&](error_code e, std::size_t) {
+        rec = e;
+        read_done = true;
+    });
+    ASSERT_TRUE(run_until(
+        io, [&] { return wrote && read_done; }, 120s));
+    EXPECT_FALSE(wec) << wec.message();
+    EXPECT_EQ(rec, asio::error::eof) << rec.message();
+    EXPECT_EQ(in.size(), n);
+    EXPECT_TRUE(check_pattern(in, 0, 31));
+    bool closed = false;
+    server->async_close([&](error_code) { closed = true; });
+    ASSERT_TRUE(run_until(io, [&] { return closed; }));
+    cl.join();
+    EXPECT_FALSE(cec) << cec.message();
+    EXPECT_FALSE(crec) << crec.message();
+    EXPECT_FALSE(cwec) << cwec.message();
+    EXPECT_EQ(cgot, n);
+    EXPECT_TRUE(cok);
+    EXPECT_EQ(acc.stats().established, 1u);
+}
+
+// Async stream to async acceptor: concurrent startups. Silent TCP clients
+// connect first; the real SDP client is still accepted while they wait.
+TEST(SdpAsyncAcceptor, SilentClientsDoNotDelayARealOne) {
+    asio::io_context io;
+    sdp::async_acceptor acc(io);
+    sdp::acceptor_options ao;
+    ao.stream = opts();
+    ao.stream.handshake_timeout = 60s;  // the silent ones stay pending
+    std::vector<std::string> failures;
+    ao.on_handshake_error = [&](const std::string& m) { failures.push_back(m); };
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    std::vector<int> silent;
+    for (int i = 0; i < 5; ++i) {
+        int fd = sdptest::tcp_connect(acc.local_endpoint());
+        ASSERT_GE(fd, 0);
+        silent.push_back(fd);
+    }
+    ASSERT_TRUE(run_until(io, [&] { return acc.stats().pending == 5; }));
+    sdp::async_stream client(io);
+    bool connected = false;
+    error_code cec;
+    client.async_connect_sdp(acc.local_endpoint(), opts(), [&](error_code e) {
+        cec = e;
+        connected = true;
+    });
+    std::optional<sdp::async_stream> server;
+    acc.async_accept([&](error_code e, sdp::async_stream s) {
+        EXPECT_FALSE(e) << e.message();
+        server.emplace(std::move(s));
+    });
+    ASSERT_TRUE(run_until(io, [&] { return connected && server.has_value(); }));
+    EXPECT_FALSE(cec) << cec.message();
+    EXPECT_EQ(acc.stats().pending, 5u);  // the silent ones are still waiting
+    // Data flows on the accepted stream.
+    const std::string hi = "hi";
+    bool wrote = false;
+    asio::async_write(client, asio::buffer(hi), [&](error_code, std::size_t) { wrote = true; });
+    std::vector<std::uint8_t> b(2);
+    bool got = false;
+    asio::async_read(*server, asio::buffer(b), [&](error_code e, std::size_t) {
+        EXPECT_FALSE(e);
+        got = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return wrote && got; }));
+    EXPECT_EQ(std::string(b.begin(), b.end()), "hi");
+    // The silent clients hang up: their startups fail and are counted, not
+    // returned.
+    for (int fd : silent) {
+        ::close(fd);
+    }
+    ASSERT_TRUE(run_until(io, [&] { return acc.stats().pending == 0; }));
+    EXPECT_EQ(acc.stats().handshake_failures, 5u);
+    EXPECT_EQ(failures.size(), 5u);
+    client.close();
+    server->close();
+    acc.close();
+}
+
+TEST(SdpAsyncAcceptor, PendingHandshakesAreBounded) {
+    asio::io_context io;
+    sdp::async_acceptor acc(io);
+    sdp::acceptor_options ao;
+    ao.stream = opts();
+    ao.stream.handshake_timeout = 60s;
+    ao.max_pending_handshakes = 3;
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    std::vector<int> silent;
+    for (int i = 0; i < 5; ++i) {
+        int fd = sdptest::tcp_connect(acc.local_endpoint());
+        ASSERT_GE(fd, 0);
+        silent.push_back(fd);
+    }
+    ASSERT_TRUE(run_until(io, [&] { return acc.stats().tcp_accepted == 5; }));
+    EXPECT_EQ(acc.stats().pending, 3u);
+    EXPECT_EQ(acc.stats().over_limit, 2u);
+    for (int fd : silent) {
+        ::close(fd);
+    }
+    ASSERT_TRUE(run_until(io, [&] { return acc.stats().pending == 0; }));
+    // Room again: a real client gets through.
+    sdp::async_stream client(io);
+    bool connected = false;
+    error_code cec;
+    client.async_connect_sdp(acc.local_endpoint(), opts(), [&](error_code e) {
+        cec = e;
+        connected = true;
+    });
+    bool accepted = false;
+    acc.async_accept([&](error_code e, sdp::async_stream) {
+        EXPECT_FALSE(e);
+        accepted = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return connected && accepted; }));
+    EXPECT_FALSE(cec) << cec.message();
+    acc.close();
+}
+
+TEST(SdpAsyncAcceptor, CancelAndCloseAbortPendingAccepts) {
+    asio::io_context io;
+    sdp::async_acceptor acc(io);
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), {}));
+    int calls = 0;
+    error_code e1, e2;
+    acc.async_accept([&](error_code e, sdp::async_stream) {
+        e1 = e;
+        ++calls;
+    });
+    acc.cancel();
+    ASSERT_TRUE(run_until(io, [&] { return calls == 1; }));
+    EXPECT_EQ(e1, asio::error::operation_aborted);
+    acc.async_accept([&](error_code e, sdp::async_stream) {
+        e2 = e;
+        ++calls;
+    });
+    acc.close();
+    ASSERT_TRUE(run_until(io, [&] { return calls == 2; }));
+    EXPECT_EQ(e2, asio::error::operation_aborted);
+}
+
+// ---------------------------------------------------------------------------
+// Through the real sdp-pmd.
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+    for (auto pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
+        s.replace(pos, from.size(), to);
+    }
+    return s;
+}
+
+class SdpAsyncPortMapper : public ::testing::Test {
+  protected:
+    void SetUp() override { ASSERT_TRUE(dir_.ok()); }
+    void TearDown() override {
+        if (daemon_ && daemon_->running()) {
+            daemon_->signal(SIGTERM);
+            daemon_->wait_exit(5000ms);
+        }
+    }
+    std::string log() const { return pmtest::read_file(dir_.path() / "pmd.err"); }
+    void start(const std::string& yaml) {
+        daemon_ = pmtest::start_pmd(
+            SDPPM_PMD_BIN, dir_.path(),
+            [&](std::uint16_t port) { return replace_all(yaml, "{PORT}", std::to_string(port)); },
+            port_);
+        ASSERT_TRUE(daemon_) << log();
+    }
+    sdp::stream_options popts() const {
+        auto o = opts();
+        o.pmsp = pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_};
+        o.resolve_deadline = 3s;
+        o.use_pm_cache = false;
+        return o;
+    }
+    // Connects through the Port Mapper; a thread answers "ping" with "pong"
+    // on whatever accepted (`serve`); checks the transport.
+    void ping_pong(const pm::Endpoint& conventional, const sdp::stream_options& o,
+                   sdp::transport expect, const std::function<void()>& serve) {
+        asio::io_context io;
+        std::thread srv(serve);
+        sdp::async_stream s(io);
+        bool done = false;
+        error_code ec;
+        s.async_connect(conventional, o, [&](error_code e) {
+            ec = e;
+            done = true;
+        });
+        const bool finished = run_until(io, [&] { return done; });
+        if (!finished || ec) {
+            int fd = sdptest::tcp_connect(conventional);  // unblock a TCP server
+            if (fd >= 0) {
+                ::close(fd);
+            }
+        }
+        if (finished && !ec) {
+            EXPECT_EQ(s.used(), expect) << s.info().reason;
+            EXPECT_FALSE(expect == sdp::transport::tcp && s.info().reason.empty());
+            const std::string ping = "ping";
+            std::vector<std::uint8_t> b(4);
+            bool ok = false;
+            asio::async_write(s, asio::buffer(ping), [&](error_code e, std::size_t) {
+                EXPECT_FALSE(e);
+                asio::async_read(s, asio::buffer(b), [&](error_code e2, std::size_t) {
+                    EXPECT_FALSE(e2) << e2.message();
+                    ok = true;
+                });
+            });
+            EXPECT_TRUE(run_until(io, [&] { return ok; }));
+            EXPECT_EQ(std::string(b.begin(), b.end()), "pong");
+            s.close();
+        }
+        srv.join();
+        ASSERT_TRUE(finished);
+        ASSERT_FALSE(ec) << ec.message() << " " << s.info().reason;
+    }
+
+    pmtest::TempDir dir_;
+    std::uint16_t port_ = 0;
+    std::unique_ptr<pmtest::Process> daemon_;
+};
+
+std::function<void()> tcp_pong(sdptest::TcpListener& conv) {
+    return [&conv] {
+        int fd = conv.accept(30000);
+        if (fd < 0) {
+            return;
+        }
+        char b[4];
+        if (::recv(fd, b, 4, MSG_WAITALL) == 4) {
+            (void)!::send(fd, "pong", 4, MSG_NOSIGNAL);
+        }
+        char x;
+        (void)!::recv(fd, &x, 1, 0);  // until the client closes
+        ::close(fd);
+    };
+}
+
+TEST_F(SdpAsyncPortMapper, AcceptedMappingUsesSdp) {
+    sdptest::TcpListener conv;
+    sdp::acceptor acc;
+    sdp::acceptor_options ao;
+    ao.stream = opts();
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    ASSERT_NO_FATAL_FAILURE(
+        start("listen: [\"127.0.0.1:{PORT}\"]\nservices:\n"
+              "  - name: app\n    conventional: \"127.0.0.1:" +
+              std::to_string(conv.port()) +
+              "\"\n    sdp: [\"127.0.0.1:" + std::to_string(acc.local_endpoint().port) + "\"]\n"));
+    ASSERT_NO_FATAL_FAILURE(ping_pong(conv.endpoint(), popts(), sdp::transport::sdp, [&] {
+        sdp::stream s;
+        if (acc.accept(s, 30s)) {
+            return;
+        }
+        std::vector<std::uint8_t> b(4);
+        std::error_code ec;
+        if (s.read(b, ec) == 4) {
+            const std::string pong = "pong";
+            s.write(std::span(reinterpret_cast<const std::uint8_t*>(pong.data()), 4), ec);
+        }
+        s.read_some(b, ec);  // until the client closes
+    }));
+}
+
+// async_acceptor registers through the control socket; an async client
+// resolves the mapping and lands on SDP; close() unregisters it.
+TEST_F(SdpAsyncPortMapper, AsyncAcceptorRegistersAndAsyncClientUsesSdp) {
+    const auto sock = dir_.path() / "control.sock";
+    ASSERT_NO_FATAL_FAILURE(start("listen: [\"127.0.0.1:{PORT}\"]\ncontrol:\n  socket: \"" +
+                                  sock.string() + "\"\nstate_file: \"" +
+                                  (dir_.path() / "state.json").string() + "\"\n"));
+    if (!pmtest::wait_until([&] { return std::filesystem::exists(sock); }, 2000ms)) {
+        GTEST_SKIP() << "sdp-pmd has no control socket: " << log();
+    }
+    sdptest::TcpListener conv;
+    asio::io_context io;
+    sdp::async_acceptor acc(io);
+    sdp::acceptor_options ao;
+    ao.stream = opts();
+    ao.control_socket = sock.string();
+    ao.conventional = conv.endpoint().to_string();
+    ao.service_name = "async-test";
+    auto oec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao);
+    ASSERT_FALSE(oec) << oec.message() << ": " << acc.registration_error();
+    EXPECT_TRUE(acc.registered());
+    std::optional<sdp::async_stream> server;
+    acc.async_accept([&](error_code e, sdp::async_stream s) {
+        EXPECT_FALSE(e) << e.message();
+        server.emplace(std::move(s));
+    });
+    sdp::async_stream client(io);
+    bool connected = false;
+    error_code cec;
+    client.async_connect(conv.endpoint(), popts(), [&](error_code e) {
+        cec = e;
+        connected = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return connected && server.has_value(); }));
+    ASSERT_FALSE(cec) << cec.message() << " " << client.info().reason;
+    EXPECT_EQ(client.used(), sdp::transport::sdp) << client.info().reason;
+    EXPECT_EQ(client.info().resolution, "accept");
+    EXPECT_EQ(client.info().peer, acc.local_endpoint());
+    const std::string ping = "ping";
+    std::vector<std::uint8_t> b(4);
+    bool ok = false;
+    asio::async_write(client, asio::buffer(ping), [&](error_code, std::size_t) {});
+    asio::async_read(*server, asio::buffer(b), [&](error_code e, std::size_t) {
+        EXPECT_FALSE(e);
+        ok = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return ok; }));
+    EXPECT_EQ(std::string(b.begin(), b.end()), "ping");
+    client.close();
+    server->close();
+    EXPECT_FALSE(acc.close()) << acc.registration_error();
+    EXPECT_FALSE(acc.registered());
+}
+
+TEST_F(SdpAsyncPortMapper, DenyFallsBackToTcp) {
+    sdptest::TcpListener conv;
+    ASSERT_NO_FATAL_FAILURE(
+        start("listen: [\"127.0.0.1:{PORT}\"]\nservices:\n"
+              "  - name: app\n    conventional: \"127.0.0.1:" +
+              std::to_string(conv.port()) +
+              "\"\n    sdp: [\"127.0.0.1:9\"]\n    allow: [\"10.0.0.0/8\"]\n"));
+    ASSERT_NO_FATAL_FAILURE(
+        ping_pong(conv.endpoint(), popts(), sdp::transport::tcp, tcp_pong(conv)));
+}
+
+TEST_F(SdpAsyncPortMapper, RefusedSdpPortFallsBackToTcp) {
+    sdptest::TcpListener conv;
+    sdptest::TcpListener gone;
+    const auto dead = gone.port();
+    gone.close();
+    ASSERT_NO_FATAL_FAILURE(
+        start("listen: [\"127.0.0.1:{PORT}\"]\nservices:\n"
+              "  - name: app\n    conventional: \"127.0.0.1:" +
+              std::to_string(conv.port()) + "\"\n    sdp: [\"127.0.0.1:" + std::to_string(dead) +
+              "\"]\n"));
+    ASSERT_NO_FATAL_FAILURE(
+        ping_pong(conv.endpoint(), popts(), sdp::transport::tcp, tcp_pong(conv)));
+}
+
+TEST_F(SdpAsyncPortMapper, PmTimeoutFallsBackAndNoFallbackRefuses) {
+    sdptest::TcpListener conv;
+    auto silent = pmtest::free_udp_port(false);  // nobody answers there
+    ASSERT_TRUE(silent.has_value());
+    port_ = *silent;
+    auto o = popts();
+    o.resolve_deadline = 300ms;
+    o.resolve_initial_timeout = 100ms;
+    ASSERT_NO_FATAL_FAILURE(ping_pong(conv.endpoint(), o, sdp::transport::tcp, tcp_pong(conv)));
+    o.fallback = false;
+    asio::io_context io;
+    sdp::async_stream s(io);
+    bool done = false;
+    error_code ec;
+    s.async_connect(conv.endpoint(), o, [&](error_code e) {
+        ec = e;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return done; }));
+    EXPECT_EQ(ec, asio::error::connection_refused) << ec.message();
+    EXPECT_FALSE(s.is_open());
+}
+
+}  // namespace
