@@ -223,3 +223,31 @@ TEST(SdpGolden, AllSeventeenPlusDataMidsKnown) {
         EXPECT_NE(w::to_string(static_cast<w::Mid>(v)), "?");
     }
 }
+
+// The in-place Data encoders give the same bytes as encode().
+TEST(SdpGolden, DataEncodedInPlaceMatchesEncode) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4000}, std::size_t{65520}}) {
+        std::vector<std::uint8_t> payload(n);
+        for (std::size_t i = 0; i < n; ++i)
+            payload[i] = static_cast<std::uint8_t>(i * 7 + 1);
+        for (std::uint8_t flags : {std::uint8_t{0}, std::uint8_t{0xFF}, w::flag::oob_pres}) {
+            w::Message full;
+            full.bufs = 0xABCD;
+            full.flags = flags;
+            full.mseq = 0x01020304;
+            full.mseq_ack = 0xFFFFFFFE;
+            full.body = w::Data{payload};
+            const auto want = w::encode(full);
+            w::Message empty = full;
+            empty.body = w::Data{};
+            std::vector<std::uint8_t> appended;
+            w::encode_append(empty, payload, appended);
+            EXPECT_EQ(appended, want);
+            std::vector<std::uint8_t> block(w::kBsdhSize);
+            block.insert(block.end(), payload.begin(), payload.end());
+            w::encode_bsdh_into(empty, n,
+                                std::span<std::uint8_t, w::kBsdhSize>(block.data(), w::kBsdhSize));
+            EXPECT_EQ(block, want);
+        }
+    }
+}
