@@ -1,30 +1,60 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing with libFuzzer (clang), ASan + UBSan.
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (default 60 s, all targets)
-# Each target runs for a bounded time on a copy of its seed corpus; any crash
-# fails the script and leaves the reproducer in build/fuzz/artifacts/.
+# A TARGET is NAME:CORPUS_DIR (the seed corpus, relative to the repository).
+# Each target runs for a bounded time on a copy of its seed corpus; any crash,
+# leak or sanitizer report fails the script and leaves the reproducer in
+# build/fuzz/artifacts/. The last stats line of every target (executions,
+# coverage) is collected in build/fuzz/summary.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(fuzz_codec:pm fuzz_pmsp:pmsp fuzz_config:config)
+if [[ ${#targets[@]} -eq 0 ]]; then
+  targets=(
+    fuzz_codec:tests/fuzz/corpus/pm
+    fuzz_pmsp:tests/fuzz/corpus/pmsp
+    fuzz_config:tests/fuzz/corpus/config
+    fuzz_control:tests/fuzz/control/corpus
+    fuzz_iwarp_mpa:tests/fuzz/iwarp/corpus/mpa
+    fuzz_iwarp_fpdu:tests/fuzz/iwarp/corpus/fpdu
+    fuzz_sdp_wire:tests/fuzz/sdp_wire/corpus/wire
+    fuzz_sdp_engine:tests/fuzz/sdp_wire/corpus/engine
+  )
+fi
 
 scripts/deps.sh --test
-command -v clang++ >/dev/null || { apt-get install -y -qq clang >/dev/null; }
+if ! command -v clang++ >/dev/null || ! dpkg -s libclang-rt-14-dev >/dev/null 2>&1; then
+  apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
+fi
 cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DSDPPM_LIBFUZZER=ON -DSDPPM_SANITIZE=ON >/dev/null
+names=()
+for spec in "${targets[@]}"; do names+=("${spec%%:*}"); done
+echo "== build fuzz targets: ${names[*]}"
+cmake --build build/fuzz -j "$(nproc)" --target "${names[@]}" >/dev/null
+rm -rf build/fuzz/artifacts
 mkdir -p build/fuzz/artifacts
+: >build/fuzz/summary.txt
 for spec in "${targets[@]}"; do
   name=${spec%%:*}; corpus=${spec#*:}
-  cmake --build build/fuzz --target "$name" >/dev/null
+  [[ -d $corpus ]] || { echo "$name: no seed corpus at $corpus" >&2; exit 1; }
   work=build/fuzz/corpus-$name
-  mkdir -p "$work"; cp -n tests/fuzz/corpus/"$corpus"/* "$work"/ 2>/dev/null || true
+  mkdir -p "$work"; cp -rn "$corpus"/. "$work"/
   echo "== $name for ${seconds}s"
-  build/fuzz/bin/"$name" -max_total_time="$seconds" -print_final_stats=1 \
-    -artifact_prefix=build/fuzz/artifacts/"$name"- "$work" 2>&1 | grep -E "^stat::|#[0-9]+.*DONE|ERROR|SUMMARY" || true
-  if ls build/fuzz/artifacts/"$name"-* >/dev/null 2>&1; then
-    echo "$name: crash reproducers in build/fuzz/artifacts" >&2; exit 1
+  rc=0
+  build/fuzz/bin/"$name" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=2048 \
+    -artifact_prefix=build/fuzz/artifacts/"$name"- "$work" >build/fuzz/"$name".log 2>&1 || rc=$?
+  grep -E "^stat::(number_of_executed_units|peak_rss_mb)|DONE" build/fuzz/"$name".log | tail -3 || true
+  done_line=$(grep -E "#[0-9]+[[:space:]]+DONE" build/fuzz/"$name".log | tail -1 || true)
+  echo "$name: ${done_line:-no DONE line}" >>build/fuzz/summary.txt
+  if [[ $rc -ne 0 ]] || ls build/fuzz/artifacts/"$name"-* >/dev/null 2>&1; then
+    grep -E "ERROR|SUMMARY" build/fuzz/"$name".log | head -5 >&2 || true
+    echo "$name: failed (rc $rc); log build/fuzz/$name.log, reproducers in build/fuzz/artifacts" >&2
+    exit 1
   fi
 done
+echo "== fuzzing passed"
+cat build/fuzz/summary.txt
