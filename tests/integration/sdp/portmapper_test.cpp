@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "daemon/harness.hpp"
+#include "pmd_fixture.hpp"
 #include "sdp/stream.hpp"
 #include "sdp_test_util.hpp"
 
@@ -13,47 +14,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-    for (auto pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
-        s.replace(pos, from.size(), to);
-    }
-    return s;
-}
-
-class SdpPortMapper : public ::testing::Test {
+class SdpPortMapper : public sdptest::PmdFixture {
   protected:
-    void SetUp() override { ASSERT_TRUE(dir_.ok()); }
-    void TearDown() override {
-        if (daemon_ && daemon_->running()) {
-            daemon_->signal(SIGTERM);
-            daemon_->wait_exit(5000ms);
-        }
-    }
-    std::string log() const { return pmtest::read_file(dir_.path() / "pmd.err"); }
-
-    // {PORT} is the daemon's UDP port; other {KEY}s from `vars`.
-    void start(std::string yaml) {
-        for (int attempt = 0; attempt < 5; ++attempt) {
-            auto port = pmtest::free_udp_port(false);
-            ASSERT_TRUE(port.has_value());
-            port_ = *port;
-            pmtest::write_file(dir_.path() / "pmd.yaml",
-                               replace_all(yaml, "{PORT}", std::to_string(port_)));
-            daemon_ = std::make_unique<pmtest::Process>(
-                std::vector<std::string>{SDPPM_PMD_BIN, "--config",
-                                         (dir_.path() / "pmd.yaml").string()},
-                dir_.path() / "pmd.out", dir_.path() / "pmd.err");
-            ASSERT_TRUE(daemon_->started());
-            ASSERT_TRUE(pmtest::wait_until([&] {
-                return !daemon_->running() || log().find("ready") != std::string::npos;
-            })) << log();
-            if (daemon_->running()) {
-                return;
-            }
-        }
-        FAIL() << "sdp-pmd did not start: " << log();
-    }
-
     sdp::stream_options opts() const {
         sdp::stream_options o;
         o.pmsp = pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_};
@@ -62,10 +24,6 @@ class SdpPortMapper : public ::testing::Test {
         o.use_pm_cache = false;
         return o;
     }
-
-    pmtest::TempDir dir_;
-    std::uint16_t port_ = 0;
-    std::unique_ptr<pmtest::Process> daemon_;
 };
 
 // Sends "ping" and expects "pong" back from a peer running `serve`.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "daemon/harness.hpp"
+#include "pmd_fixture.hpp"
 #include "sdp/async_stream.hpp"
 #include "sdp/stream.hpp"
 #include "sdp_test_util.hpp"
@@ -661,30 +662,8 @@ TEST(SdpAsyncAcceptor, CancelAndCloseAbortPendingAccepts) {
 // ---------------------------------------------------------------------------
 // Through the real sdp-pmd.
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-    for (auto pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
-        s.replace(pos, from.size(), to);
-    }
-    return s;
-}
-
-class SdpAsyncPortMapper : public ::testing::Test {
+class SdpAsyncPortMapper : public sdptest::PmdFixture {
   protected:
-    void SetUp() override { ASSERT_TRUE(dir_.ok()); }
-    void TearDown() override {
-        if (daemon_ && daemon_->running()) {
-            daemon_->signal(SIGTERM);
-            daemon_->wait_exit(5000ms);
-        }
-    }
-    std::string log() const { return pmtest::read_file(dir_.path() / "pmd.err"); }
-    void start(const std::string& yaml) {
-        daemon_ = pmtest::start_pmd(
-            SDPPM_PMD_BIN, dir_.path(),
-            [&](std::uint16_t port) { return replace_all(yaml, "{PORT}", std::to_string(port)); },
-            port_);
-        ASSERT_TRUE(daemon_) << log();
-    }
     sdp::stream_options popts() const {
         auto o = opts();
         o.pmsp = pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_};
@@ -733,10 +712,6 @@ class SdpAsyncPortMapper : public ::testing::Test {
         ASSERT_TRUE(finished);
         ASSERT_FALSE(ec) << ec.message() << " " << s.info().reason;
     }
-
-    pmtest::TempDir dir_;
-    std::uint16_t port_ = 0;
-    std::unique_ptr<pmtest::Process> daemon_;
 };
 
 std::function<void()> tcp_pong(sdptest::TcpListener& conv) {
