@@ -21,6 +21,7 @@ if [[ ${#targets[@]} -eq 0 ]]; then
     fuzz_iwarp_fpdu:tests/fuzz/iwarp/corpus/fpdu
     fuzz_sdp_wire:tests/fuzz/sdp_wire/corpus/wire
     fuzz_sdp_engine:tests/fuzz/sdp_wire/corpus/engine
+    fuzz_sdp_landing:tests/fuzz/sdp_wire/corpus/landing
   )
 fi
 

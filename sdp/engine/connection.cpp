@@ -285,29 +285,14 @@ void Connection::on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len,
     }
     auto hv = w::decode_bsdh(bytes);
     const auto& h = std::get<w::Bsdh>(hv);  // len >= kBsdhSize: always a Bsdh
-    if (!take_buffer())
+    if (!take_data_header(h, len))
         return;
-    ++stats_.messages_received;
-    if (h.len != len) {
-        go_reset(Error::bad_message);  // decode(): length_mismatch
-        return;
-    }
-    w::Message m;
-    m.bufs = h.bufs;
-    m.flags = h.flags;
-    m.mseq = h.mseq;
-    m.mseq_ack = h.mseq_ack;
-    if (!check_sequence(m))
-        return;
-    if (m.flags & w::flag::oob_pend)
-        ++oob_pending_;
-    armed_ = true;  // payload: not a gratuitous update
     if (disconn_received_) {
         go_reset(Error::unexpected_message);
         return;
     }
     std::size_t end = len;
-    if (m.flags & w::flag::oob_pres) {
+    if (h.flags & w::flag::oob_pres) {
         oob_byte_ = buf[end - 1];  // 9.5.3: the last byte is the OOB byte
         --end;
         if (oob_pending_ > 0)
@@ -388,6 +373,60 @@ void Connection::handle(w::Message&& m) {
         m.body);
     if (!ok)
         go_reset(Error::unexpected_message);
+}
+
+bool Connection::take_data_header(const w::Bsdh& h, std::size_t len) {
+    // The checks and effects of on_recv() + handle() for a Data Message
+    // with payload, up to its delivery.
+    if (!take_buffer())
+        return false;
+    ++stats_.messages_received;
+    if (h.len != len) {
+        go_reset(Error::bad_message);  // decode(): length_mismatch
+        return false;
+    }
+    w::Message m;
+    m.bufs = h.bufs;
+    m.flags = h.flags;
+    m.mseq = h.mseq;
+    m.mseq_ack = h.mseq_ack;
+    if (!check_sequence(m))
+        return false;
+    if (m.flags & w::flag::oob_pend)
+        ++oob_pending_;
+    armed_ = true;  // payload: not a gratuitous update
+    return true;
+}
+
+std::size_t Connection::landable(std::span<const std::uint8_t> bsdh) const {
+    if (llp_closed_ || state_ != State::established || abort_pending_ || disconn_received_ ||
+        rx_bytes_ != 0 || bsdh.size() < w::kBsdhSize) {
+        return 0;
+    }
+    auto hv = w::decode_bsdh(bsdh.first(w::kBsdhSize));
+    const auto* h = std::get_if<w::Bsdh>(&hv);
+    if (!h || h->mid != w::Mid::data || (h->flags & w::flag::oob_pres) != 0 ||
+        h->len <= w::kBsdhSize || h->len > cfg_.recv_buf_size) {
+        return 0;
+    }
+    return h->len - w::kBsdhSize;
+}
+
+std::optional<std::size_t> Connection::on_recv_landed(std::span<const std::uint8_t> buf,
+                                                      std::size_t len) {
+    if (buf.size() < w::kBsdhSize || len <= w::kBsdhSize || len > cfg_.recv_buf_size ||
+        landable(buf) == 0) {
+        return std::nullopt;
+    }
+    const auto h = std::get<w::Bsdh>(w::decode_bsdh(buf.first(w::kBsdhSize)));
+    if (!take_data_header(h, len))
+        return 0;
+    // Payload received and read at once: the private buffer is free again.
+    const std::size_t n = len - w::kBsdhSize;
+    stats_.bytes_received += n;
+    repost(1);
+    pump();
+    return n;
 }
 
 void Connection::deliver(std::vector<std::uint8_t>&& payload, std::uint8_t flags) {

@@ -107,6 +107,23 @@ class Connection {
     // The LLP connection is gone (FIN, RST or error).
     void on_llp_closed();
 
+    // Direct placement (the provider puts a Data Message's payload straight
+    // into a waiting reader's memory instead of the private buffer):
+    // landable() says whether the message starting with `bsdh` (its first
+    // wire::kBsdhSize bytes) may be placed that way now: established, no
+    // unread data queued (order), a Data Message without OOB_PRES, and a
+    // length that fits a private buffer. on_recv_landed() then takes its
+    // completion: `buf` holds the BSDH, the payload (len - kBsdhSize bytes)
+    // is in the reader's memory. The same checks and effects as
+    // on_recv_buffer(), except that the payload counts as read at once.
+    // Returns the payload bytes the reader may use (0 if the message broke
+    // the connection), or nullopt, with nothing changed, if the message may
+    // not be taken this way after all (the provider then copies the payload
+    // into `buf` and calls on_recv_buffer()).
+    // landable(): the payload size (BSDH Len - BSDH) if it may land, else 0.
+    [[nodiscard]] std::size_t landable(std::span<const std::uint8_t> bsdh) const;
+    std::optional<std::size_t> on_recv_landed(std::span<const std::uint8_t> buf, std::size_t len);
+
     // --- ULP -----------------------------------------------------------------
     // Queues up to send_queue_limit bytes; returns how many were taken
     // (0 after shutdown_write(), on a closed connection, or when full).
@@ -160,6 +177,7 @@ class Connection {
     void established();
     void handle_hello_ack(std::span<const std::uint8_t> bytes);
     bool check_sequence(const wire::Message& m);
+    bool take_data_header(const wire::Bsdh& h, std::size_t len);
     void handle(wire::Message&& m);
     void deliver(std::vector<std::uint8_t>&& payload, std::uint8_t flags);
     void pump();

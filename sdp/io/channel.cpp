@@ -231,6 +231,11 @@ void SoftChannel::read_locked() {
                 std::span<const std::uint8_t>(in_.data(), static_cast<std::size_t>(n)));
             // Answer as we go (credit updates, Read Responses).
             service_locked();
+            if (session_.landing_full()) {
+                // The waiting reader's buffer is full: leave the rest in the
+                // socket for its next call to land.
+                break;
+            }
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -384,20 +389,42 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
     }
     std::unique_lock lk(mu_);
     auto& c = session_.sdp();
+    // Nothing to read yet: let the next Data Messages land straight in
+    // `out` (one copy less). Only this call ends the landing it began.
+    const bool landing =
+        c.readable() == 0 && c.state() == engine::State::established && session_.begin_landing(out);
     const bool ready = drive(
         lk,
         [&] {
-            return c.readable() > 0 || c.eof() ||
+            return c.readable() > 0 || c.eof() || (landing && session_.landed() > 0) ||
                    (c.state() != engine::State::established &&
                     c.state() != engine::State::connecting);
         },
         io_deadline());
+    if (landing) {
+        // Anything placed in part goes back to its private buffer.
+        if (const std::size_t n = session_.end_landing(); n > 0) {
+            service_locked();  // credit updates go out now
+            wake_poller();
+            kick_helper();
+            return n;
+        }
+    }
     if (!ready) {
         ec = std::make_error_code(std::errc::timed_out);
         return 0;
     }
     if (c.readable() > 0) {
-        const std::size_t n = c.read(out);
+        std::size_t n = c.read(out);
+        // Queued data all read and room for whole messages left: take what
+        // the socket holds now, landing it behind (as recv(2) would return
+        // everything that has arrived), unless another thread polls.
+        if (c.readable() == 0 && !polling_ && !rd_eof_ && c.state() == engine::State::established &&
+            out.size() - n >= c.local_recv_size() - wire::kBsdhSize &&
+            session_.begin_landing(out.subspan(n))) {
+            read_locked();
+            n += session_.end_landing();
+        }
         service_locked();  // credit updates go out now
         wake_poller();
         kick_helper();

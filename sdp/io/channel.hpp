@@ -5,7 +5,11 @@
 // Data path: FPDUs are written with sendmsg() as gathered pieces (header,
 // payload straight from the SDP message buffer, pad + CRC trailer; see
 // SoftSession::prepare_output); reads take 256 KiB at a time and whole
-// FPDUs are checked and placed from that buffer without another copy.
+// FPDUs are checked and placed from that buffer without another copy. A
+// read_some() that finds nothing queued lends its buffer to the session
+// (SoftSession::begin_landing): Data payloads are placed straight into it
+// instead of into private buffers, so each byte is copied once in user
+// space on the way in.
 //
 // Threads: any number of threads may call read/write/shutdown concurrently
 // (typically one reader and one writer). One of them at a time polls the

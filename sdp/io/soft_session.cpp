@@ -1,6 +1,7 @@
 #include "sdp/io/soft_session.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 namespace sdp::io {
@@ -106,6 +107,7 @@ void SoftSession::attach_qp() {
     auto qc = iwarp::qp_config_from(mpa_, mss_);
     qc.max_recv_wr = std::max<std::size_t>(qc.max_recv_wr, cfg_.engine.recv_buf_count + 8u);
     qp_ = std::make_unique<iwarp::QpEngine>(qc);
+    qp_->set_untagged_placer(this);
     if (pending_recvs_ > 0) {
         const std::uint32_t n = std::exchange(pending_recvs_, 0);
         post_recv(n);
@@ -207,6 +209,29 @@ void SoftSession::poll_completions() {
             const auto& c = cq_[i];
             if (c.opcode == iwarp::WcOpcode::recv) {
                 const auto id = c.wr_id;
+                if (!land_.flights.empty() && land_.flights.front().wr_id == id) {
+                    const Flight f = land_.flights.front();
+                    land_.flights.pop_front();
+                    std::optional<std::size_t> took;
+                    if (c.status == iwarp::WcStatus::success && !llp_reported_) {
+                        took = conn_.on_recv_landed(f.private_buf, c.byte_len);
+                        if (!took) {
+                            // Not landable after all (e.g. closed meanwhile):
+                            // back into the private buffers, in order.
+                            land_.flights.push_front(f);
+                            unland_all();
+                        }
+                    }
+                    if (took) {
+                        if (*took == f.room) {
+                            land_.used = f.off + f.room;
+                        } else {
+                            unland_all();  // the connection broke
+                        }
+                        free_recv_.push_back(id);
+                        continue;
+                    }
+                }
                 if (c.status == iwarp::WcStatus::success && !llp_reported_) {
                     // The engine may keep the buffer (a Data payload is read
                     // from it in place) and give back a spare one. Moved out
@@ -225,6 +250,108 @@ void SoftSession::poll_completions() {
     }
     polling_ = false;
     release_send_buffers();
+}
+
+bool SoftSession::begin_landing(std::span<std::uint8_t> zone) {
+    if (land_.active || !qp_ || zone.empty()) {
+        return false;
+    }
+    land_ = Landing{};
+    land_.zone = zone;
+    land_.active = true;
+    return true;
+}
+
+std::size_t SoftSession::end_landing() {
+    if (!land_.active) {
+        return 0;
+    }
+    unland_all();
+    const std::size_t n = land_.used;
+    land_ = Landing{};
+    return n;
+}
+
+bool SoftSession::landing_full() const {
+    if (!land_.active) {
+        return false;
+    }
+    if (land_.blocked) {
+        return true;
+    }
+    const std::size_t max_payload = conn_.local_recv_size() - wire::kBsdhSize;
+    return land_.zone.size() - land_.next_off() < max_payload;
+}
+
+void SoftSession::unland_all() {
+    // Later segments of these messages, and their completions, take the
+    // private-buffer path; so must every message after them.
+    for (const Flight& f : land_.flights) {
+        if (f.placed_end > wire::kBsdhSize) {
+            std::copy_n(land_.zone.data() + f.off, f.placed_end - wire::kBsdhSize,
+                        f.private_buf.data() + wire::kBsdhSize);
+        }
+    }
+    land_.flights.clear();
+    land_.blocked = true;
+}
+
+bool SoftSession::place(const iwarp::RecvWr& wr, std::uint32_t mo,
+                        std::span<const std::uint8_t> payload) {
+    constexpr std::size_t kHdr = wire::kBsdhSize;
+    if (!land_.active) {
+        return false;
+    }
+    if (land_.flights.empty() || land_.flights.back().wr_id != wr.wr_id) {
+        // A new message: it lands only if everything before it did, it is
+        // a plain Data Message the engine takes this way, and it fits.
+        if (land_.blocked) {
+            return false;
+        }
+        // A message that began before the landing (its first segments are
+        // in the private buffer already, BSDH included) lands from here on:
+        // what it has so far is copied over, the copy read() would make.
+        const bool began = mo >= kHdr && land_.flights.empty();
+        std::size_t room = 0;
+        if (wr.buffer.size() >= kHdr) {
+            if (mo == 0 && payload.size() >= kHdr) {
+                room = conn_.landable(payload.first(kHdr));
+            } else if (began && mo <= wr.buffer.size()) {
+                room = conn_.landable(wr.buffer.first(kHdr));
+            }
+        }
+        const std::size_t off = land_.next_off();
+        if (room == 0 || room > wr.buffer.size() - kHdr || room > land_.zone.size() - off ||
+            (mo > 0 && mo > kHdr + room)) {
+            land_.blocked = true;
+            return false;
+        }
+        land_.flights.push_back(Flight{wr.wr_id, wr.buffer, off, room, mo});
+        if (mo > kHdr) {
+            std::memcpy(land_.zone.data() + off, wr.buffer.data() + kHdr, mo - kHdr);
+        }
+    }
+    Flight& f = land_.flights.back();
+    const std::size_t end = std::size_t{mo} + payload.size();
+    if (end > kHdr + f.room) {
+        // More than the BSDH announced: the engine will reject the message;
+        // until then it lives in its private buffer like any other.
+        unland_all();
+        return false;
+    }
+    std::size_t pos = mo;
+    std::span<const std::uint8_t> rest = payload;
+    if (pos < kHdr) {
+        const std::size_t k = std::min(kHdr - pos, rest.size());
+        std::copy_n(rest.data(), k, wr.buffer.data() + pos);
+        rest = rest.subspan(k);
+        pos += k;
+    }
+    if (!rest.empty()) {
+        std::memcpy(land_.zone.data() + f.off + (pos - kHdr), rest.data(), rest.size());
+    }
+    f.placed_end = std::max(f.placed_end, end);
+    return true;
 }
 
 void SoftSession::qp_failed() {

@@ -46,7 +46,7 @@ enum class SessionPhase : std::uint8_t {
     failed,       // startup failed (MPA or Hello/HelloAck)
 };
 
-class SoftSession final : private engine::QueuePair {
+class SoftSession final : private engine::QueuePair, private iwarp::UntaggedPlacer {
   public:
     SoftSession(iwarp::MpaRole role, const SessionConfig& cfg);
     SoftSession(const SoftSession&) = delete;
@@ -79,6 +79,22 @@ class SoftSession final : private engine::QueuePair {
     void prepare_output(std::size_t max_bytes = 256 * 1024);
     std::size_t peek_output(std::span<std::span<const std::uint8_t>> segs) const;
     void consume_output(std::size_t n);
+    // Direct placement into a reader's memory (saves the copy out of the
+    // private buffer). begin_landing(zone): while active, the payload of
+    // each Data Message that the engine finds landable() is placed straight
+    // into `zone`, back to back, as long as it fits; landed() counts the
+    // bytes of completed messages there, in stream order before anything
+    // readable() afterwards. end_landing() stops it and returns landed();
+    // a message placed only in part goes back into its private buffer, so
+    // nothing is lost. The zone must stay valid until end_landing(). False
+    // (not started) if a landing is already active or there is no QP.
+    bool begin_landing(std::span<std::uint8_t> zone);
+    std::size_t end_landing();
+    [[nodiscard]] bool landing() const { return land_.active; }
+    [[nodiscard]] std::size_t landed() const { return land_.used; }
+    // Active, and too little room left for another full private buffer.
+    [[nodiscard]] bool landing_full() const;
+
     // Bytes framed by prepare_output() and not yet consumed.
     [[nodiscard]] std::size_t output_queued() const { return out_bytes_; }
     [[nodiscard]] LlpRequest llp_request() const { return llp_; }
@@ -123,6 +139,9 @@ class SoftSession final : private engine::QueuePair {
     void post_recv(std::uint32_t count) override;
     void disconnect(bool graceful) override;
 
+    // iwarp::UntaggedPlacer
+    bool place(const iwarp::RecvWr& wr, std::uint32_t mo,
+               std::span<const std::uint8_t> payload) override;
     void after_mpa();
     void attach_qp();
     void poll_completions();
@@ -159,6 +178,31 @@ class SoftSession final : private engine::QueuePair {
     std::vector<std::vector<std::uint8_t>> recv_bufs_;
     std::vector<std::uint64_t> free_recv_;
     std::vector<iwarp::Completion> cq_;
+
+    // Direct placement state (begin_landing()).
+    struct Flight {  // a message placed (or being placed) into the zone
+        std::uint64_t wr_id = 0;
+        std::span<std::uint8_t> private_buf;  // its posted buffer (BSDH)
+        std::size_t off = 0;                  // its payload's place in the zone
+        std::size_t room = 0;                 // BSDH Len - BSDH size
+        std::size_t placed_end = 0;           // message offset placed up to
+    };
+    struct Landing {
+        std::span<std::uint8_t> zone;
+        bool active = false;
+        // No more messages may land until end_landing(): one went to its
+        // private buffer, and the stream order must hold.
+        bool blocked = false;
+        std::size_t used = 0;  // payload bytes of completed landed messages
+        // Placed messages whose completion was not taken yet, in order; the
+        // last one may still be receiving segments.
+        std::deque<Flight> flights;
+        [[nodiscard]] std::size_t next_off() const {
+            return flights.empty() ? used : flights.back().off + flights.back().room;
+        }
+    };
+    void unland_all();
+    Landing land_;
 };
 
 }  // namespace sdp::io

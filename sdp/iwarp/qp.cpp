@@ -494,7 +494,7 @@ bool QpEngine::handle_untagged(const DdpHeader& h, std::span<const std::uint8_t>
     if (payload.size() > buf.size() - h.mo) {
         return terminate(TermLayer::ddp, term::kDdpUntaggedBuffer, term::kDdpUTooLong, u, true);
     }
-    if (!payload.empty()) {
+    if (!payload.empty() && !(placer_ && placer_->place(rq_.front(), h.mo, payload))) {
         std::memcpy(buf.data() + h.mo, payload.data(), payload.size());
     }
     if (!h.last) {

@@ -69,6 +69,19 @@ class FpduSink {
     [[nodiscard]] virtual std::size_t size() const = 0;
 };
 
+// Optional placement of untagged Send payloads somewhere other than the
+// posted receive buffer (the soft provider's direct placement into a waiting
+// reader's buffer). Segments arrive in order, each after the DDP checks
+// (queue, MSN, MO and length within wr.buffer) and the MPA CRC.
+class UntaggedPlacer {
+  public:
+    virtual ~UntaggedPlacer() = default;
+    // One segment of the Send being placed into `wr`, at message offset mo.
+    // True: the placer stored the bytes; false: they go to wr.buffer + mo.
+    virtual bool place(const RecvWr& wr, std::uint32_t mo,
+                       std::span<const std::uint8_t> payload) = 0;
+};
+
 struct RxResult {
     std::size_t new_completions = 0;
     bool entered_error = false;
@@ -108,6 +121,8 @@ class QpEngine final : public QueuePair {
         return term_rx_;
     }
     [[nodiscard]] std::size_t max_ulpdu() const { return max_ulpdu_; }
+    // nullptr (the default): every payload goes to its posted buffer.
+    void set_untagged_placer(UntaggedPlacer* p) { placer_ = p; }
 
   private:
     enum class TxKind : std::uint8_t { send, write, read_request, read_response };
@@ -151,6 +166,7 @@ class QpEngine final : public QueuePair {
     std::size_t max_ulpdu_;
     QpState state_ = QpState::rts;
     bool hold_tx_;  // responder: no FPDU before the initiator's first one
+    UntaggedPlacer* placer_ = nullptr;
     FpduReceiver rx_;
     MrTable mrs_;
     std::uint32_t tx_msn_[3] = {1, 1, 1};
