@@ -18,6 +18,10 @@
 #include "internal.hpp"
 #include "sdp/stream.hpp"
 
+#if SDPPM_HAVE_RDMA
+#include "rdma_channel.hpp"
+#endif
+
 namespace sdp {
 
 namespace detail {
@@ -332,6 +336,66 @@ struct acceptor::startups {
                 why = e.what();
             }
         }
+        if (im && im->sdp) {
+            im->info.provider = "soft";
+        }
+        finish(it, peer, std::move(im), ec, why);
+    }
+
+#if SDPPM_HAVE_RDMA
+    // The rdma provider: `req` was taken from the rdma_cm listener; the
+    // startup (Hello check, rdma_accept, HelloAck) runs on its own thread,
+    // bounded by the handshake timeout.
+    void start_rdma(std::unique_ptr<rdma::Connection> req, const pm::Endpoint& peer,
+                    const acceptor_options& opts) {
+        std::lock_guard lk(mu);
+        ++st.tcp_accepted;
+        if (stopping ||
+            st.pending + ready.size() >= std::max<std::size_t>(opts.max_pending_handshakes, 1)) {
+            ++st.over_limit;
+            (void)req->reject();
+            return;
+        }
+        auto it = jobs.insert(jobs.end(), job{});
+        ++st.pending;
+        const stream_options so = opts.stream;
+        auto shared = std::make_shared<std::unique_ptr<rdma::Connection>>(std::move(req));
+        try {
+            it->th = std::thread([this, it, shared, peer, so] {
+                std::unique_ptr<stream::impl> im;
+                std::error_code ec;
+                std::string why;
+                try {
+                    im = std::make_unique<stream::impl>();
+                    im->opts = so;
+                    im->other = detail::rdma_accept(std::move(*shared), so, ec, why);
+                    if (!im->other) {
+                        im.reset();
+                    } else {
+                        im->info.provider = "rdma";
+                    }
+                } catch (const std::exception& e) {
+                    im.reset();
+                    ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+                    why = e.what();
+                }
+                finish(it, peer, std::move(im), ec, why);
+            });
+        } catch (const std::system_error& e) {
+            --st.pending;
+            it->done = true;
+            note_failure(peer.to_string() + ": cannot start a handshake thread: " + e.what());
+            if (*shared) {
+                (void)(*shared)->reject();
+            }
+        }
+    }
+#endif
+
+    // A startup ended: `im` holds the stream, or null with ec / why.
+    void finish(std::list<job>::iterator it, const pm::Endpoint& peer,
+                std::unique_ptr<stream::impl> im, const std::error_code& ec,
+                const std::string& why) {
         std::unique_ptr<stream::impl> drop;
         {
             std::lock_guard lk(mu);
@@ -343,7 +407,7 @@ struct acceptor::startups {
                 ::close(it->ctl);
                 it->ctl = -1;
             }
-            if (!im || !im->sdp) {
+            if (!im || (!im->sdp && !im->other)) {
                 note_failure(peer.to_string() + ": " + ec.message() + ": " + why);
             } else if (stopping) {
                 drop = std::move(im);
@@ -360,35 +424,68 @@ struct acceptor::startups {
     }
 };
 
+struct acceptor::rdma_listener {
+#if SDPPM_HAVE_RDMA
+    std::unique_ptr<detail::RdmaListener> l;
+#endif
+};
+
 acceptor::acceptor() = default;
 
 acceptor::~acceptor() {
     close();
 }
 
+bool acceptor::is_open() const {
+    return fd_ >= 0 || rdma_ != nullptr;
+}
+
+int acceptor::native_handle() const {
+#if SDPPM_HAVE_RDMA
+    if (rdma_) {
+        return rdma_->l->fd();
+    }
+#endif
+    return fd_;
+}
+
 std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options& opts) {
     close();
     opts_ = opts;
     reg_error_.clear();
-    int fd = detail::tcp_socket(local.address.is_v4());
-    if (fd < 0) {
-        return {-fd, std::generic_category()};
+    open_error_.clear();
+    std::string pwhy;
+    const auto prov = detail::choose_provider(opts.stream.iwarp_provider, pwhy);
+    if (!prov) {
+        open_error_ = detail::rdma_unusable_reason(pwhy);
+        return std::make_error_code(std::errc::no_such_device);
     }
-    int on = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    sockaddr_storage ss;
-    socklen_t len = detail::to_sockaddr(local, ss);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, opts.backlog) != 0 ||
-        !io::set_nonblocking(fd, true)) {
-        int e = errno;
-        ::close(fd);
-        return {e, std::generic_category()};
+    if (*prov == provider::rdma) {
+        if (auto ec = open_rdma(local)) {
+            return ec;
+        }
+    } else {
+        int fd = detail::tcp_socket(local.address.is_v4());
+        if (fd < 0) {
+            return {-fd, std::generic_category()};
+        }
+        int on = 1;
+        ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+        sockaddr_storage ss;
+        socklen_t len = detail::to_sockaddr(local, ss);
+        if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
+            ::listen(fd, opts.backlog) != 0 || !io::set_nonblocking(fd, true)) {
+            int e = errno;
+            ::close(fd);
+            return {e, std::generic_category()};
+        }
+        sockaddr_storage got;
+        socklen_t glen = sizeof got;
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &glen);
+        local_ = detail::from_sockaddr(got);
+        fd_ = fd;
+        listener_provider_ = provider::soft;
     }
-    sockaddr_storage got;
-    socklen_t glen = sizeof got;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &glen);
-    local_ = detail::from_sockaddr(got);
-    fd_ = fd;
     st_ = std::make_unique<startups>();
     if (st_->wake_fd < 0) {
         int e = errno;
@@ -403,6 +500,27 @@ std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options
         registered_ = true;
     }
     return {};
+}
+
+std::error_code acceptor::open_rdma(const pm::Endpoint& local) {
+#if SDPPM_HAVE_RDMA
+    std::error_code ec;
+    std::string why;
+    auto l = detail::RdmaListener::listen(local, opts_.backlog, ec, why);
+    if (!l) {
+        open_error_ = why;
+        return ec ? ec : std::make_error_code(std::errc::io_error);
+    }
+    local_ = pm::Endpoint{local.address, l->port()};
+    rdma_ = std::make_unique<rdma_listener>();
+    rdma_->l = std::move(l);
+    listener_provider_ = provider::rdma;
+    return {};
+#else
+    (void)local;
+    open_error_ = detail::rdma_unusable_reason("not built");
+    return std::make_error_code(std::errc::no_such_device);
+#endif
 }
 
 void acceptor::reap() {
@@ -435,9 +553,10 @@ void acceptor::reap() {
 }
 
 std::error_code acceptor::accept(stream& out, std::optional<std::chrono::milliseconds> timeout) {
-    if (fd_ < 0 || !st_) {
+    if (!is_open() || !st_) {
         return std::make_error_code(std::errc::bad_file_descriptor);
     }
+    const int lfd = native_handle();
     const auto deadline = timeout ? std::optional(io::Clock::now() + *timeout) : std::nullopt;
     while (true) {
         reap();
@@ -458,7 +577,7 @@ std::error_code acceptor::accept(stream& out, std::optional<std::chrono::millise
             }
             wait_ms = static_cast<int>(std::min<std::int64_t>(left.count(), 60'000));
         }
-        pollfd p[2] = {{fd_, POLLIN, 0}, {st_->wake_fd, POLLIN, 0}};
+        pollfd p[2] = {{lfd, POLLIN, 0}, {st_->wake_fd, POLLIN, 0}};
         int n = ::poll(p, 2, wait_ms);
         if (n < 0 && errno != EINTR) {
             return {errno, std::generic_category()};
@@ -473,6 +592,31 @@ std::error_code acceptor::accept(stream& out, std::optional<std::chrono::millise
         if (!(p[0].revents & POLLIN)) {
             continue;
         }
+#if SDPPM_HAVE_RDMA
+        if (rdma_) {
+            // Take every pending connection request; startups run on their own.
+            while (true) {
+                std::error_code ec;
+                std::string why;
+                auto req = rdma_->l->take(opts_.stream, ec, why);
+                if (req) {
+                    const pm::Endpoint peer = detail::rdma_peer(*req);
+                    st_->start_rdma(std::move(req), peer, opts_);
+                    continue;
+                }
+                if (ec == std::errc::timed_out) {
+                    break;  // none left
+                }
+                if (ec == std::errc::no_such_device) {
+                    return ec;  // the device went away: the listener is gone
+                }
+                std::lock_guard lk(st_->mu);  // one request failed (e.g. not iWARP)
+                ++st_->st.tcp_accepted;
+                st_->note_failure("rdma connection request: " + why);
+            }
+            continue;
+        }
+#endif
         // Take everything in the listen queue; startups run on their own.
         while (true) {
             sockaddr_storage peer;
@@ -519,6 +663,7 @@ std::error_code acceptor::close() {
         fd_ = -1;
     }
     st_.reset();  // ends running startups, drops unreturned streams
+    rdma_.reset();
     return ec;
 }
 

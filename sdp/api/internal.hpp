@@ -4,11 +4,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <system_error>
 
 #include "pmclient/address.hpp"
+#include "pmclient/resolver.hpp"
 #include "pmclient/sockaddr.hpp"
 #include "pmclient/types.hpp"
 #include "sdp/io/channel.hpp"
@@ -16,11 +21,32 @@
 
 namespace sdp {
 
+namespace detail {
+
+// SDP over a provider other than the soft one (the rdma-core provider,
+// rdma_channel.hpp). The soft channel stays a concrete member of
+// stream::impl, so its path takes no virtual call.
+class provider_channel {
+  public:
+    virtual ~provider_channel() = default;
+    virtual std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec) = 0;
+    virtual std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec) = 0;
+    virtual void shutdown_write(std::error_code& ec) = 0;
+    virtual void close(std::chrono::milliseconds linger, std::error_code& ec) = 0;
+    virtual void abort() = 0;
+    virtual short pump() = 0;
+    [[nodiscard]] virtual int native_handle() const = 0;
+    [[nodiscard]] virtual std::string describe() const = 0;
+};
+
+}  // namespace detail
+
 struct stream::impl {
     stream_options opts;
     connect_info info;
-    std::unique_ptr<io::SoftChannel> sdp;  // SDP path
-    int tcp_fd = -1;                       // TCP fallback path
+    std::unique_ptr<io::SoftChannel> sdp;             // SDP over the soft provider
+    std::unique_ptr<detail::provider_channel> other;  // SDP over rdma-core
+    int tcp_fd = -1;                                  // TCP fallback path
     bool tcp_wr_shut = false;
 
     impl() = default;
@@ -59,6 +85,16 @@ std::string reason_after_startup(const std::error_code& ec, const std::string& w
 std::string reason_after_sdp_connect(const pm::Endpoint& sdp_address, int err);
 // A resolution that ended with ResultKind::error, as the connect error.
 std::error_code resolution_error(const pmclient::Result& r);
+
+// The process-wide blocking resolver of the stream API (may throw on a bad
+// SDP_PMSP).
+pmclient::BlockingResolver& shared_resolver();
+// The provider a connect or listen uses: soft or rdma. `automatic` becomes
+// rdma when rdma_available(), else soft. nullopt when rdma was asked for
+// but cannot be used; `why` then says why (no device, not built).
+std::optional<provider> choose_provider(provider asked, std::string& why);
+// connect_info::reason / error text for an unusable rdma provider.
+std::string rdma_unusable_reason(const std::string& why);
 
 // Registration of an acceptor with the local sdp-pmd (control socket).
 std::error_code register_service(const acceptor_options& opts, const pm::Endpoint& local,

@@ -16,9 +16,13 @@ constexpr std::uint64_t kBigSendBit = 1ull << 63;
 
 }  // namespace
 
-EngineAdapter::EngineAdapter(engine::Role role, const engine::Config& cfg, std::uint32_t send_slots)
+std::uint32_t EngineAdapter::recv_slots_for(const engine::Config& cfg) {
     // The engine raises the count to at least 4; keep a few spare slots.
-    : recv_slots_(std::max<std::uint32_t>(cfg.recv_buf_count, 4) + 4),
+    return std::max<std::uint32_t>(cfg.recv_buf_count, 4) + 4;
+}
+
+EngineAdapter::EngineAdapter(engine::Role role, const engine::Config& cfg, std::uint32_t send_slots)
+    : recv_slots_(recv_slots_for(cfg)),
       send_slots_(std::max<std::uint32_t>(send_slots, 1)),
       send_buf_size_(cfg.send_buf_size),
       sdp_(role, cfg, *this) {}

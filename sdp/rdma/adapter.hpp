@@ -46,6 +46,8 @@ class EngineAdapter final : private engine::QueuePair {
 
     // Receive slots this adapter posts at most (size the receive queue so).
     [[nodiscard]] std::uint32_t recv_slots() const { return recv_slots_; }
+    // The same for an adapter built with `cfg`, before there is one.
+    [[nodiscard]] static std::uint32_t recv_slots_for(const engine::Config& cfg);
     // Registers the slabs on `qp`; call once, before sdp().connect()/accept().
     // The QP's owner deregisters them (regions die with the QP); this object
     // must outlive the QP.

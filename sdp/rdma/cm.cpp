@@ -154,15 +154,8 @@ Connection::~Connection() {
     }
 }
 
-std::unique_ptr<Connection> Connection::create_active(const sockaddr* dst, const sockaddr* src,
-                                                      const CmOptions& opt, std::error_code& ec,
-                                                      std::string* why) {
-    ec.clear();
-    if (dst == nullptr || (dst->sa_family != AF_INET && dst->sa_family != AF_INET6)) {
-        ec = Errc::bad_argument;
-        set_why(why, "destination must be an IPv4 or IPv6 address");
-        return nullptr;
-    }
+std::unique_ptr<Connection> Connection::open_id(const CmOptions& opt, std::error_code& ec,
+                                                std::string* why) {
     std::unique_ptr<Connection> c(new Connection(opt));
     c->ch_ = new_channel(ec, why);
     if (c->ch_ == nullptr) {
@@ -175,35 +168,108 @@ std::unique_ptr<Connection> Connection::create_active(const sockaddr* dst, const
         set_why(why, errno_text("rdma_create_id", e));
         return nullptr;
     }
-    const int resolve_ms = static_cast<int>(std::max<long long>(1, opt.resolve_timeout.count()));
-    // Our wait also covers the kernel's own timeout plus a margin.
-    const auto wait = opt.resolve_timeout + std::chrono::milliseconds(500);
-    if (rdma_resolve_addr(c->id_, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
-                          resolve_ms) != 0) {
-        const int e = errno;
-        ec = errno_errc(e) == Errc::cm_error ? Errc::address_error : errno_errc(e);
-        set_why(why, errno_text("rdma_resolve_addr", e));
+    return c;
+}
+
+std::unique_ptr<Connection> Connection::create_active(const sockaddr* dst, const sockaddr* src,
+                                                      const CmOptions& opt, std::error_code& ec,
+                                                      std::string* why) {
+    ec.clear();
+    if (dst == nullptr || (dst->sa_family != AF_INET && dst->sa_family != AF_INET6)) {
+        ec = Errc::bad_argument;
+        set_why(why, "destination must be an IPv4 or IPv6 address");
         return nullptr;
     }
-    if ((ec = c->wait_for(RDMA_CM_EVENT_ADDR_RESOLVED, wait, why))) {
-        return nullptr;
-    }
-    if ((ec = check_transport(c->id_, why))) {
-        return nullptr;
-    }
-    if (rdma_resolve_route(c->id_, resolve_ms) != 0) {
-        const int e = errno;
-        ec = Errc::route_error;
-        set_why(why, errno_text("rdma_resolve_route", e));
-        return nullptr;
-    }
-    if ((ec = c->wait_for(RDMA_CM_EVENT_ROUTE_RESOLVED, wait, why))) {
-        return nullptr;
-    }
-    if ((ec = c->setup_verbs(why))) {
+    std::unique_ptr<Connection> c =
+        src != nullptr ? bind_active(src, opt, ec, why) : open_id(opt, ec, why);
+    if (!c || (ec = c->resolve(dst, why))) {
         return nullptr;
     }
     return c;
+}
+
+std::unique_ptr<Connection> Connection::bind_active(const sockaddr* src, const CmOptions& opt,
+                                                    std::error_code& ec, std::string* why) {
+    ec.clear();
+    if (src == nullptr || (src->sa_family != AF_INET && src->sa_family != AF_INET6)) {
+        ec = Errc::bad_argument;
+        set_why(why, "source must be an IPv4 or IPv6 address");
+        return nullptr;
+    }
+    std::unique_ptr<Connection> c = open_id(opt, ec, why);
+    if (!c) {
+        return nullptr;
+    }
+    if (rdma_bind_addr(c->id_, const_cast<sockaddr*>(src)) != 0) {
+        const int e = errno;
+        ec = errno_errc(e) == Errc::cm_error ? Errc::address_error : errno_errc(e);
+        set_why(why, errno_text("rdma_bind_addr", e));
+        return nullptr;
+    }
+    if (c->id_->verbs != nullptr) {
+        // Bound to one device's address: refuse a non-iWARP one now.
+        if ((ec = check_transport(c->id_, why))) {
+            return nullptr;
+        }
+    }
+    return c;
+}
+
+namespace {
+
+sockaddr_storage copy_address(const sockaddr* a) {
+    sockaddr_storage ss{};
+    ss.ss_family = AF_UNSPEC;
+    if (a == nullptr || (a->sa_family != AF_INET && a->sa_family != AF_INET6)) {
+        return ss;
+    }
+    std::memcpy(&ss, a, a->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    return ss;
+}
+
+}  // namespace
+
+sockaddr_storage Connection::local_address() const {
+    return copy_address(id_ != nullptr ? rdma_get_local_addr(id_) : nullptr);
+}
+
+sockaddr_storage Connection::peer_address() const {
+    return copy_address(id_ != nullptr ? rdma_get_peer_addr(id_) : nullptr);
+}
+
+std::error_code Connection::resolve(const sockaddr* dst, std::string* why) {
+    if (id_ == nullptr || qp_) {
+        set_why(why, "resolve() needs a fresh active id");
+        return Errc::bad_argument;
+    }
+    if (dst == nullptr || (dst->sa_family != AF_INET && dst->sa_family != AF_INET6)) {
+        set_why(why, "destination must be an IPv4 or IPv6 address");
+        return Errc::bad_argument;
+    }
+    const int resolve_ms = static_cast<int>(std::max<long long>(1, opt_.resolve_timeout.count()));
+    // Our wait also covers the kernel's own timeout plus a margin.
+    const auto wait = opt_.resolve_timeout + std::chrono::milliseconds(500);
+    // A bound id (bind_active) resolves from its own address and port.
+    if (rdma_resolve_addr(id_, nullptr, const_cast<sockaddr*>(dst), resolve_ms) != 0) {
+        const int e = errno;
+        set_why(why, errno_text("rdma_resolve_addr", e));
+        return errno_errc(e) == Errc::cm_error ? Errc::address_error : errno_errc(e);
+    }
+    if (auto ec = wait_for(RDMA_CM_EVENT_ADDR_RESOLVED, wait, why)) {
+        return ec;
+    }
+    if (auto ec = check_transport(id_, why)) {
+        return ec;
+    }
+    if (rdma_resolve_route(id_, resolve_ms) != 0) {
+        const int e = errno;
+        set_why(why, errno_text("rdma_resolve_route", e));
+        return Errc::route_error;
+    }
+    if (auto ec = wait_for(RDMA_CM_EVENT_ROUTE_RESOLVED, wait, why)) {
+        return ec;
+    }
+    return setup_verbs(why);
 }
 
 std::error_code Connection::setup_verbs(std::string* why) {

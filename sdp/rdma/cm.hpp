@@ -51,6 +51,20 @@ class Connection {
     static std::unique_ptr<Connection> create_active(const sockaddr* dst, const sockaddr* src,
                                                      const CmOptions& opt, std::error_code& ec,
                                                      std::string* why = nullptr);
+    // The active side in two steps, for a source port that must be known
+    // before the destination (the Port Mapper's CpIPAddr:CpPort, SDP 7.5.1):
+    // bind_active() creates the id and binds it to `src` with rdma_bind_addr
+    // (port 0: rdma_cm picks one, see local_address()); resolve() then
+    // resolves the route to `dst` from that address and port and creates the
+    // verbs resources, like create_active().
+    static std::unique_ptr<Connection> bind_active(const sockaddr* src, const CmOptions& opt,
+                                                   std::error_code& ec, std::string* why = nullptr);
+    std::error_code resolve(const sockaddr* dst, std::string* why = nullptr);
+    // The id's source address and port (rdma_get_local_addr); ss_family is
+    // AF_UNSPEC before the id is bound.
+    [[nodiscard]] sockaddr_storage local_address() const;
+    // The peer's address and port (rdma_get_peer_addr), AF_UNSPEC if unknown.
+    [[nodiscard]] sockaddr_storage peer_address() const;
     // Active: MPA Request with `private_data` (the SDP Hello, at most
     // kMaxPrivateData bytes); waits for ESTABLISHED. Errors: rejected
     // (connection_refused), unreachable, connect_error, timed_out, ...
@@ -86,6 +100,8 @@ class Connection {
   private:
     friend class Listener;
     explicit Connection(const CmOptions& opt);
+    static std::unique_ptr<Connection> open_id(const CmOptions& opt, std::error_code& ec,
+                                               std::string* why);
     std::error_code setup_verbs(std::string* why);
     std::error_code wait_for(rdma_cm_event_type wanted, std::chrono::milliseconds timeout,
                              std::string* why);

@@ -28,11 +28,17 @@ std::chrono::milliseconds left(Clock::time_point deadline) {
 
 }  // namespace
 
+CmOptions RdmaSession::cm_options(const RdmaSessionConfig& cfg) {
+    CmOptions cm = cfg.cm;
+    cm.ird = cfg.engine.ird;
+    cm.ord = cfg.engine.ord;
+    cm.max_recv_wr = std::max(cm.max_recv_wr, EngineAdapter::recv_slots_for(cfg.engine));
+    return cm;
+}
+
 RdmaSession::RdmaSession(engine::Role role, const RdmaSessionConfig& cfg)
     : cfg_(cfg), adapter_(role, cfg.engine, cfg.cm.max_send_wr) {
-    cfg_.cm.ird = cfg.engine.ird;
-    cfg_.cm.ord = cfg.engine.ord;
-    cfg_.cm.max_recv_wr = std::max(cfg_.cm.max_recv_wr, adapter_.recv_slots());
+    cfg_.cm = cm_options(cfg);
 }
 
 RdmaSession::~RdmaSession() {
@@ -45,29 +51,59 @@ std::unique_ptr<RdmaSession> RdmaSession::connect(const sockaddr* dst, const Rdm
                                                   std::error_code& ec, std::string* why) {
     std::unique_ptr<RdmaSession> s(new RdmaSession(engine::Role::connecting, cfg));
     s->conn_ = Connection::create_active(dst, nullptr, s->cfg_.cm, ec, why);
-    if (!s->conn_) {
-        return nullptr;
-    }
-    if ((ec = s->adapter_.attach(s->conn_->qp(), why))) {
-        return nullptr;
-    }
-    // 8.1.1 step 1c: the receive buffers are posted (QP in INIT) before the
-    // Hello leaves, so the HelloAck always finds one.
-    const std::vector<std::uint8_t> hello = s->sdp().connect();
-    s->adapter_.progress();
-    if (s->adapter_.broken()) {
-        ec = Errc::resources;
-        set_why(why, "posting the receive buffers failed: " + s->adapter_.error_text());
-        return nullptr;
-    }
-    if ((ec = s->conn_->connect(hello, why))) {
-        return nullptr;
-    }
-    s->adapter_.set_can_send();
-    if ((ec = s->await_established(why))) {
+    if (!s->conn_ || (ec = s->start_connect(why))) {
         return nullptr;
     }
     return s;
+}
+
+std::unique_ptr<RdmaSession> RdmaSession::bind(const sockaddr* src, const RdmaSessionConfig& cfg,
+                                               std::error_code& ec, std::string* why) {
+    std::unique_ptr<RdmaSession> s(new RdmaSession(engine::Role::connecting, cfg));
+    s->conn_ = Connection::bind_active(src, s->cfg_.cm, ec, why);
+    if (!s->conn_) {
+        return nullptr;
+    }
+    return s;
+}
+
+sockaddr_storage RdmaSession::local_address() const {
+    if (!conn_) {
+        sockaddr_storage ss{};
+        ss.ss_family = AF_UNSPEC;
+        return ss;
+    }
+    return conn_->local_address();
+}
+
+std::error_code RdmaSession::connect_to(const sockaddr* dst, std::string* why) {
+    if (!conn_ || conn_->established() || sdp().state() != engine::State::idle) {
+        set_why(why, "connect_to() needs a session from bind()");
+        return Errc::bad_argument;
+    }
+    if (auto ec = conn_->resolve(dst, why)) {
+        return ec;
+    }
+    return start_connect(why);
+}
+
+std::error_code RdmaSession::start_connect(std::string* why) {
+    if (auto ec = adapter_.attach(conn_->qp(), why)) {
+        return ec;
+    }
+    // 8.1.1 step 1c: the receive buffers are posted (QP in INIT) before the
+    // Hello leaves, so the HelloAck always finds one.
+    const std::vector<std::uint8_t> hello = sdp().connect();
+    adapter_.progress();
+    if (adapter_.broken()) {
+        set_why(why, "posting the receive buffers failed: " + adapter_.error_text());
+        return Errc::resources;
+    }
+    if (auto ec = conn_->connect(hello, why)) {
+        return ec;
+    }
+    adapter_.set_can_send();
+    return await_established(why);
 }
 
 std::error_code RdmaSession::await_established(std::string* why) {
@@ -93,9 +129,22 @@ std::error_code RdmaSession::await_established(std::string* why) {
 std::unique_ptr<RdmaSession> RdmaSession::accept(Listener& l, const RdmaSessionConfig& cfg,
                                                  std::chrono::milliseconds timeout,
                                                  std::error_code& ec, std::string* why) {
+    auto request = l.get_request(timeout, cm_options(cfg), ec, why);
+    if (!request) {
+        return nullptr;
+    }
+    return accept(std::move(request), cfg, ec, why);
+}
+
+std::unique_ptr<RdmaSession> RdmaSession::accept(std::unique_ptr<Connection> request,
+                                                 const RdmaSessionConfig& cfg, std::error_code& ec,
+                                                 std::string* why) {
+    ec.clear();
     std::unique_ptr<RdmaSession> s(new RdmaSession(engine::Role::accepting, cfg));
-    s->conn_ = l.get_request(timeout, s->cfg_.cm, ec, why);
+    s->conn_ = std::move(request);
     if (!s->conn_) {
+        ec = Errc::bad_argument;
+        set_why(why, "no connection request");
         return nullptr;
     }
     if ((ec = s->adapter_.attach(s->conn_->qp(), why))) {

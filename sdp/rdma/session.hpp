@@ -39,12 +39,32 @@ class RdmaSession {
     // (each bounded by cfg.cm timeouts). nullptr with ec on failure.
     static std::unique_ptr<RdmaSession> connect(const sockaddr* dst, const RdmaSessionConfig& cfg,
                                                 std::error_code& ec, std::string* why = nullptr);
+    // Connecting Peer in two steps, for SDP 7.5.1 (the connection must come
+    // from the CpIPAddr:CpPort named in the PMReq): bind() binds the rdma_cm
+    // id to `src` (port 0: rdma_cm picks one; local_address() tells which),
+    // connect_to() resolves `dst` from that address and port and then does
+    // what connect() does. nullptr with ec on failure.
+    static std::unique_ptr<RdmaSession> bind(const sockaddr* src, const RdmaSessionConfig& cfg,
+                                             std::error_code& ec, std::string* why = nullptr);
+    std::error_code connect_to(const sockaddr* dst, std::string* why = nullptr);
+    [[nodiscard]] sockaddr_storage local_address() const;
+
     // Accepting Peer: waits up to `timeout` for a request on `l`, checks the
     // Hello (rejects the MPA request if the engine refuses it: hello_rejected),
     // rdma_accept, then sends the HelloAck.
     static std::unique_ptr<RdmaSession> accept(Listener& l, const RdmaSessionConfig& cfg,
                                                std::chrono::milliseconds timeout,
                                                std::error_code& ec, std::string* why = nullptr);
+
+    // Accepting Peer for a request already taken from the listener
+    // (Listener::get_request with cm_options(cfg)), so another thread can
+    // finish the startup while the listener takes the next request.
+    static std::unique_ptr<RdmaSession> accept(std::unique_ptr<Connection> request,
+                                               const RdmaSessionConfig& cfg, std::error_code& ec,
+                                               std::string* why = nullptr);
+    // The rdma_cm options a session with `cfg` uses (IRD/ORD from the
+    // engine, a receive queue deep enough for the adapter's slots).
+    [[nodiscard]] static CmOptions cm_options(const RdmaSessionConfig& cfg);
 
     [[nodiscard]] engine::Connection& sdp() { return adapter_.sdp(); }
     [[nodiscard]] const engine::Connection& sdp() const { return adapter_.sdp(); }
@@ -75,6 +95,7 @@ class RdmaSession {
 
   private:
     explicit RdmaSession(engine::Role role, const RdmaSessionConfig& cfg);
+    std::error_code start_connect(std::string* why);
     std::error_code await_established(std::string* why);
 
     RdmaSessionConfig cfg_;

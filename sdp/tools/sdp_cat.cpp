@@ -1,4 +1,5 @@
-// sdp-cat: netcat over SDP (soft iWARP provider).
+// sdp-cat: netcat over SDP (soft iWARP provider, or rdma-core with
+// --provider rdma|auto).
 //
 //   sdp-cat [-v] HOST PORT          connect to the Conventional Address HOST:PORT
 //                                   (Port Mapper, SDP, else plain TCP)
@@ -8,7 +9,8 @@
 //
 // stdin goes to the peer (EOF: half-close), the peer's bytes go to stdout;
 // the program ends when the peer's stream ends. -v reports on stderr which
-// transport was used (sdp / tcp fallback and why).
+// transport was used (sdp / tcp fallback and why). --provider soft|rdma|auto
+// selects the iWARP provider (default soft; see docs/rdma.md).
 #include <poll.h>
 #include <unistd.h>
 
@@ -26,10 +28,11 @@ namespace {
 
 void usage() {
     std::fprintf(stderr,
-                 "usage: sdp-cat [-v] [--pmsp IP:PORT] [--no-fallback] HOST PORT\n"
-                 "       sdp-cat [-v] --sdp HOST PORT\n"
-                 "       sdp-cat [-v] -l [--register CONV_IP:PORT] [--control SOCKET] "
-                 "[--bind IP] PORT\n");
+                 "usage: sdp-cat [-v] [--provider soft|rdma|auto] [--pmsp IP:PORT] "
+                 "[--no-fallback] HOST PORT\n"
+                 "       sdp-cat [-v] [--provider soft|rdma|auto] --sdp HOST PORT\n"
+                 "       sdp-cat [-v] [--provider soft|rdma|auto] -l [--register CONV_IP:PORT] "
+                 "[--control SOCKET] [--bind IP] PORT\n");
 }
 
 bool write_all(int fd, const std::uint8_t* p, std::size_t n) {
@@ -116,6 +119,7 @@ int run(sdp::stream& s, bool verbose) {
 int main(int argc, char** argv) {
     bool verbose = false, listen = false, direct = false, fallback = true;
     std::string reg, control = "/run/sdp-pmd/control.sock", bind_ip = "0.0.0.0", pmsp;
+    sdp::provider prov = sdp::provider::soft;
     std::vector<std::string> pos;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -142,15 +146,29 @@ int main(int argc, char** argv) {
             bind_ip = next();
         } else if (a == "--pmsp") {
             pmsp = next();
+        } else if (a == "--provider") {
+            const std::string v = next();
+            const auto p = sdp::parse_provider(v);
+            if (!p) {
+                std::fprintf(stderr, "sdp-cat: bad --provider '%s' (expected soft, rdma or auto)\n",
+                             v.c_str());
+                return 2;
+            }
+            prov = *p;
         } else if (a == "-h" || a == "--help") {
             usage();
             return 0;
+        } else if (a.size() > 1 && a[0] == '-') {
+            std::fprintf(stderr, "sdp-cat: unknown option %s\n", a.c_str());
+            usage();
+            return 2;
         } else {
             pos.push_back(a);
         }
     }
     sdp::stream_options so;
     so.fallback = fallback;
+    so.iwarp_provider = prov;
     if (!pmsp.empty()) {
         auto ep = pm::Endpoint::parse(pmsp);
         if (!ep) {
@@ -178,16 +196,17 @@ int main(int argc, char** argv) {
             ao.conventional = reg;
         }
         if (auto ec = acc.open(*local, ao)) {
+            const std::string& detail =
+                !acc.open_error().empty() ? acc.open_error() : acc.registration_error();
             std::fprintf(stderr, "sdp-cat: listen %s: %s%s%s\n", local->to_string().c_str(),
-                         ec.message().c_str(), acc.registration_error().empty() ? "" : ": ",
-                         acc.registration_error().c_str());
+                         ec.message().c_str(), detail.empty() ? "" : ": ", detail.c_str());
             return 1;
         }
         if (verbose) {
-            std::fprintf(stderr, "sdp-cat: listening on %s (sdp)%s%s\n",
-                         acc.local_endpoint().to_string().c_str(),
-                         acc.registered() ? ", registered " : "",
-                         acc.registered() ? reg.c_str() : "");
+            std::fprintf(
+                stderr, "sdp-cat: listening on %s (sdp, %s provider)%s%s\n",
+                acc.local_endpoint().to_string().c_str(), sdp::to_string(acc.listener_provider()),
+                acc.registered() ? ", registered " : "", acc.registered() ? reg.c_str() : "");
         }
         if (auto ec = acc.accept(s)) {
             std::fprintf(stderr, "sdp-cat: accept: %s\n", ec.message().c_str());
@@ -223,8 +242,9 @@ int main(int argc, char** argv) {
     if (verbose) {
         const auto& i = s.info();
         if (s.used() == sdp::transport::sdp) {
-            std::fprintf(stderr, "sdp-cat: connected over SDP to %s (%s)\n",
-                         i.peer.to_string().c_str(), s.describe().c_str());
+            std::fprintf(stderr, "sdp-cat: connected over SDP (%s provider) to %s (%s)%s%s\n",
+                         i.provider.c_str(), i.peer.to_string().c_str(), s.describe().c_str(),
+                         i.reason.empty() ? "" : ": ", i.reason.c_str());
         } else {
             std::fprintf(stderr, "sdp-cat: connected over TCP (fallback) to %s: %s\n",
                          i.peer.to_string().c_str(), i.reason.c_str());

@@ -1,9 +1,13 @@
-// sdp-perf: throughput and latency of SDP (soft iWARP provider) against
-// kernel TCP on loopback, in the same run, for several message sizes.
+// sdp-perf: throughput and latency of SDP (soft iWARP provider, or
+// rdma-core with --provider) against kernel TCP on loopback, in the same
+// run, for several message sizes.
 //
 //   sdp-perf [--sizes 64,4096,65536,1048576] [--time SECONDS] [--bytes N]
 //            [--no-crc] [--json] [--only sdp|tcp] [--no-latency]
-//                  [--no-throughput]
+//            [--no-throughput] [--provider soft|rdma|auto]
+//
+// --provider rdma on loopback needs an iWARP device on lo (Linux siw:
+// rdma link add siw_lo type siw netdev lo; docs/rdma.md).
 //
 // Throughput: one stream, the client writes messages of the size for
 // --time seconds (or --bytes), the server reads until EOF; rate measured at
@@ -104,6 +108,14 @@ struct TcpConn final : Conn {
     }
 };
 
+// Closes both ends at once: an SDP close() waits for the peer's DisConn
+// (8.2.1), so closing one end after the other would wait out the linger.
+void close_both(Conn& a, Conn& b) {
+    std::thread t([&] { b.close(); });
+    a.close();
+    t.join();
+}
+
 // Makes a connected pair (client, server) of one kind.
 struct PairMaker {
     virtual ~PairMaker() = default;
@@ -113,15 +125,20 @@ struct PairMaker {
 struct SdpPairs final : PairMaker {
     sdp::acceptor acc;
     sdp::stream_options so;
-    explicit SdpPairs(bool crc) {
+    SdpPairs(bool crc, sdp::provider prov) {
         so.crc = crc;
         so.io_timeout = 30s;
         sdp::acceptor_options ao;
         ao.stream = so;
+        // The acceptor resolves `automatic`; the client uses what it chose.
+        ao.stream.iwarp_provider = prov;
         if (auto ec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao)) {
-            std::fprintf(stderr, "sdp-perf: listen: %s\n", ec.message().c_str());
+            std::fprintf(stderr, "sdp-perf: listen (provider %s): %s%s%s\n", sdp::to_string(prov),
+                         ec.message().c_str(), acc.open_error().empty() ? "" : ": ",
+                         acc.open_error().c_str());
             std::exit(1);
         }
+        so.iwarp_provider = acc.listener_provider();
     }
     bool make(std::unique_ptr<Conn>& client, std::unique_ptr<Conn>& server) override {
         auto c = std::make_unique<SdpConn>();
@@ -229,8 +246,7 @@ Throughput throughput(PairMaker& pm, std::size_t size, std::chrono::duration<dou
     }
     c->shutdown_write();
     rx.join();
-    c->close();
-    s->close();
+    close_both(*c, *s);
     const double secs = std::chrono::duration<double>(last - first).count();
     r.bytes = got;
     r.ok = !wec && !rec && got == sent && secs > 0;
@@ -281,8 +297,7 @@ Latency latency(PairMaker& pm, std::size_t size, std::chrono::duration<double> t
     }
     c->shutdown_write();
     echo.join();
-    c->close();
-    s->close();
+    close_both(*c, *s);
     if (rtts.empty()) {
         return r;
     }
@@ -312,6 +327,7 @@ int main(int argc, char** argv) {
     std::uint64_t max_bytes = 8ull << 30;
     bool crc = true, json = false;
     bool run_sdp = true, run_tcp = true, run_tput = true, run_lat = true;
+    sdp::provider prov = sdp::provider::soft;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -344,25 +360,43 @@ int main(int argc, char** argv) {
             run_lat = false;
         } else if (a == "--no-throughput") {
             run_tput = false;
+        } else if (a == "--provider") {
+            const std::string v = next();
+            const auto p = sdp::parse_provider(v);
+            if (!p) {
+                std::fprintf(stderr,
+                             "sdp-perf: bad --provider '%s' (expected soft, rdma or auto)\n",
+                             v.c_str());
+                return 2;
+            }
+            prov = *p;
         } else {
             std::fprintf(stderr,
                          "usage: sdp-perf [--sizes 64,4096,...] [--time SECONDS] [--bytes N] "
                          "[--no-crc] [--json] [--only sdp|tcp] [--no-latency] "
-                         "[--no-throughput]\n");
+                         "[--no-throughput] [--provider soft|rdma|auto]\n");
             return a == "-h" || a == "--help" ? 0 : 2;
         }
     }
-    SdpPairs sdp_pairs(crc);
+    SdpPairs sdp_pairs(crc, prov);
     TcpPairs tcp_pairs;
     const std::chrono::duration<double> t(secs), lt(secs / 2);
     if (!json) {
-        std::printf("sdp-perf: loopback, soft iWARP (MPA CRC %s) vs kernel TCP, %.1f s per test\n",
-                    crc ? "on" : "off", secs);
+        if (sdp_pairs.acc.listener_provider() == sdp::provider::rdma) {
+            std::printf(
+                "sdp-perf: loopback, rdma-core iWARP provider vs kernel TCP, %.1f s per test\n",
+                secs);
+        } else {
+            std::printf(
+                "sdp-perf: loopback, soft iWARP (MPA CRC %s) vs kernel TCP, %.1f s per test\n",
+                crc ? "on" : "off", secs);
+        }
         std::printf("%-8s | %9s %9s %6s | %8s %8s | %9s %9s %6s | %9s %9s\n", "size", "sdp MB/s",
                     "tcp MB/s", "ratio", "sdp cpu", "tcp cpu", "sdp rtt", "tcp rtt", "ratio",
                     "sdp p99", "tcp p99");
     } else {
-        std::printf("{\"crc\": %s, \"seconds\": %.3f, \"results\": [", crc ? "true" : "false",
+        std::printf("{\"crc\": %s, \"provider\": \"%s\", \"seconds\": %.3f, \"results\": [",
+                    crc ? "true" : "false", sdp::to_string(sdp_pairs.acc.listener_provider()),
                     secs);
     }
     bool all_ok = true;

@@ -14,6 +14,8 @@
 // the Conventional Address on PMDeny, PM timeout, or when the SDP Address
 // refuses, resets or times out (TCP connect or SDP/MPA startup).
 // connect_info() says which path was used and why. See docs/sdp.md.
+// stream_options::iwarp_provider selects the rdma-core provider (an RNIC or
+// Linux siw) instead of the soft one; see docs/rdma.md.
 #pragma once
 
 #include <chrono>
@@ -24,6 +26,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "pmclient/address.hpp"
@@ -33,10 +36,30 @@ namespace sdp {
 enum class transport : std::uint8_t { none, sdp, tcp };
 const char* to_string(transport t);
 
+// The iWARP provider that carries SDP (docs/rdma.md):
+//   soft       userspace MPA/DDP/RDMAP over a kernel TCP socket; works
+//              everywhere and is the default
+//   rdma       rdma-core (librdmacm + libibverbs) on an iWARP device: an RNIC
+//              or Linux soft-iWARP (siw). Without such a device, or when the
+//              library was built without it (SDPPM_WITH_RDMA=OFF), connect()
+//              and acceptor::open() fail with std::errc::no_such_device
+//              (connect() falls back to TCP when stream_options::fallback)
+//   automatic  rdma when the probe finds an iWARP device, soft otherwise
+// Both providers speak the same wire protocol.
+enum class provider : std::uint8_t { soft, rdma, automatic };
+// "soft", "rdma", "auto".
+const char* to_string(provider p);
+// "soft", "rdma", "auto" (or "automatic"); nullopt for anything else.
+std::optional<provider> parse_provider(std::string_view name);
+// True when the rdma provider is built in and an iWARP device with a usable
+// rdma_cm is present; otherwise false and *why says what is missing.
+bool rdma_available(std::string* why = nullptr);
+
 struct stream_options {
-    // Each TCP connect attempt.
+    // Each TCP connect attempt (rdma: RDMA address and route resolution).
     std::chrono::milliseconds connect_timeout{5000};
-    // MPA startup + SDP Hello/HelloAck.
+    // MPA startup + SDP Hello/HelloAck (rdma: until ESTABLISHED, then until
+    // the HelloAck).
     std::chrono::milliseconds handshake_timeout{5000};
     // close(): how long to wait for the peer's DisConn and LLP teardown
     // before closing abortively.
@@ -53,7 +76,10 @@ struct stream_options {
     std::chrono::milliseconds resolve_deadline{3000};
     std::chrono::milliseconds resolve_initial_timeout{250};
     bool use_pm_cache = true;
-    // Soft provider / SDP engine.
+    // Which iWARP provider carries SDP (see `provider`). Accepted streams
+    // use the acceptor's listener provider; this field selects it there.
+    provider iwarp_provider = provider::soft;
+    // Soft provider / SDP engine (crc: soft only; an RNIC or siw decides).
     bool crc = true;                          // ask for MPA CRC32c
     std::uint32_t recv_buf_size = 64 * 1024;  // SDP private buffer size
     std::uint16_t recv_buf_count = 16;        // buffers posted (initial credit)
@@ -62,10 +88,13 @@ struct stream_options {
 
 struct connect_info {
     transport used = transport::none;
-    pm::Endpoint peer;       // where the stream is connected
-    std::string reason;      // why SDP was not used, or the failure
+    pm::Endpoint peer;   // where the stream is connected
+    std::string reason;  // why SDP (or the rdma provider asked for) was not used, or the failure
     std::string resolution;  // Port Mapper outcome ("accepted", "denied", ...; empty: not asked)
     bool from_cache = false;
+    // What carries the bytes: "soft" or "rdma" (SDP over that provider) or
+    // "tcp" (plain TCP, no SDP). After a failed connect: the one tried.
+    std::string provider;
 };
 
 class stream {
@@ -102,6 +131,8 @@ class stream {
 
     bool is_open() const;
     transport used() const;
+    // How the stream is connected; after a failed connect*(), the reason
+    // and the provider tried (reset by the next connect).
     const connect_info& info() const;
     // The TCP socket (for poll()); use pump() when it is ready.
     int native_handle() const;
@@ -115,11 +146,18 @@ class stream {
 
   private:
     friend class acceptor;
+    std::error_code fail(std::error_code ec, connect_info info);
     std::unique_ptr<impl> impl_;
+    // info() after a failed connect: the reason and the provider tried.
+    connect_info failed_;
 };
 
 struct acceptor_options {
-    stream_options stream;  // for accepted streams (handshake timeout, buffers, linger)
+    // For accepted streams (handshake timeout, buffers, linger), and
+    // stream.iwarp_provider selects the listener: soft (TCP socket), rdma
+    // (rdma_cm listener on an iWARP device) or automatic (rdma when the
+    // probe finds a device, else soft). One provider per acceptor.
+    stream_options stream;
     int backlog = 128;
     // Registration with the local sdp-pmd (docs/control-protocol.md). Unset
     // control_socket: no registration.
@@ -171,25 +209,36 @@ class acceptor {
     // Unregisters (if registered) and closes the listener.
     std::error_code close();
 
-    bool is_open() const { return fd_ >= 0; }
+    bool is_open() const;
+    // The provider the listener uses (soft or rdma) once open.
+    provider listener_provider() const { return listener_provider_; }
     pm::Endpoint local_endpoint() const { return local_; }
     bool registered() const { return registered_; }
     const std::string& registration_error() const { return reg_error_; }
+    // Why open() failed before registering (no iWARP device for provider
+    // rdma, rdma_cm listen errors), empty otherwise.
+    const std::string& open_error() const { return open_error_; }
     // The last startup failure ("peer: error: why"), empty if none.
     std::string last_error() const;
     acceptor_stats stats() const;
-    int native_handle() const { return fd_; }
+    // The listening TCP socket (soft), or the rdma_cm event channel (rdma).
+    int native_handle() const;
 
     struct startups;
+    struct rdma_listener;
 
   private:
     void reap();
+    std::error_code open_rdma(const pm::Endpoint& local);
     int fd_ = -1;
+    provider listener_provider_ = provider::soft;
+    std::unique_ptr<rdma_listener> rdma_;
     pm::Endpoint local_;
     acceptor_options opts_;
     bool registered_ = false;
     std::string reg_name_;
     std::string reg_error_;
+    std::string open_error_;
     std::unique_ptr<startups> st_;
 };
 

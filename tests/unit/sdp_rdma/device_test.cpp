@@ -153,6 +153,52 @@ TEST(RdmaListen, WithoutIwarpDeviceFailsWithAClearError) {
     }
 }
 
+// The two-step active side (bind to CpIPAddr:0, then connect_to the SDP
+// Address) used for the Port Mapper: argument checks need no device;
+// without one the bind fails at once with no_device.
+TEST(RdmaBind, TwoStepConnectChecksArgumentsAndNeedsADevice) {
+    std::error_code ec;
+    std::string why;
+    sockaddr_un un{};
+    un.sun_family = AF_UNIX;
+    EXPECT_EQ(r::Connection::bind_active(nullptr, r::CmOptions{}, ec, &why), nullptr);
+    EXPECT_EQ(ec, r::Errc::bad_argument);
+    ec.clear();
+    EXPECT_EQ(r::RdmaSession::bind(reinterpret_cast<sockaddr*>(&un), small_config(), ec, &why),
+              nullptr);
+    EXPECT_EQ(ec, r::Errc::bad_argument);
+    EXPECT_FALSE(why.empty());
+    if (r::available()) {
+        sockaddr_in src = loopback(0);
+        ec.clear();
+        auto s = r::RdmaSession::bind(reinterpret_cast<sockaddr*>(&src), small_config(), ec, &why);
+        if (!s) {
+            GTEST_SKIP() << "cannot bind on the test address: " << ec.message() << ": " << why;
+        }
+        const sockaddr_storage local = s->local_address();
+        ASSERT_EQ(local.ss_family, AF_INET);
+        EXPECT_NE(reinterpret_cast<const sockaddr_in*>(&local)->sin_port, 0)
+            << "rdma_cm picks the CpPort at bind time";
+        // Nobody listens on port 9 there: refused (or unreachable), bounded.
+        sockaddr_in dst = loopback(9);
+        const auto t0 = Clock::now();
+        EXPECT_TRUE(s->connect_to(reinterpret_cast<sockaddr*>(&dst), &why));
+        EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+        return;
+    }
+    if (!r::list_devices().empty()) {
+        return;  // only non-iWARP devices: the error depends on the stack
+    }
+    sockaddr_in src = loopback(0);
+    ec.clear();
+    const auto t0 = Clock::now();
+    auto s = r::RdmaSession::bind(reinterpret_cast<sockaddr*>(&src), small_config(), ec, &why);
+    EXPECT_EQ(s, nullptr);
+    EXPECT_EQ(ec, r::Errc::no_device) << ec.message() << ": " << why;
+    EXPECT_EQ(ec, std::errc::no_such_device);
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(1));
+}
+
 // --- with a device ----------------------------------------------------------------
 
 TEST(RdmaEndToEnd, TwoSdpEndpointsMoveData) {

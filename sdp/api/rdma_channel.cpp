@@ -1,0 +1,449 @@
+#include "rdma_channel.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "rdma/error.hpp"
+
+namespace sdp::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The rdma provider's codes (sdp::rdma::category) as the std::errc the
+// stream API reports; the provider's own text goes into the reason.
+std::error_code to_generic(const std::error_code& ec) {
+    if (!ec) {
+        return ec;
+    }
+    const std::error_condition c = ec.default_error_condition();
+    if (c.category() == std::generic_category()) {
+        return {c.value(), std::generic_category()};
+    }
+    return std::make_error_code(std::errc::io_error);
+}
+
+std::string provider_text(const std::error_code& ec, const std::string& why) {
+    return ec.message() + (why.empty() ? "" : ": " + why);
+}
+
+}  // namespace
+
+rdma::RdmaSessionConfig rdma_config(const stream_options& o) {
+    rdma::RdmaSessionConfig c;
+    c.engine.recv_buf_size = o.recv_buf_size;
+    c.engine.recv_buf_count = o.recv_buf_count;
+    c.engine.send_buf_size = o.recv_buf_size;
+    c.engine.send_queue_limit = o.send_queue_limit;
+    c.cm.resolve_timeout = o.connect_timeout;
+    c.cm.establish_timeout = o.handshake_timeout;
+    return c;
+}
+
+// --- RdmaChannel ----------------------------------------------------------------
+
+RdmaChannel::RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, std::chrono::milliseconds io_timeout)
+    : s_(std::move(s)), io_timeout_(io_timeout), device_(s_->cm().device_name()) {}
+
+std::unique_ptr<RdmaChannel> RdmaChannel::start(std::unique_ptr<rdma::RdmaSession> s,
+                                                std::chrono::milliseconds io_timeout,
+                                                std::error_code& ec, std::string* why) {
+    ec.clear();
+    std::unique_ptr<RdmaChannel> c(new RdmaChannel(std::move(s), io_timeout));
+    c->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->wake_fd_ < 0) {
+        ec = {errno, std::generic_category()};
+        if (why != nullptr) {
+            *why = std::string("eventfd: ") + std::strerror(errno);
+        }
+        return nullptr;  // the destructor aborts the session
+    }
+    try {
+        c->th_ = std::thread([p = c.get()] { p->run(); });
+    } catch (const std::system_error& e) {
+        ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+        if (why != nullptr) {
+            *why = std::string("cannot start the progress thread: ") + e.what();
+        }
+        return nullptr;
+    }
+    return c;
+}
+
+RdmaChannel::~RdmaChannel() {
+    stop_thread();
+    if (!finished_ && s_) {
+        s_->abort();
+    }
+    if (wake_fd_ >= 0) {
+        ::close(wake_fd_);
+    }
+}
+
+void RdmaChannel::stop_thread() {
+    {
+        std::lock_guard lk(mu_);
+        stop_ = true;
+    }
+    if (wake_fd_ >= 0) {
+        const std::uint64_t one = 1;
+        (void)!::write(wake_fd_, &one, sizeof one);
+    }
+    if (th_.joinable()) {
+        th_.join();
+    }
+}
+
+void RdmaChannel::progress_locked() {
+    if (s_->progress()) {
+        ++gen_;
+        cv_.notify_all();
+    }
+}
+
+void RdmaChannel::run() {
+    std::unique_lock lk(mu_);
+    while (!stop_) {
+        auto& qp = s_->cm().qp();
+        progress_locked();
+        qp.arm(false);
+        // A completion that arrived before arming raises no event.
+        if (s_->progress()) {
+            ++gen_;
+            cv_.notify_all();
+            continue;
+        }
+        pollfd p[3] = {{qp.fd(), POLLIN, 0}, {s_->cm().cm_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+        lk.unlock();
+        // Bounded, so a missed wake-up costs at most this long.
+        (void)::poll(p, 3, 1000);
+        if ((p[2].revents & POLLIN) != 0) {
+            std::uint64_t v;
+            (void)!::read(wake_fd_, &v, sizeof v);
+        }
+        lk.lock();
+        if (stop_) {
+            break;
+        }
+        qp.consume_events();
+        progress_locked();
+    }
+}
+
+std::optional<Clock::time_point> RdmaChannel::io_deadline() const {
+    if (io_timeout_.count() <= 0) {
+        return std::nullopt;
+    }
+    return Clock::now() + io_timeout_;
+}
+
+bool RdmaChannel::wait_locked(std::unique_lock<std::mutex>& lk,
+                              std::optional<Clock::time_point> deadline) {
+    const std::uint64_t g = gen_;
+    auto moved = [&] { return gen_ != g || stop_; };
+    if (!deadline) {
+        cv_.wait(lk, moved);
+        return true;
+    }
+    return cv_.wait_until(lk, *deadline, moved);
+}
+
+std::size_t RdmaChannel::read_some(std::span<std::uint8_t> out, std::error_code& ec) {
+    ec.clear();
+    std::unique_lock lk(mu_);
+    const auto deadline = io_deadline();
+    while (true) {
+        if (finished_ || stop_) {
+            ec = std::make_error_code(std::errc::not_connected);
+            return 0;
+        }
+        auto& sdp = s_->sdp();
+        const std::size_t n = sdp.read(out);
+        if (n > 0) {
+            progress_locked();  // credit updates
+            return n;
+        }
+        if (out.empty() || sdp.eof()) {
+            return 0;
+        }
+        const auto st = sdp.state();
+        if (st == engine::State::reset || st == engine::State::failed) {
+            ec = std::make_error_code(std::errc::connection_reset);
+            return 0;
+        }
+        if (st == engine::State::closed) {
+            return 0;
+        }
+        if (!wait_locked(lk, deadline)) {
+            ec = std::make_error_code(std::errc::timed_out);
+            return 0;
+        }
+    }
+}
+
+std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
+    ec.clear();
+    std::unique_lock lk(mu_);
+    auto deadline = io_deadline();
+    std::size_t done = 0;
+    while (done < in.size()) {
+        if (finished_ || stop_) {
+            ec = std::make_error_code(std::errc::not_connected);
+            break;
+        }
+        auto& sdp = s_->sdp();
+        const std::size_t n = sdp.write(in.subspan(done));
+        if (n > 0) {
+            done += n;
+            progress_locked();
+            deadline = io_deadline();
+            continue;
+        }
+        const auto st = sdp.state();
+        if (st == engine::State::reset || st == engine::State::failed) {
+            ec = std::make_error_code(std::errc::connection_reset);
+            break;
+        }
+        if (st != engine::State::established || sdp.disconn_sent()) {
+            ec = std::make_error_code(std::errc::broken_pipe);
+            break;
+        }
+        if (!wait_locked(lk, deadline)) {
+            ec = std::make_error_code(std::errc::timed_out);
+            break;
+        }
+    }
+    return done;
+}
+
+void RdmaChannel::shutdown_write(std::error_code& ec) {
+    ec.clear();
+    std::lock_guard lk(mu_);
+    if (finished_) {
+        ec = std::make_error_code(std::errc::not_connected);
+        return;
+    }
+    const auto st = s_->sdp().state();
+    if (st == engine::State::reset || st == engine::State::failed) {
+        ec = std::make_error_code(std::errc::connection_reset);
+        return;
+    }
+    s_->sdp().shutdown_write();  // DisConn after the queued data (8.2.1)
+    progress_locked();
+}
+
+void RdmaChannel::close(std::chrono::milliseconds linger, std::error_code& ec) {
+    ec.clear();
+    const auto deadline = Clock::now() + linger;
+    bool timed_out = false;
+    {
+        std::unique_lock lk(mu_);
+        if (finished_) {
+            return;
+        }
+        s_->sdp().shutdown_write();
+        progress_locked();
+        // Wait for the peer's DisConn (the progress thread drives);
+        // unread input is discarded, as a socket close would.
+        while (s_->sdp().state() == engine::State::established) {
+            std::uint8_t sink[4096];
+            while (s_->sdp().read(sink) > 0) {
+            }
+            progress_locked();
+            if (s_->sdp().state() != engine::State::established) {
+                break;
+            }
+            if (!wait_locked(lk, deadline)) {
+                timed_out = true;
+                break;
+            }
+        }
+    }
+    stop_thread();
+    std::lock_guard lk(mu_);
+    finished_ = true;
+    if (timed_out) {
+        s_->abort();
+        ec = std::make_error_code(std::errc::timed_out);
+        return;
+    }
+    // The LLP teardown (rdma_disconnect, DISCONNECTED), bounded.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    ec = to_generic(s_->close(std::max(left, std::chrono::milliseconds(1))));
+}
+
+void RdmaChannel::abort() {
+    stop_thread();
+    std::lock_guard lk(mu_);
+    if (!finished_) {
+        finished_ = true;
+        s_->abort();  // AbortConn if possible, QP to error, disconnect (8.2.2)
+    }
+}
+
+short RdmaChannel::pump() {
+    std::lock_guard lk(mu_);
+    if (!finished_) {
+        progress_locked();
+    }
+    return POLLIN;
+}
+
+std::string RdmaChannel::describe() const {
+    std::lock_guard lk(mu_);
+    return "rdma-core provider on " + (device_.empty() ? std::string("?") : device_) + ", " +
+           s_->describe_error();
+}
+
+// --- connect --------------------------------------------------------------------
+
+std::unique_ptr<provider_channel> rdma_connect_direct(const pm::Endpoint& sdp_address,
+                                                      const stream_options& o, std::error_code& ec,
+                                                      std::string& why) {
+    sockaddr_storage dst;
+    (void)to_sockaddr(pm::Endpoint{sdp_address.address.unmapped(), sdp_address.port}, dst);
+    std::error_code rec;
+    auto s = rdma::RdmaSession::connect(reinterpret_cast<const sockaddr*>(&dst), rdma_config(o),
+                                        rec, &why);
+    if (!s) {
+        ec = to_generic(rec);
+        why = "rdma: " + provider_text(rec, why);
+        return nullptr;
+    }
+    auto c = RdmaChannel::start(std::move(s), o.io_timeout, ec, &why);
+    return c;
+}
+
+rdma_pm_outcome rdma_connect_pm(pmclient::BlockingResolver& resolver,
+                                const pm::Endpoint& conventional_in, const stream_options& o) {
+    rdma_pm_outcome out;
+    const pm::Endpoint conventional{conventional_in.address.unmapped(), conventional_in.port};
+    if (conventional.port == 0 || conventional.address.is_unspecified()) {
+        out.ec = std::make_error_code(std::errc::invalid_argument);
+        out.reason = "Conventional Address needs a specified IP address and a non-zero port";
+        return out;
+    }
+    // CpIPAddr: the source address routed towards ApIPAddr (as
+    // pmclient::connect chooses it for TCP).
+    pm::IpAddress cp;
+    if (int err = pm::route_source(conventional.address, cp); err != 0) {
+        out.ec = {err, std::generic_category()};
+        out.reason = "no route to " + conventional.address.to_string() + ": " + std::strerror(err);
+        return out;
+    }
+    // CpPort: rdma_cm picks it when the id is bound to CpIPAddr:0; the same
+    // id then connects, so the connection comes from CpIPAddr:CpPort (7.5.1).
+    sockaddr_storage src;
+    (void)to_sockaddr(pm::Endpoint{cp, 0}, src);
+    std::error_code rec;
+    std::string why;
+    auto s =
+        rdma::RdmaSession::bind(reinterpret_cast<const sockaddr*>(&src), rdma_config(o), rec, &why);
+    if (!s) {
+        out.bind_failed = true;
+        out.ec = to_generic(rec);
+        out.reason = "rdma: cannot bind an rdma_cm id to CpIPAddr " + cp.to_string() + " (" +
+                     provider_text(rec, why) + ")";
+        return out;
+    }
+    const pm::Endpoint local = from_sockaddr(s->local_address());
+    if (local.port == 0) {
+        out.bind_failed = true;
+        out.ec = std::make_error_code(std::errc::address_not_available);
+        out.reason = "rdma: rdma_cm bound " + cp.to_string() + " without a port";
+        return out;
+    }
+    pmclient::ResolveRequest req{conventional, local, request_options(o)};
+    out.resolution = resolver.resolve(req);
+    out.asked = true;
+    const pmclient::Result& r = out.resolution;
+    if (r.kind == pmclient::ResultKind::error) {
+        out.ec = resolution_error(r);
+        out.reason = r.reason;
+        return out;
+    }
+    if (r.kind != pmclient::ResultKind::accepted) {
+        out.fall_back = true;
+        out.reason = reason_after_resolution(r);
+        return out;
+    }
+    sockaddr_storage dst;
+    (void)to_sockaddr(r.sdp, dst);
+    if (auto e = s->connect_to(reinterpret_cast<const sockaddr*>(&dst), &why)) {
+        const std::error_code g = to_generic(e);
+        if (startup_fallback_worthy(g) || g == std::errc::host_unreachable) {
+            // 7.5.1: a reset (or refusal) from the SDP Address counts as a
+            // PMDeny. Forget a cached answer that no longer works.
+            resolver.resolver().flush_cache(conventional);
+            out.fall_back = true;
+            out.reason = "SDP Address " + r.sdp.to_string() +
+                         " over rdma: " + provider_text(e, why) +
+                         "; fell back to the Conventional Address";
+            return out;
+        }
+        out.ec = g;
+        out.reason = "rdma: " + provider_text(e, why);
+        return out;
+    }
+    out.channel = RdmaChannel::start(std::move(s), o.io_timeout, out.ec, &out.reason);
+    out.peer = r.sdp;
+    return out;
+}
+
+// --- accept -----------------------------------------------------------------------
+
+std::unique_ptr<RdmaListener> RdmaListener::listen(const pm::Endpoint& local, int backlog,
+                                                   std::error_code& ec, std::string& why) {
+    sockaddr_storage ss;
+    (void)to_sockaddr(local, ss);
+    std::error_code rec;
+    auto l = rdma::Listener::listen(reinterpret_cast<const sockaddr*>(&ss), backlog, rec, &why);
+    if (!l) {
+        ec = to_generic(rec);
+        why = "rdma listen on " + local.to_string() + ": " + provider_text(rec, why);
+        return nullptr;
+    }
+    std::unique_ptr<RdmaListener> out(new RdmaListener());
+    out->l_ = std::move(l);
+    return out;
+}
+
+std::unique_ptr<rdma::Connection> RdmaListener::take(const stream_options& o, std::error_code& ec,
+                                                     std::string& why) {
+    std::error_code rec;
+    auto c = l_->get_request(std::chrono::milliseconds(0),
+                             rdma::RdmaSession::cm_options(rdma_config(o)), rec, &why);
+    ec = to_generic(rec);
+    if (!c && rec != rdma::Errc::timed_out) {
+        why = provider_text(rec, why);
+    }
+    return c;
+}
+
+pm::Endpoint rdma_peer(const rdma::Connection& c) {
+    const sockaddr_storage ss = c.peer_address();
+    if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) {
+        return {};
+    }
+    return from_sockaddr(ss);
+}
+
+std::unique_ptr<provider_channel> rdma_accept(std::unique_ptr<rdma::Connection> request,
+                                              const stream_options& o, std::error_code& ec,
+                                              std::string& why) {
+    std::error_code rec;
+    auto s = rdma::RdmaSession::accept(std::move(request), rdma_config(o), rec, &why);
+    if (!s) {
+        ec = to_generic(rec);
+        why = provider_text(rec, why);
+        return nullptr;
+    }
+    return RdmaChannel::start(std::move(s), o.io_timeout, ec, &why);
+}
+
+}  // namespace sdp::detail

@@ -1,0 +1,132 @@
+// The rdma-core provider behind sdp::stream / sdp::acceptor (built only with
+// SDPPM_HAVE_RDMA; not installed).
+//
+// RdmaChannel makes an rdma::RdmaSession (single-threaded) usable the way
+// the stream uses io::SoftChannel: a reader and a writer thread may call it
+// at once. Every use of the session happens under one mutex; a progress
+// thread per channel waits (outside the mutex) on the completion channel,
+// the rdma_cm event channel and an eventfd, then runs the session's
+// progress(), so queued data, credit updates and the DisConn keep moving
+// while no caller is inside a call, as a kernel socket does. Callers read
+// and write the engine directly under the mutex (no hand-off when data is
+// ready) and wait on a condition variable otherwise.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include "internal.hpp"
+#include "pmclient/resolver.hpp"
+#include "rdma/cm.hpp"
+#include "rdma/session.hpp"
+#include "sdp/stream.hpp"
+
+namespace sdp::detail {
+
+// The session configuration for stream options: the engine's buffers as
+// for the soft provider, connect_timeout for address and route
+// resolution, handshake_timeout for ESTABLISHED and for the HelloAck.
+rdma::RdmaSessionConfig rdma_config(const stream_options& o);
+
+class RdmaChannel final : public provider_channel {
+  public:
+    // Takes an established session and starts its progress thread. nullptr
+    // with ec (and why) when the thread or the eventfd cannot be had.
+    static std::unique_ptr<RdmaChannel> start(std::unique_ptr<rdma::RdmaSession> s,
+                                              std::chrono::milliseconds io_timeout,
+                                              std::error_code& ec, std::string* why = nullptr);
+    ~RdmaChannel() override;  // abortive if not closed
+    RdmaChannel(const RdmaChannel&) = delete;
+    RdmaChannel& operator=(const RdmaChannel&) = delete;
+
+    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec) override;
+    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec) override;
+    void shutdown_write(std::error_code& ec) override;
+    void close(std::chrono::milliseconds linger, std::error_code& ec) override;
+    void abort() override;
+    // Non-blocking progress; POLLIN (the progress thread does the rest).
+    short pump() override;
+    // No single descriptor tells readiness here: -1 (use the blocking calls).
+    [[nodiscard]] int native_handle() const override { return -1; }
+    [[nodiscard]] std::string describe() const override;
+
+  private:
+    RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, std::chrono::milliseconds io_timeout);
+    void run();
+    void progress_locked();
+    // Waits for the progress generation to move (or the deadline); false
+    // on timeout. lk holds mu_.
+    bool wait_locked(std::unique_lock<std::mutex>& lk,
+                     std::optional<std::chrono::steady_clock::time_point> deadline);
+    std::optional<std::chrono::steady_clock::time_point> io_deadline() const;
+    void stop_thread();
+
+    std::unique_ptr<rdma::RdmaSession> s_;
+    std::chrono::milliseconds io_timeout_;
+    std::string device_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::uint64_t gen_ = 0;
+    bool stop_ = false;
+    bool finished_ = false;  // closed or aborted: the session is torn down
+    int wake_fd_ = -1;
+    std::thread th_;
+};
+
+// SDP straight to an SDP Address over rdma (stream::connect_sdp).
+std::unique_ptr<provider_channel> rdma_connect_direct(const pm::Endpoint& sdp_address,
+                                                      const stream_options& o, std::error_code& ec,
+                                                      std::string& why);
+
+// Section 7.5.1 over rdma: binds an rdma_cm id to CpIPAddr:0 (the source
+// address routed towards ApIPAddr), asks the Port Mapper with the CpPort
+// rdma_cm picked, and on PMAccept connects from that id to the SDP Address.
+struct rdma_pm_outcome {
+    std::unique_ptr<provider_channel> channel;  // SDP over rdma to `peer`
+    pm::Endpoint peer;
+    pmclient::Result resolution;
+    bool asked = false;        // the Port Mapper was asked (resolution is set)
+    bool bind_failed = false;  // no rdma id could be bound to CpIPAddr (nothing sent)
+    // No channel, no error: use TCP to the Conventional Address (PMDeny,
+    // PM timeout, or the SDP Address refused / reset / timed out).
+    bool fall_back = false;
+    std::string reason;  // why it fell back, or the failure
+    std::error_code ec;  // the failure when neither channel nor fall_back
+};
+rdma_pm_outcome rdma_connect_pm(pmclient::BlockingResolver& resolver,
+                                const pm::Endpoint& conventional, const stream_options& o);
+
+// The rdma side of an acceptor: an rdma_cm listener; requests are taken
+// without blocking on the accept() thread and finished (rdma_accept, the
+// HelloAck) by rdma_accept on a startup thread.
+class RdmaListener {
+  public:
+    static std::unique_ptr<RdmaListener> listen(const pm::Endpoint& local, int backlog,
+                                                std::error_code& ec, std::string& why);
+    [[nodiscard]] int fd() const { return l_->fd(); }
+    [[nodiscard]] std::uint16_t port() const { return l_->port(); }
+    // The next pending connection request, or nullptr (ec timed_out when
+    // there is none, another error when a request failed).
+    std::unique_ptr<rdma::Connection> take(const stream_options& o, std::error_code& ec,
+                                           std::string& why);
+
+  private:
+    std::unique_ptr<rdma::Listener> l_;
+};
+
+// The peer of a request, for messages and connect_info.
+pm::Endpoint rdma_peer(const rdma::Connection& c);
+// Finishes the Accepting Peer's startup on `request` (Hello check,
+// rdma_accept, HelloAck) and wraps the session.
+std::unique_ptr<provider_channel> rdma_accept(std::unique_ptr<rdma::Connection> request,
+                                              const stream_options& o, std::error_code& ec,
+                                              std::string& why);
+
+}  // namespace sdp::detail
