@@ -83,7 +83,12 @@ struct stream_options {
     bool crc = true;                          // ask for MPA CRC32c
     std::uint32_t recv_buf_size = 64 * 1024;  // SDP private buffer size
     std::uint16_t recv_buf_count = 16;        // buffers posted (initial credit)
-    std::size_t send_queue_limit = 1024 * 1024;
+    // Bytes write() buffers beyond the peer's credit (like SO_SNDBUF). A
+    // deeper queue holds data longer before it is framed and its CRC taken:
+    // with the 1 MiB receive window on top, 1 MiB here measured 0.35-0.46x
+    // TCP at 64 KiB on loopback against 0.70-0.76x for 256 KiB (the data
+    // in flight stays in cache); see docs/performance.md.
+    std::size_t send_queue_limit = 256 * 1024;
 };
 
 struct connect_info {
