@@ -209,18 +209,23 @@ void SoftSession::poll_completions() {
             const auto& c = cq_[i];
             if (c.opcode == iwarp::WcOpcode::recv) {
                 const auto id = c.wr_id;
+                if (order_.valid && order_.wr_id == id) {
+                    order_.valid = false;  // the buffer may come back for another message
+                }
                 if (!land_.flights.empty() && land_.flights.front().wr_id == id) {
                     const Flight f = land_.flights.front();
                     land_.flights.pop_front();
                     std::optional<std::size_t> took;
-                    if (c.status == iwarp::WcStatus::success && !llp_reported_) {
+                    // Exactly what the BSDH announced, placed in order.
+                    if (c.status == iwarp::WcStatus::success && !llp_reported_ &&
+                        c.byte_len == wire::kBsdhSize + f.room && f.placed_end == c.byte_len) {
                         took = conn_.on_recv_landed(f.private_buf, c.byte_len);
-                        if (!took) {
-                            // Not landable after all (e.g. closed meanwhile):
-                            // back into the private buffers, in order.
-                            land_.flights.push_front(f);
-                            unland_all();
-                        }
+                    }
+                    if (!took && c.status == iwarp::WcStatus::success && !llp_reported_) {
+                        // Refused (e.g. closed meanwhile, or not what its
+                        // BSDH said): back into the private buffers, in order.
+                        land_.flights.push_front(f);
+                        unland_all();
                     }
                     if (took) {
                         if (*took == f.room) {
@@ -251,6 +256,18 @@ void SoftSession::poll_completions() {
     polling_ = false;
     release_send_buffers();
 }
+
+namespace {
+
+// A Data Message that is only its BSDH (a gratuitous credit update).
+bool data_without_payload(std::span<const std::uint8_t> bsdh) {
+    auto hv = wire::decode_bsdh(bsdh);
+    const auto* h = std::get_if<wire::Bsdh>(&hv);
+    return h && h->mid == wire::Mid::data && h->len == wire::kBsdhSize &&
+           (h->flags & wire::flag::oob_pres) == 0;
+}
+
+}  // namespace
 
 bool SoftSession::begin_landing(std::span<std::uint8_t> zone) {
     if (land_.active || !qp_ || zone.empty()) {
@@ -299,6 +316,10 @@ void SoftSession::unland_all() {
 bool SoftSession::place(const iwarp::RecvWr& wr, std::uint32_t mo,
                         std::span<const std::uint8_t> payload) {
     constexpr std::size_t kHdr = wire::kBsdhSize;
+    const std::size_t end = std::size_t{mo} + payload.size();
+    const bool same = order_.valid && order_.wr_id == wr.wr_id;
+    const bool in_order = same ? order_.contiguous && mo == order_.end : mo == 0;
+    order_ = Order{true, wr.wr_id, in_order, in_order ? end : 0};
     if (!land_.active) {
         return false;
     }
@@ -308,21 +329,26 @@ bool SoftSession::place(const iwarp::RecvWr& wr, std::uint32_t mo,
         if (land_.blocked) {
             return false;
         }
-        // A message that began before the landing (its first segments are
-        // in the private buffer already, BSDH included) lands from here on:
-        // what it has so far is copied over, the copy read() would make.
-        const bool began = mo >= kHdr && land_.flights.empty();
         std::size_t room = 0;
-        if (wr.buffer.size() >= kHdr) {
+        if (in_order && wr.buffer.size() >= kHdr) {
             if (mo == 0 && payload.size() >= kHdr) {
+                if (data_without_payload(payload.first(kHdr))) {
+                    // A credit update: nothing for the reader, nothing to
+                    // keep in order; the private path takes it.
+                    return false;
+                }
                 room = conn_.landable(payload.first(kHdr));
-            } else if (began && mo <= wr.buffer.size()) {
+            } else if (mo >= kHdr && land_.flights.empty()) {
+                // Begun before the landing, its first segments (BSDH
+                // included) in the private buffer in order: it lands from
+                // here on, after copying what it has so far (the copy read()
+                // would make).
                 room = conn_.landable(wr.buffer.first(kHdr));
             }
         }
         const std::size_t off = land_.next_off();
         if (room == 0 || room > wr.buffer.size() - kHdr || room > land_.zone.size() - off ||
-            (mo > 0 && mo > kHdr + room)) {
+            mo > kHdr + room) {
             land_.blocked = true;
             return false;
         }
@@ -330,9 +356,12 @@ bool SoftSession::place(const iwarp::RecvWr& wr, std::uint32_t mo,
         if (mo > kHdr) {
             std::memcpy(land_.zone.data() + off, wr.buffer.data() + kHdr, mo - kHdr);
         }
+    } else if (!in_order || mo < kHdr) {
+        // Out of order, or the BSDH again: the private path sorts it out.
+        unland_all();
+        return false;
     }
     Flight& f = land_.flights.back();
-    const std::size_t end = std::size_t{mo} + payload.size();
     if (end > kHdr + f.room) {
         // More than the BSDH announced: the engine will reject the message;
         // until then it lives in its private buffer like any other.
@@ -350,7 +379,7 @@ bool SoftSession::place(const iwarp::RecvWr& wr, std::uint32_t mo,
     if (!rest.empty()) {
         std::memcpy(land_.zone.data() + f.off + (pos - kHdr), rest.data(), rest.size());
     }
-    f.placed_end = std::max(f.placed_end, end);
+    f.placed_end = end;
     return true;
 }
 

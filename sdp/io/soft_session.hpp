@@ -203,6 +203,16 @@ class SoftSession final : private engine::QueuePair, private iwarp::UntaggedPlac
     };
     void unland_all();
     Landing land_;
+    // The message being received (any path): did its segments come in
+    // order, MO contiguous from 0, and how far? Only such a message may
+    // move into a zone (a hostile peer may send MOs in any order).
+    struct Order {
+        bool valid = false;
+        std::uint64_t wr_id = 0;
+        bool contiguous = false;
+        std::size_t end = 0;
+    };
+    Order order_;
 };
 
 }  // namespace sdp::io
