@@ -262,12 +262,31 @@ void AsioChannel::start_read() {
                 return;
             }
             if (!ec) {
-                self->session_.on_bytes(std::span<const std::uint8_t>(self->in_.data(), n));
+                self->feed(std::span<const std::uint8_t>(self->in_.data(), n));
             } else {
                 self->lost_llp(ec);
             }
             self->pump();
         });
+}
+
+void AsioChannel::feed(std::span<const std::uint8_t> bytes) {
+    // A pending read with nothing queued lends its buffer: Data payloads
+    // that complete in these bytes land in it directly (SoftSession::
+    // begin_landing), one copy less than through the private buffers.
+    auto& c = session_.sdp();
+    const bool landing = rd_op_ && c.readable() == 0 && c.state() == engine::State::established &&
+                         session_.begin_landing(rd_op_->rbuf);
+    session_.on_bytes(bytes);
+    if (!landing) {
+        return;
+    }
+    // A message placed in part goes back to its private buffer.
+    if (const std::size_t n = session_.end_landing(); n > 0) {
+        auto cb = std::move(rd_op_->cb);
+        rd_op_.reset();
+        post_io(std::move(cb), {}, n);
+    }
 }
 
 void AsioChannel::start_write() {

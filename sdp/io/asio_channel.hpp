@@ -86,6 +86,8 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     void pump();
     void start_read();
     void start_write();
+    // Bytes from the socket into the session (landing into a pending read).
+    void feed(std::span<const std::uint8_t> bytes);
     void do_llp();
     void check_handshake();
     void check_close();
