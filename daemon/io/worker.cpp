@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -94,6 +95,11 @@ void Worker::start() {
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     thread_ = std::thread([this] {
+        // "sdp-pmd-w<N>" in top -H, ps -L and /proc/<pid>/task/<tid>/comm
+        // (the kernel keeps at most 15 characters).
+        char name[16];
+        std::snprintf(name, sizeof name, "sdp-pmd-w%u", index_);
+        pthread_setname_np(pthread_self(), name);
         try {
             io_.run();
         } catch (const std::exception& e) {

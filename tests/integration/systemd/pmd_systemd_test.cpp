@@ -4,12 +4,15 @@
 // them. No assertion is about speed; every wait is bounded.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <variant>
@@ -342,6 +345,210 @@ TEST_F(SystemdTest, NoWatchdogForAnotherPid) {
     EXPECT_TRUE(stopped);
     EXPECT_EQ(daemon.wait_exit(5000ms), std::optional<int>(0)) << log();
     EXPECT_EQ(log().find("watchdog:"), std::string::npos) << log();
+}
+
+// --- Watchdog with a stuck worker ----------------------------------------------
+
+// The tids of `pid`'s threads named `name` (/proc/<pid>/task/<tid>/comm).
+std::vector<pid_t> threads_named(pid_t pid, const std::string& name) {
+    std::vector<pid_t> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(fs::path("/proc") / std::to_string(pid) / "task", ec), end;
+         !ec && it != end; it.increment(ec)) {
+        std::string comm = pmtest::read_file(it->path() / "comm");
+        if (!comm.empty() && comm.back() == '\n') {
+            comm.pop_back();
+        }
+        if (comm == name) {
+            out.push_back(static_cast<pid_t>(std::stol(it->path().filename().string())));
+        }
+    }
+    return out;
+}
+
+// The state letter of one thread (/proc/<pid>/task/<tid>/stat), '?' if gone.
+char thread_state(pid_t pid, pid_t tid) {
+    const std::string stat = pmtest::read_file(fs::path("/proc") / std::to_string(pid) / "task" /
+                                               std::to_string(tid) / "stat");
+    const auto close = stat.rfind(')');  // after the comm, which may hold anything
+    return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+}
+
+// One thread of another process held in a ptrace stop (PTRACE_SEIZE, then
+// PTRACE_INTERRUPT): only that thread stops, the rest of its process runs on.
+// resume() or the destructor detaches, and the thread carries on where it
+// was; should this process die first, the kernel detaches it. Declare it
+// after the Process it stops a thread of: a traced thread that exits would
+// otherwise keep the process from being reaped.
+class ThreadStop {
+  public:
+    explicit ThreadStop(pid_t tid) : tid_(tid) {
+        if (::ptrace(PTRACE_SEIZE, tid_, nullptr, nullptr) != 0) {
+            error_ = errno;
+            return;
+        }
+        seized_ = true;
+        if (::ptrace(PTRACE_INTERRUPT, tid_, nullptr, nullptr) != 0) {
+            error_ = errno;
+            return;
+        }
+        stopped_ = wait_stop();
+    }
+    ~ThreadStop() { resume(); }
+    ThreadStop(const ThreadStop&) = delete;
+    ThreadStop& operator=(const ThreadStop&) = delete;
+
+    bool stopped() const { return stopped_; }
+    int error() const { return error_; }
+
+    // Lets the thread run again (PTRACE_DETACH needs it stopped).
+    bool resume() {
+        if (!seized_) {
+            return true;
+        }
+        if (!stopped_ && ::ptrace(PTRACE_INTERRUPT, tid_, nullptr, nullptr) == 0) {
+            stopped_ = wait_stop();
+        }
+        const bool ok = seized_ && ::ptrace(PTRACE_DETACH, tid_, nullptr, nullptr) == 0;
+        if (seized_ && !ok) {
+            // Killed meanwhile: the exited thread waits for us, its tracer,
+            // and its process cannot be reaped before it is.
+            int status = 0;
+            pmtest::wait_until([&] { return ::waitpid(tid_, &status, __WALL | WNOHANG) != 0; });
+        }
+        seized_ = false;
+        stopped_ = false;
+        return ok;
+    }
+
+  private:
+    // The ptrace stop, bounded. A thread that exited instead is no longer
+    // traced.
+    bool wait_stop() {
+        int status = 0;
+        pid_t r = 0;
+        pmtest::wait_until([&] {
+            r = ::waitpid(tid_, &status, __WALL | WNOHANG);
+            return r != 0;
+        });
+        if (r == tid_ && WIFSTOPPED(status)) {
+            return true;
+        }
+        if (r == tid_ || r < 0) {
+            seized_ = false;
+        }
+        if (r == 0) {
+            error_ = ETIMEDOUT;
+        }
+        return false;
+    }
+
+    pid_t tid_;
+    bool seized_ = false;
+    bool stopped_ = false;
+    int error_ = 0;
+};
+
+// Every notification already queued, dropped.
+void drain(const pmtest::UnixDatagramReceiver& manager) {
+    while (manager.receive(0ms)) {
+    }
+}
+
+// The "watchdog_withheld" counter in a compact stats reply.
+std::optional<std::uint64_t> withheld_in(const std::string& reply) {
+    const std::string key = "\"watchdog_withheld\":";
+    const auto at = reply.find(key);
+    if (at == std::string::npos) {
+        return std::nullopt;
+    }
+    return std::strtoull(reply.c_str() + at + key.size(), nullptr, 10);
+}
+
+// A worker that stops turning its loop makes the main thread withhold
+// WATCHDOG=1 (so that systemd restarts the daemon), while the main thread
+// itself runs on; once the worker runs again, the pings come back. The
+// worker is stopped from outside with ptrace, so the daemon has no hook for
+// this test.
+TEST_F(SystemdTest, WatchdogWithheldWhileAWorkerIsStuck) {
+    constexpr auto interval = 200ms;  // half of WATCHDOG_USEC
+    pmtest::UnixDatagramReceiver manager(dir_.path() / "notify.sock");
+    ASSERT_TRUE(manager.ok());
+    auto port = pmtest::free_udp_port(false);
+    ASSERT_TRUE(port);
+    pmtest::write_file(config_, "workers: 2\n" + config_text(*port, dir_.path()));
+    // WATCHDOG_PID is left out, as above.
+    Process daemon(
+        {SDPPM_PMD_BIN, "--config", config_.string()}, dir_.path() / "stdout.log", log_,
+        {"NOTIFY_SOCKET=" + (dir_.path() / "notify.sock").string(), "WATCHDOG_USEC=400000"});
+    ASSERT_TRUE(daemon.started());
+    ASSERT_TRUE(next_containing(manager, "READY=1")) << log();
+
+    // Both workers answer: the pings keep coming.
+    for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE(next_containing(manager, "WATCHDOG=1")) << log();
+    }
+
+    // The workers are named threads; worker 1 gets stopped.
+    std::vector<pid_t> w0;
+    std::vector<pid_t> w1;
+    ASSERT_TRUE(pmtest::wait_until([&] {
+        w0 = threads_named(daemon.pid(), "sdp-pmd-w0");
+        w1 = threads_named(daemon.pid(), "sdp-pmd-w1");
+        return w0.size() == 1 && w1.size() == 1;
+    })) << "worker threads sdp-pmd-w0 and sdp-pmd-w1 not found in /proc/"
+        << daemon.pid() << "/task";
+    ASSERT_NE(w1[0], daemon.pid());
+
+    // Declared after `daemon`: resumed before the daemon is killed.
+    auto stuck = std::make_unique<ThreadStop>(w1[0]);
+    if (stuck->error() == EPERM || stuck->error() == EACCES || stuck->error() == ENOSYS) {
+        GTEST_SKIP() << "ptrace is not permitted here: " << std::strerror(stuck->error());
+    }
+    ASSERT_TRUE(stuck->stopped()) << std::strerror(stuck->error());
+    EXPECT_EQ(thread_state(daemon.pid(), w1[0]), 't');
+    EXPECT_NE(thread_state(daemon.pid(), daemon.pid()), 't');
+    const std::string withheld = "did not answer the watchdog ping; WATCHDOG=1 withheld";
+    const std::size_t before = pmtest::count_occurrences(log(), withheld);
+
+    // The ping posted before the stop may still have been answered: grace
+    // of two intervals, then the first withheld ping. From that one on,
+    // every ping was posted after the stop, so none can be answered: once
+    // what was queued before is dropped, no WATCHDOG=1 may arrive at all.
+    std::this_thread::sleep_for(2 * interval);
+    ASSERT_TRUE(wait_log(withheld, before + 1, 10000ms)) << log();
+    EXPECT_NE(log().find("worker 1 " + withheld), std::string::npos) << log();
+    drain(manager);
+    const auto window_end = std::chrono::steady_clock::now() + 10 * interval;
+    int pings = 0;
+    for (auto now = std::chrono::steady_clock::now(); now < window_end;
+         now = std::chrono::steady_clock::now()) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(window_end - now);
+        auto msg = manager.receive(std::max(left, 1ms));
+        if (msg && msg->find("WATCHDOG=1") != std::string::npos) {
+            ++pings;
+        }
+    }
+    EXPECT_EQ(pings, 0) << "WATCHDOG=1 sent while worker 1 was stopped\n" << log();
+    ASSERT_TRUE(daemon.running()) << log();
+    EXPECT_GE(pmtest::count_occurrences(log(), withheld), before + 2) << log();
+
+    // The worker runs again (its queued pings answered): WATCHDOG=1 is back.
+    ASSERT_TRUE(stuck->resume());
+    stuck.reset();
+    ASSERT_TRUE(next_containing(manager, "WATCHDOG=1", 10000ms)) << log();
+    ASSERT_TRUE(next_containing(manager, "WATCHDOG=1", 10000ms)) << log();
+
+    // The withheld pings are counted.
+    auto stats = control_request(dir_.path() / "config-control.sock", "{\"command\": \"stats\"}\n");
+    ASSERT_TRUE(stats) << log();
+    auto count = withheld_in(*stats);
+    ASSERT_TRUE(count) << *stats;
+    EXPECT_GT(*count, 0u) << *stats;
+
+    ASSERT_TRUE(daemon.signal(SIGTERM));
+    EXPECT_TRUE(next_containing(manager, "STOPPING=1")) << log();
+    EXPECT_EQ(daemon.wait_exit(5000ms), std::optional<int>(0)) << log();
 }
 
 // --- Socket activation ------------------------------------------------------------
