@@ -173,7 +173,6 @@ class SoftSession final : private engine::QueuePair, private iwarp::UntaggedPlac
     std::size_t out_bytes_ = 0;
     std::uint64_t out_produced_ = 0;  // bytes ever queued in out_
     std::uint64_t out_consumed_ = 0;
-    bool gathering_ = false;  // inside prepare_output()
     // Receive buffers by wr_id, and the free slots.
     std::vector<std::vector<std::uint8_t>> recv_bufs_;
     std::vector<std::uint64_t> free_recv_;
