@@ -17,7 +17,16 @@ cat_bin=${1:?usage: tshark_capture.sh SDP_CAT}
 size=$((384 * 1024))
 
 skip() { echo "SKIP: $*" >&2; exit 77; }
-die() { echo "FAIL: $*" >&2; exit 1; }
+die() {
+  echo "FAIL: $*" >&2
+  # For the log: TCP sequence numbers and tshark's analysis of every data
+  # segment (out-of-order capture, gaps, retransmissions).
+  if [ -n "${pcap:-}" ] && [ -s "$pcap" ]; then
+    tshark -r "$pcap" -n -Y 'tcp.len > 0' -T fields -e frame.number -e tcp.srcport \
+      -e tcp.seq -e tcp.len -e tcp.analysis.flags -e _ws.expert.message 2>/dev/null >&2 || true
+  fi
+  exit 1
+}
 
 [ "${EUID:-$(id -u)}" -eq 0 ] || skip "not root: cannot capture on lo"
 command -v tshark >/dev/null 2>&1 || skip "tshark not installed"
@@ -116,7 +125,11 @@ wait "$tshark_pid"
 grep -v "dangerous" "$work/tshark.err" | grep -i "captured\|dropped"
 [ -s "$pcap" ] || die "empty capture"
 
+# On lo with two CPUs, a segment sent from one CPU can be captured before an
+# earlier one sent from the other; tshark then sees a gap and, by default,
+# gives up reassembling the FPDU across it. Let it put them back in order.
 opts=(-n -o tcp.try_heuristic_first:TRUE -o tcp.desegment_tcp_streams:TRUE
+      -o tcp.reassemble_out_of_order:TRUE
       --disable-heuristic rpcrdma_iwarp --disable-heuristic smb_direct_iwarp)
 tshark -r "$pcap" "${opts[@]}" -V > "$work/v.txt" 2> "$work/v.err" || die "tshark -r -V failed"
 # Two passes so tcp.reassembled_in is known on the segments before.
