@@ -1,4 +1,4 @@
-#include "pmclient/machine.hpp"
+#include "machine.hpp"
 
 #include <algorithm>
 

@@ -34,10 +34,10 @@
 #include <unordered_map>
 
 #include "asio_endpoint.hpp"
+#include "machine.hpp"
 #include "net_util.hpp"
-#include "pmclient/machine.hpp"
-#include "pmclient/pmsp_config.hpp"
 #include "pmclient/sockaddr.hpp"
+#include "pmsp_config.hpp"
 
 namespace pmclient {
 
