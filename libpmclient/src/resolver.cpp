@@ -357,6 +357,9 @@ class Lane {
 }  // namespace
 
 struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
+    // Completions collected under `mu`, invoked (posted) after it is released.
+    using Done = std::vector<std::pair<Handler, Result>>;
+
     struct Sock {
         explicit Sock(asio::io_context& io) : socket(io) {}
         udp::socket socket;
@@ -394,7 +397,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     asio::steady_timer timer;
     std::optional<TimePoint> timer_at;
     std::uint64_t timer_gen = 0;
-    std::unordered_map<TxnId, std::unique_ptr<Handler>> handlers;
+    std::unordered_map<TxnId, Handler> handlers;
     bool closed = false;
 
     Sock& sock_for(pm::Family f) { return f == pm::Family::v4 ? v4 : v6; }
@@ -444,7 +447,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     }
 
     void on_receive(pm::Family f, const boost::system::error_code& ec, std::size_t n) {
-        std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
+        Done done;
         {
             std::lock_guard lock(mu);
             Sock& s = sock_for(f);
@@ -474,8 +477,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     }
 
     // Feeds one received datagram to the machine. Called with mu held.
-    void deliver(Sock& s, std::size_t n,
-                 std::vector<std::pair<std::unique_ptr<Handler>, Result>>& done) {
+    void deliver(Sock& s, std::size_t n, Done& done) {
         Actions out;
         machine.on_datagram(std::span<const std::uint8_t>(s.buffer.data(), n),
                             detail::to_pm(s.sender), Clock::now(), out);
@@ -496,7 +498,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     }
 
     void on_timer(std::uint64_t gen, const boost::system::error_code& ec) {
-        std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
+        Done done;
         {
             std::lock_guard lock(mu);
             if (closed || ec == asio::error::operation_aborted || gen != timer_gen) {
@@ -511,7 +513,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     }
 
     // Sends, collects completions, re-arms the timer. Called with mu held.
-    void apply(Actions& out, std::vector<std::pair<std::unique_ptr<Handler>, Result>>& done) {
+    void apply(Actions& out, Done& done) {
         for (const auto& s : out.sends) {
             Sock& sock = sock_for(s.to.address.family());
             boost::system::error_code ec;
@@ -536,9 +538,9 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         }
     }
 
-    static void finish(std::vector<std::pair<std::unique_ptr<Handler>, Result>>& done) {
+    static void finish(Done& done) {
         for (auto& [h, r] : done) {
-            h->complete(std::move(r));
+            h(std::move(r));
         }
     }
 
@@ -744,7 +746,7 @@ Resolver::Resolver(asio::io_context& io, ResolverOptions options) : io_(io) {
 Resolver::~Resolver() {
     // Blocking calls in progress (BlockingResolver) end with Errc::cancelled.
     impl_->close_lanes();
-    std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
+    Impl::Done done;
     {
         std::lock_guard lock(impl_->mu);
         Actions out;
@@ -765,8 +767,8 @@ Resolver::~Resolver() {
     Impl::finish(done);
 }
 
-void Resolver::start(ResolveRequest req, std::unique_ptr<Handler> handler) {
-    std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
+void Resolver::start(ResolveRequest req, Handler handler) {
+    Impl::Done done;
     try {
         if (impl_->before_async) {
             impl_->before_async();
