@@ -30,7 +30,8 @@ add_library(pmclient::core ALIAS pmclient_core)
 add_library(pmclient SHARED
   ${CMAKE_CURRENT_SOURCE_DIR}/src/resolver.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/connect.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/src/c_api.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/c_api.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/loop_driver.cpp)
 target_include_directories(pmclient PUBLIC
   $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)

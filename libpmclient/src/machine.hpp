@@ -55,6 +55,9 @@ struct MachineConfig {
 // Returns an empty string when valid.
 std::string validate(const MachineConfig& c);
 
+// a += b, counter by counter (the I/O shells add up their machines' counts).
+void add(Counters& a, const Counters& b);
+
 struct Query {
     pm::Endpoint conventional;  // ApIPAddr, ApPort
     pm::Endpoint cp;            // CpIPAddr, CpPort

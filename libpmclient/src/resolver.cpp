@@ -38,6 +38,8 @@
 #include "net_util.hpp"
 #include "pmclient/sockaddr.hpp"
 #include "pmsp_config.hpp"
+#include "resolver_access.hpp"
+#include "udp_socket.hpp"
 
 namespace pmclient {
 
@@ -134,33 +136,6 @@ class RandomPool {
     unsigned gen_ = 0;
 };
 
-// add() names every field: a new counter must be added there too.
-static_assert(sizeof(Counters) == 21 * sizeof(std::uint64_t), "update add() for the new counter");
-
-void add(Counters& a, const Counters& b) {
-    a.requests_started += b.requests_started;
-    a.cache_hits += b.cache_hits;
-    a.cache_misses += b.cache_misses;
-    a.pmreq_sent += b.pmreq_sent;
-    a.retransmissions += b.retransmissions;
-    a.pmack_sent += b.pmack_sent;
-    a.reacks += b.reacks;
-    a.accepted += b.accepted;
-    a.denied += b.denied;
-    a.timeouts += b.timeouts;
-    a.errors += b.errors;
-    a.datagrams += b.datagrams;
-    a.drop_malformed += b.drop_malformed;
-    a.drop_not_reply += b.drop_not_reply;
-    a.drop_unknown += b.drop_unknown;
-    a.drop_tuple_mismatch += b.drop_tuple_mismatch;
-    a.drop_wrong_source += b.drop_wrong_source;
-    a.drop_duplicate += b.drop_duplicate;
-    a.drop_invalid_accept += b.drop_invalid_accept;
-    a.receive_errors += b.receive_errors;
-    a.send_errors += b.send_errors;
-}
-
 Result make_error(Errc e, std::string reason) {
     Result r;
     r.kind = ResultKind::error;
@@ -204,23 +179,10 @@ class Lane {
         if (fd.load(std::memory_order_relaxed) >= 0) {
             return {};
         }
-        const int af = f == pm::Family::v4 ? AF_INET : AF_INET6;
-        int s = ::socket(af, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        std::string error;
+        const int s = detail::open_udp_socket(f, error);
         if (s < 0) {
-            return std::string("cannot open UDP socket: ") + std::strerror(errno);
-        }
-        int on = 1;
-        if (af == AF_INET6 && ::setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0) {
-            int err = errno;
-            ::close(s);
-            return std::string("cannot open UDP socket: ") + std::strerror(err);
-        }
-        sockaddr_storage ss;
-        socklen_t len = pm::to_sockaddr(pm::Endpoint{pm::IpAddress::any(f), 0}, ss);
-        if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-            int err = errno;
-            ::close(s);
-            return std::string("cannot open UDP socket: ") + std::strerror(err);
+            return error;
         }
         fd.store(s);  // seq_cst: pairs with `closing` (see Impl::close_lanes)
         return {};
@@ -275,22 +237,12 @@ class Lane {
             // Take what is queued without waiting (at most a batch, so that a
             // flood cannot hold off the timer), stopping once ours completed.
             for (int i = 0; i < 64 && !done && !closing.load(std::memory_order_relaxed); ++i) {
-                sockaddr_storage from;
-                socklen_t flen = sizeof from;
-                ssize_t n = ::recvfrom(fd, buf_.data(), buf_.size(), MSG_DONTWAIT,
-                                       reinterpret_cast<sockaddr*>(&from), &flen);
-                if (n < 0) {
-                    if (errno == EINTR) {
-                        continue;
-                    }
-                    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                        ++receive_errors_;
-                    }
+                pm::Endpoint from;
+                auto bytes = detail::receive_datagram(fd, buf_, from, receive_errors_);
+                if (!bytes) {
                     break;
                 }
-                machine_.on_datagram(
-                    std::span<const std::uint8_t>(buf_.data(), static_cast<std::size_t>(n)),
-                    pm::from_sockaddr(from), Clock::now(), out_);
+                machine_.on_datagram(*bytes, from, Clock::now(), out_);
                 apply(id, done);
             }
         }
@@ -308,14 +260,7 @@ class Lane {
                 ++send_errors_;
                 continue;
             }
-            sockaddr_storage ss;
-            socklen_t len = pm::to_sockaddr(s.to, ss);
-            ssize_t n = 0;
-            do {
-                n = ::sendto(fd, s.bytes.data(), s.bytes.size(), 0,
-                             reinterpret_cast<sockaddr*>(&ss), len);
-            } while (n < 0 && errno == EINTR);
-            if (n < 0) {
+            if (!detail::send_datagram(fd, s.to, s.bytes)) {
                 ++send_errors_;  // the retransmission timer recovers
             }
         }
@@ -855,6 +800,26 @@ std::optional<pm::Endpoint> Resolver::configured_pmsp(std::string* source) const
     }
     return impl_->pmsp;
 }
+
+namespace detail {
+
+std::shared_ptr<SharedCache> ResolverAccess::cache(const Resolver& r) {
+    return r.impl_->cache;
+}
+
+MachineConfig ResolverAccess::machine_config(const Resolver& r) {
+    return r.impl_->lane_config;
+}
+
+Result ResolverAccess::prepare(const Resolver& r, const ResolveRequest& req, Query& q) {
+    return r.impl_->prepare(req, q);
+}
+
+std::uint64_t ResolverAccess::random() {
+    return random64();
+}
+
+}  // namespace detail
 
 // ---------------------------------------------------------------------------
 

@@ -31,6 +31,10 @@
 
 namespace pmclient {
 
+namespace detail {
+struct ResolverAccess;  // libpmclient's other shells (the C API's loop driver)
+}  // namespace detail
+
 struct ResolverOptions {
     // Defaults for every request without its own options. defaults.pmsp set
     // here overrides SDP_PMSP and pmclient.yaml.
@@ -99,6 +103,7 @@ class PMCLIENT_API Resolver {
     // BlockingResolver runs its resolutions on the caller's thread with the
     // state (configuration, cache, counters) of its Resolver.
     friend class BlockingResolver;
+    friend struct detail::ResolverAccess;
 
     struct Impl;
     boost::asio::io_context& io_;
