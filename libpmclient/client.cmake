@@ -2,14 +2,23 @@
 # its unit tests), the shared library pmclient (C++ Resolver + C API), the
 # pm-resolve example, install rules, pkg-config and CMake package files.
 
+# Public and internal headers: include/pmclient/ holds exactly the installed
+# API (see the install rule below); the internal headers (the transaction
+# machine, the cache, the PMSP configuration, the I/O helpers) live in src/
+# next to their sources. Only pmclient_core exports src/ as an include
+# directory, for libpmclient itself and for the tests and benchmarks that
+# test internals (they link pmclient_core explicitly); the shared library
+# pmclient links it PRIVATE, so src/ never reaches its users.
+
 # --- sans-I/O core: transaction machine, PmTime cache, PMSP configuration ---
+# Internal: never installed.
 add_library(pmclient_core STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/src/types.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/cache.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/machine.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/pmsp_config.cpp)
 target_include_directories(pmclient_core PUBLIC
-  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>)
+  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/src>)
 target_link_libraries(pmclient_core PUBLIC pmclient_wire PRIVATE yaml-cpp)
 set_target_properties(pmclient_core PROPERTIES
   POSITION_INDEPENDENT_CODE ON
@@ -21,7 +30,8 @@ add_library(pmclient::core ALIAS pmclient_core)
 add_library(pmclient SHARED
   ${CMAKE_CURRENT_SOURCE_DIR}/src/resolver.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/connect.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/src/c_api.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/c_api.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/loop_driver.cpp)
 target_include_directories(pmclient PUBLIC
   $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
@@ -44,12 +54,12 @@ add_library(pmclient::pmclient ALIAS pmclient)
 
 # --- install: library, headers, CMake package, pkg-config ---------------------
 include(CMakePackageConfigHelpers)
-set(_pmclient_public_headers
-  address.hpp sockaddr.hpp message.hpp pm_time.hpp types.hpp resolver.hpp connect.hpp pmclient.h
-  export.h)
-list(TRANSFORM _pmclient_public_headers PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/include/pmclient/)
-install(FILES ${_pmclient_public_headers}
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/pmclient COMPONENT pmclient-dev)
+# Every header of include/pmclient/ is public and installed; nothing else is
+# (tests/integration/pmclient checks that each compiles on its own from the
+# installed tree).
+install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include/pmclient
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT pmclient-dev
+  FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
 install(TARGETS pmclient EXPORT pmclientTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT pmclient NAMELINK_COMPONENT pmclient-dev)
 set(PMCLIENT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/pmclient)

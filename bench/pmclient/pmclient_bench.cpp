@@ -59,7 +59,7 @@
 #include <thread>
 #include <vector>
 
-#include "pmclient/machine.hpp"
+#include "machine.hpp"
 #include "pmclient/resolver.hpp"
 #include "pmclient/sockaddr.hpp"
 

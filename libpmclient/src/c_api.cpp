@@ -1,5 +1,8 @@
-// The C API: a thin, exception-free veneer over BlockingResolver.
+// The C API: a thin, exception-free veneer over BlockingResolver (the
+// blocking calls) and LoopDriver (the calls driven by the caller's loop).
 #include "pmclient/pmclient.h"
+
+#include <poll.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +13,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "loop_driver.hpp"
 #include "pmclient/connect.hpp"
 #include "pmclient/resolver.hpp"
 
@@ -19,6 +23,9 @@
 
 struct pmc_resolver {
     std::unique_ptr<pmclient::BlockingResolver> resolver;
+    // Loop-driven resolutions; shares the cache and configuration of
+    // resolver->resolver(), so it is declared (and destroyed) after it.
+    std::unique_ptr<pmclient::detail::LoopDriver> loop;
     std::chrono::milliseconds connect_timeout{5000};
 };
 
@@ -160,6 +167,28 @@ std::optional<pm::IpAddress> parse_ip(const char* s) {
     return pm::IpAddress::parse(s);
 }
 
+// The request of pmc_resolve / pmc_resolve_start, or why the text arguments
+// do not parse (the numbers are checked by the resolver).
+std::optional<pmclient::ResolveRequest> make_request(const char* ap_ip, uint16_t ap_port,
+                                                     const char* cp_ip, uint16_t cp_port,
+                                                     std::string& why) {
+    auto ap = parse_ip(ap_ip);
+    if (!ap) {
+        why = std::string("invalid ApIPAddr '") + (ap_ip ? ap_ip : "(null)") + "'";
+        return std::nullopt;
+    }
+    pm::IpAddress cp = pm::IpAddress::any(ap->unmapped().family());
+    if (cp_ip != nullptr && *cp_ip != '\0') {
+        auto parsed = parse_ip(cp_ip);
+        if (!parsed) {
+            why = std::string("invalid CpIPAddr '") + cp_ip + "'";
+            return std::nullopt;
+        }
+        cp = *parsed;
+    }
+    return pmclient::ResolveRequest{pm::Endpoint{*ap, ap_port}, pm::Endpoint{cp, cp_port}, {}};
+}
+
 }  // namespace
 
 extern "C" {
@@ -205,6 +234,7 @@ int pmc_resolver_new(const pmc_options* opts, pmc_resolver** out) {
         } catch (const std::invalid_argument&) {
             return PMC_E_CONFIG;
         }
+        r->loop = std::make_unique<pmclient::detail::LoopDriver>(r->resolver->resolver());
         *out = r.release();
         return PMC_OK;
     } catch (const std::bad_alloc&) {
@@ -216,6 +246,9 @@ int pmc_resolver_new(const pmc_options* opts, pmc_resolver** out) {
 
 void pmc_resolver_free(pmc_resolver* r) {
     try {
+        if (r != nullptr) {
+            r->loop->shutdown();  // delivers every loop-driven callback
+        }
         delete r;
     } catch (...) {  // destructors do not throw; belt and braces at the ABI edge
     }
@@ -230,21 +263,12 @@ int pmc_resolve(pmc_resolver* r, const char* ap_ip, uint16_t ap_port, const char
         return invalid(out, "resolver is NULL");
     }
     try {
-        auto ap = parse_ip(ap_ip);
-        if (!ap) {
-            return invalid(out,
-                           std::string("invalid ApIPAddr '") + (ap_ip ? ap_ip : "(null)") + "'");
+        std::string why;
+        auto req = make_request(ap_ip, ap_port, cp_ip, cp_port, why);
+        if (!req) {
+            return invalid(out, why);
         }
-        pm::IpAddress cp = pm::IpAddress::any(ap->unmapped().family());
-        if (cp_ip != nullptr && *cp_ip != '\0') {
-            auto parsed = parse_ip(cp_ip);
-            if (!parsed) {
-                return invalid(out, std::string("invalid CpIPAddr '") + cp_ip + "'");
-            }
-            cp = *parsed;
-        }
-        pmclient::ResolveRequest req{pm::Endpoint{*ap, ap_port}, pm::Endpoint{cp, cp_port}, {}};
-        pmclient::Result res = r->resolver->resolve(req);
+        pmclient::Result res = r->resolver->resolve(*req);
         if (out != nullptr) {
             copy_out(out, to_c(res));
         }
@@ -315,6 +339,104 @@ int pmc_connect(pmc_resolver* r, const char* ap_ip, uint16_t ap_port, const char
     }
 }
 
+int pmc_resolve_start(pmc_resolver* r, const char* ap_ip, uint16_t ap_port, const char* cp_ip,
+                      uint16_t cp_port, pmc_resolve_cb cb, void* arg, uint64_t* id) {
+    if (id != nullptr) {
+        *id = 0;
+    }
+    if (r == nullptr || cb == nullptr) {
+        return PMC_E_INVAL;
+    }
+    try {
+        auto callback = [cb, arg](std::uint64_t qid, pmclient::Result res) {
+            const pmc_result c = to_c(res);
+            cb(arg, qid, status_of(res), &c);
+        };
+        std::string why;
+        auto req = make_request(ap_ip, ap_port, cp_ip, cp_port, why);
+        std::uint64_t qid = 0;
+        if (req) {
+            qid = r->loop->start(*req, std::move(callback));
+        } else {
+            pmclient::Result res;
+            res.kind = ResultKind::error;
+            res.error = Errc::invalid_argument;
+            res.reason = why;
+            qid = r->loop->start_failed(std::move(res), std::move(callback));
+        }
+        if (qid == 0) {
+            return PMC_E_CANCELLED;
+        }
+        if (id != nullptr) {
+            *id = qid;
+        }
+        return PMC_OK;
+    } catch (const std::bad_alloc&) {
+        return PMC_E_NOMEM;
+    } catch (...) {
+        return PMC_E_INTERNAL;
+    }
+}
+
+int pmc_fds(pmc_resolver* r, struct pollfd* fds, size_t n) {
+    if (r == nullptr || (fds == nullptr && n != 0)) {
+        return PMC_E_INVAL;
+    }
+    try {
+        return static_cast<int>(r->loop->fds(fds, n));
+    } catch (...) {
+        return PMC_E_INTERNAL;
+    }
+}
+
+int pmc_timeout_ms(pmc_resolver* r) {
+    try {
+        return r == nullptr ? -1 : r->loop->timeout_ms();
+    } catch (...) {
+        return 0;  // let the loop call pmc_process, which reports the error
+    }
+}
+
+int pmc_process(pmc_resolver* r, const struct pollfd* fds, size_t n) {
+    if (r == nullptr || (fds == nullptr && n != 0)) {
+        return PMC_E_INVAL;
+    }
+    try {
+        r->loop->process(fds, n);
+        return PMC_OK;
+    } catch (const std::bad_alloc&) {
+        return PMC_E_NOMEM;
+    } catch (...) {
+        return PMC_E_INTERNAL;
+    }
+}
+
+int pmc_process_fd(pmc_resolver* r, int fd) {
+    const pollfd p{fd, POLLIN, POLLIN};
+    return pmc_process(r, &p, fd >= 0 ? 1 : 0);
+}
+
+int pmc_resolve_cancel(pmc_resolver* r, uint64_t id) {
+    if (r == nullptr) {
+        return PMC_E_INVAL;
+    }
+    try {
+        return r->loop->cancel(id) ? PMC_OK : PMC_E_INVAL;
+    } catch (const std::bad_alloc&) {
+        return PMC_E_NOMEM;
+    } catch (...) {
+        return PMC_E_INTERNAL;
+    }
+}
+
+size_t pmc_pending(pmc_resolver* r) {
+    try {
+        return r == nullptr ? 0 : r->loop->pending();
+    } catch (...) {
+        return 0;
+    }
+}
+
 void pmc_cache_flush(pmc_resolver* r) {
     if (r == nullptr) {
         return;
@@ -334,6 +456,7 @@ int pmc_get_counters(pmc_resolver* r, pmc_counters* out) {
     }
     try {
         auto k = r->resolver->resolver().counters();
+        pmclient::add(k, r->loop->counters());
         pmc_counters c;
         std::memset(&c, 0, sizeof c);
         c.size = sizeof c;

@@ -1,4 +1,4 @@
-#include "pmclient/cache.hpp"
+#include "cache.hpp"
 
 namespace pmclient {
 

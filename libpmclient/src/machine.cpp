@@ -1,4 +1,4 @@
-#include "pmclient/machine.hpp"
+#include "machine.hpp"
 
 #include <algorithm>
 
@@ -26,6 +26,33 @@ std::chrono::microseconds micros(Duration d) {
 }
 
 }  // namespace
+
+// add() names every field: a new counter must be added there too.
+static_assert(sizeof(Counters) == 21 * sizeof(std::uint64_t), "update add() for the new counter");
+
+void add(Counters& a, const Counters& b) {
+    a.requests_started += b.requests_started;
+    a.cache_hits += b.cache_hits;
+    a.cache_misses += b.cache_misses;
+    a.pmreq_sent += b.pmreq_sent;
+    a.retransmissions += b.retransmissions;
+    a.pmack_sent += b.pmack_sent;
+    a.reacks += b.reacks;
+    a.accepted += b.accepted;
+    a.denied += b.denied;
+    a.timeouts += b.timeouts;
+    a.errors += b.errors;
+    a.datagrams += b.datagrams;
+    a.drop_malformed += b.drop_malformed;
+    a.drop_not_reply += b.drop_not_reply;
+    a.drop_unknown += b.drop_unknown;
+    a.drop_tuple_mismatch += b.drop_tuple_mismatch;
+    a.drop_wrong_source += b.drop_wrong_source;
+    a.drop_duplicate += b.drop_duplicate;
+    a.drop_invalid_accept += b.drop_invalid_accept;
+    a.receive_errors += b.receive_errors;
+    a.send_errors += b.send_errors;
+}
 
 std::string validate(const MachineConfig& c) {
     if (c.cache_capacity > 10'000'000) {

@@ -1,4 +1,4 @@
-#include "pmclient/pmsp_config.hpp"
+#include "pmsp_config.hpp"
 
 #include <yaml-cpp/yaml.h>
 

@@ -34,10 +34,12 @@
 #include <unordered_map>
 
 #include "asio_endpoint.hpp"
+#include "machine.hpp"
 #include "net_util.hpp"
-#include "pmclient/machine.hpp"
-#include "pmclient/pmsp_config.hpp"
 #include "pmclient/sockaddr.hpp"
+#include "pmsp_config.hpp"
+#include "resolver_access.hpp"
+#include "udp_socket.hpp"
 
 namespace pmclient {
 
@@ -134,33 +136,6 @@ class RandomPool {
     unsigned gen_ = 0;
 };
 
-// add() names every field: a new counter must be added there too.
-static_assert(sizeof(Counters) == 21 * sizeof(std::uint64_t), "update add() for the new counter");
-
-void add(Counters& a, const Counters& b) {
-    a.requests_started += b.requests_started;
-    a.cache_hits += b.cache_hits;
-    a.cache_misses += b.cache_misses;
-    a.pmreq_sent += b.pmreq_sent;
-    a.retransmissions += b.retransmissions;
-    a.pmack_sent += b.pmack_sent;
-    a.reacks += b.reacks;
-    a.accepted += b.accepted;
-    a.denied += b.denied;
-    a.timeouts += b.timeouts;
-    a.errors += b.errors;
-    a.datagrams += b.datagrams;
-    a.drop_malformed += b.drop_malformed;
-    a.drop_not_reply += b.drop_not_reply;
-    a.drop_unknown += b.drop_unknown;
-    a.drop_tuple_mismatch += b.drop_tuple_mismatch;
-    a.drop_wrong_source += b.drop_wrong_source;
-    a.drop_duplicate += b.drop_duplicate;
-    a.drop_invalid_accept += b.drop_invalid_accept;
-    a.receive_errors += b.receive_errors;
-    a.send_errors += b.send_errors;
-}
-
 Result make_error(Errc e, std::string reason) {
     Result r;
     r.kind = ResultKind::error;
@@ -204,23 +179,10 @@ class Lane {
         if (fd.load(std::memory_order_relaxed) >= 0) {
             return {};
         }
-        const int af = f == pm::Family::v4 ? AF_INET : AF_INET6;
-        int s = ::socket(af, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        std::string error;
+        const int s = detail::open_udp_socket(f, error);
         if (s < 0) {
-            return std::string("cannot open UDP socket: ") + std::strerror(errno);
-        }
-        int on = 1;
-        if (af == AF_INET6 && ::setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) != 0) {
-            int err = errno;
-            ::close(s);
-            return std::string("cannot open UDP socket: ") + std::strerror(err);
-        }
-        sockaddr_storage ss;
-        socklen_t len = pm::to_sockaddr(pm::Endpoint{pm::IpAddress::any(f), 0}, ss);
-        if (::bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-            int err = errno;
-            ::close(s);
-            return std::string("cannot open UDP socket: ") + std::strerror(err);
+            return error;
         }
         fd.store(s);  // seq_cst: pairs with `closing` (see Impl::close_lanes)
         return {};
@@ -275,22 +237,12 @@ class Lane {
             // Take what is queued without waiting (at most a batch, so that a
             // flood cannot hold off the timer), stopping once ours completed.
             for (int i = 0; i < 64 && !done && !closing.load(std::memory_order_relaxed); ++i) {
-                sockaddr_storage from;
-                socklen_t flen = sizeof from;
-                ssize_t n = ::recvfrom(fd, buf_.data(), buf_.size(), MSG_DONTWAIT,
-                                       reinterpret_cast<sockaddr*>(&from), &flen);
-                if (n < 0) {
-                    if (errno == EINTR) {
-                        continue;
-                    }
-                    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                        ++receive_errors_;
-                    }
+                pm::Endpoint from;
+                auto bytes = detail::receive_datagram(fd, buf_, from, receive_errors_);
+                if (!bytes) {
                     break;
                 }
-                machine_.on_datagram(
-                    std::span<const std::uint8_t>(buf_.data(), static_cast<std::size_t>(n)),
-                    pm::from_sockaddr(from), Clock::now(), out_);
+                machine_.on_datagram(*bytes, from, Clock::now(), out_);
                 apply(id, done);
             }
         }
@@ -308,14 +260,7 @@ class Lane {
                 ++send_errors_;
                 continue;
             }
-            sockaddr_storage ss;
-            socklen_t len = pm::to_sockaddr(s.to, ss);
-            ssize_t n = 0;
-            do {
-                n = ::sendto(fd, s.bytes.data(), s.bytes.size(), 0,
-                             reinterpret_cast<sockaddr*>(&ss), len);
-            } while (n < 0 && errno == EINTR);
-            if (n < 0) {
+            if (!detail::send_datagram(fd, s.to, s.bytes)) {
                 ++send_errors_;  // the retransmission timer recovers
             }
         }
@@ -357,6 +302,9 @@ class Lane {
 }  // namespace
 
 struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
+    // Completions collected under `mu`, invoked (posted) after it is released.
+    using Done = std::vector<std::pair<Handler, Result>>;
+
     struct Sock {
         explicit Sock(asio::io_context& io) : socket(io) {}
         udp::socket socket;
@@ -394,7 +342,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     asio::steady_timer timer;
     std::optional<TimePoint> timer_at;
     std::uint64_t timer_gen = 0;
-    std::unordered_map<TxnId, std::unique_ptr<Handler>> handlers;
+    std::unordered_map<TxnId, Handler> handlers;
     bool closed = false;
 
     Sock& sock_for(pm::Family f) { return f == pm::Family::v4 ? v4 : v6; }
@@ -444,7 +392,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     }
 
     void on_receive(pm::Family f, const boost::system::error_code& ec, std::size_t n) {
-        std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
+        Done done;
         {
             std::lock_guard lock(mu);
             Sock& s = sock_for(f);
@@ -474,8 +422,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     }
 
     // Feeds one received datagram to the machine. Called with mu held.
-    void deliver(Sock& s, std::size_t n,
-                 std::vector<std::pair<std::unique_ptr<Handler>, Result>>& done) {
+    void deliver(Sock& s, std::size_t n, Done& done) {
         Actions out;
         machine.on_datagram(std::span<const std::uint8_t>(s.buffer.data(), n),
                             detail::to_pm(s.sender), Clock::now(), out);
@@ -496,7 +443,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     }
 
     void on_timer(std::uint64_t gen, const boost::system::error_code& ec) {
-        std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
+        Done done;
         {
             std::lock_guard lock(mu);
             if (closed || ec == asio::error::operation_aborted || gen != timer_gen) {
@@ -511,7 +458,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     }
 
     // Sends, collects completions, re-arms the timer. Called with mu held.
-    void apply(Actions& out, std::vector<std::pair<std::unique_ptr<Handler>, Result>>& done) {
+    void apply(Actions& out, Done& done) {
         for (const auto& s : out.sends) {
             Sock& sock = sock_for(s.to.address.family());
             boost::system::error_code ec;
@@ -536,9 +483,9 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         }
     }
 
-    static void finish(std::vector<std::pair<std::unique_ptr<Handler>, Result>>& done) {
+    static void finish(Done& done) {
         for (auto& [h, r] : done) {
-            h->complete(std::move(r));
+            h(std::move(r));
         }
     }
 
@@ -744,7 +691,7 @@ Resolver::Resolver(asio::io_context& io, ResolverOptions options) : io_(io) {
 Resolver::~Resolver() {
     // Blocking calls in progress (BlockingResolver) end with Errc::cancelled.
     impl_->close_lanes();
-    std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
+    Impl::Done done;
     {
         std::lock_guard lock(impl_->mu);
         Actions out;
@@ -765,8 +712,8 @@ Resolver::~Resolver() {
     Impl::finish(done);
 }
 
-void Resolver::start(ResolveRequest req, std::unique_ptr<Handler> handler) {
-    std::vector<std::pair<std::unique_ptr<Handler>, Result>> done;
+void Resolver::start(ResolveRequest req, Handler handler) {
+    Impl::Done done;
     try {
         if (impl_->before_async) {
             impl_->before_async();
@@ -853,6 +800,26 @@ std::optional<pm::Endpoint> Resolver::configured_pmsp(std::string* source) const
     }
     return impl_->pmsp;
 }
+
+namespace detail {
+
+std::shared_ptr<SharedCache> ResolverAccess::cache(const Resolver& r) {
+    return r.impl_->cache;
+}
+
+MachineConfig ResolverAccess::machine_config(const Resolver& r) {
+    return r.impl_->lane_config;
+}
+
+Result ResolverAccess::prepare(const Resolver& r, const ResolveRequest& req, Query& q) {
+    return r.impl_->prepare(req, q);
+}
+
+std::uint64_t ResolverAccess::random() {
+    return random64();
+}
+
+}  // namespace detail
 
 // ---------------------------------------------------------------------------
 

@@ -9,8 +9,20 @@
  * PMC_OK (0), a positive outcome (PMC_DENIED, PMC_TIMEOUT) or a negative
  * PMC_E_* error; pmc_strerror() names each one.
  *
- * Thread safety: a pmc_resolver may be used from several threads at once;
- * concurrent calls share one UDP socket per address family. */
+ * A resolver starts no thread. Two ways to resolve:
+ *  - blocking (pmc_resolve, pmc_connect): the whole transaction runs on the
+ *    calling thread, with a non-blocking UDP socket taken from a pool of the
+ *    resolver and poll(2) for the retransmission schedule and the deadline;
+ *  - driven by the caller's event loop (pmc_resolve_start and the calls after
+ *    it, modelled on c-ares): the loop watches the resolver's sockets
+ *    (pmc_fds) and its next timeout (pmc_timeout_ms), and calls pmc_process
+ *    or pmc_process_fd; completions come as callbacks from those calls.
+ * Both share the resolver's PmTime cache and counters.
+ *
+ * Thread safety: every function may be called from any thread at any time
+ * (pmc_resolver_free: see there). Concurrent blocking calls each use
+ * a pooled socket of their own; the loop-driven state is guarded by an
+ * internal mutex that is never held while a callback runs. */
 #ifndef PMCLIENT_PMCLIENT_H
 #define PMCLIENT_PMCLIENT_H
 
@@ -92,8 +104,17 @@ typedef struct pmc_connect_result {
 /* Fills *opts with the defaults and opts->size. */
 PMCLIENT_API void pmc_options_init(pmc_options* opts);
 
-/* Creates a resolver (one background I/O thread). opts may be NULL. */
+/* Creates a resolver from opts (NULL: the defaults). It starts no thread and
+ * opens no socket yet: sockets are opened by the first resolution of each
+ * address family. Reads SDP_PMSP and pmclient.yaml here (read_environment). */
 PMCLIENT_API int pmc_resolver_new(const pmc_options* opts, pmc_resolver** out);
+/* Blocking calls in progress on other threads return PMC_E_CANCELLED and are
+ * waited for; loop-driven resolutions not yet delivered get their callback,
+ * with PMC_E_CANCELLED unless their outcome was already known, before this
+ * returns (on the calling thread). Then the resolver and its sockets are
+ * released. Must not be called from one of the resolver's own callbacks;
+ * once it has begun no other thread may make a new call on the resolver
+ * (blocking calls already in progress are fine: they are cancelled). */
 PMCLIENT_API void pmc_resolver_free(pmc_resolver* r);
 
 /* Resolves ap_ip:ap_port for the local endpoint cp_ip:cp_port (cp_ip NULL or
@@ -110,6 +131,89 @@ PMCLIENT_API int pmc_resolve(pmc_resolver* r, const char* ap_ip, uint16_t ap_por
 PMCLIENT_API int pmc_connect(pmc_resolver* r, const char* ap_ip, uint16_t ap_port,
                              const char* cp_ip, pmc_connect_result* out);
 
+/* ---- Resolutions driven by the caller's event loop ----------------------
+ *
+ *   pmc_resolve_start(r, "192.0.2.10", 80, NULL, cp_port, done, ctx, &id);
+ *   while (pmc_pending(r) > 0) {
+ *       struct pollfd fds[PMC_MAX_FDS];
+ *       int n = pmc_fds(r, fds, PMC_MAX_FDS);
+ *       poll(fds, (nfds_t)n, pmc_timeout_ms(r));
+ *       pmc_process(r, fds, (size_t)n);   // reads, retransmits, calls done()
+ *   }
+ *
+ * pmc_resolve_start returns PMC_OK when the resolution was taken: its
+ * callback is then invoked exactly once, and never from inside
+ * pmc_resolve_start; it is invoked from a later pmc_process,
+ * pmc_process_fd, pmc_resolve_cancel or pmc_resolver_free call, on the
+ * thread making that call. This holds for every outcome: accepted (also from
+ * the cache: nothing is sent, and pmc_timeout_ms returns 0 until the next
+ * process call delivers it), denied, timeout (retransmission schedule or
+ * deadline exhausted), invalid arguments (an unparsable address, a zero
+ * port...: PMC_E_INVAL with the reason in result->reason), socket errors,
+ * busy, cancelled. pmc_resolve_start itself fails, and then never invokes
+ * the callback, only for a NULL resolver or callback (PMC_E_INVAL), when the
+ * resolver is being freed (PMC_E_CANCELLED), or for PMC_E_NOMEM /
+ * PMC_E_INTERNAL.
+ *
+ * The callback gets the status that pmc_resolve would have returned and the
+ * details; result->size is the library's sizeof(pmc_result) (a caller built
+ * against a later, longer pmc_result reads fields beyond it only when
+ * result->size covers them). result is valid during the callback only. A
+ * callback may call any function of this API on the resolver (start another
+ * resolution, cancel one, process) except pmc_resolver_free.
+ *
+ * The sockets: at most PMC_MAX_FDS UDP sockets (one per address family),
+ * opened by pmc_resolve_start on first use of a family and kept until
+ * pmc_resolver_free, so the set only changes inside pmc_resolve_start. Watch
+ * each for readability (POLLIN); the library only reads from and sends on
+ * them (it never blocks: they are non-blocking), the caller must not. */
+
+#define PMC_MAX_FDS 2
+
+struct pollfd; /* <poll.h> */
+
+typedef void (*pmc_resolve_cb)(void* arg, uint64_t id, int status, const pmc_result* result);
+
+/* Starts resolving ap_ip:ap_port for cp_ip:cp_port (as pmc_resolve: cp_ip
+ * NULL or "" = the source address routed towards ap_ip; cp_port must not be
+ * 0) with the resolver's options. *id (id may be NULL) gets the resolution's
+ * identifier, never 0, for pmc_resolve_cancel and the callback. */
+PMCLIENT_API int pmc_resolve_start(pmc_resolver* r, const char* ap_ip, uint16_t ap_port,
+                                   const char* cp_ip, uint16_t cp_port, pmc_resolve_cb cb,
+                                   void* arg, uint64_t* id);
+
+/* Fills fds[0 .. min(n, count)) with the sockets to watch ({fd, POLLIN, 0})
+ * and returns count (0 .. PMC_MAX_FDS), or a negative error. */
+PMCLIENT_API int pmc_fds(pmc_resolver* r, struct pollfd* fds, size_t n);
+
+/* Milliseconds until the next retransmission or deadline is due (rounded
+ * up), 0 when something is due or a completion waits to be delivered, -1
+ * when nothing is pending (wait for as long as you like). Suited to poll(2). */
+PMCLIENT_API int pmc_timeout_ms(pmc_resolver* r);
+
+/* Does the work that is due and delivers completions: reads every datagram
+ * queued on each of fds[0 .. n) that is one of the resolver's sockets and has
+ * revents set (other entries are ignored, so a poll array shared with other
+ * descriptors may be passed as is), then runs the timers that are due
+ * (retransmissions, deadlines), then invokes the callbacks. fds may be NULL
+ * (n 0): timers and queued completions only. Returns PMC_OK or a negative
+ * error. */
+PMCLIENT_API int pmc_process(pmc_resolver* r, const struct pollfd* fds, size_t n);
+
+/* The same for one descriptor reported readable (epoll, libuv...); fd -1:
+ * timers and queued completions only (on a timeout). */
+PMCLIENT_API int pmc_process_fd(pmc_resolver* r, int fd);
+
+/* Cancels resolution `id`: its callback runs before this returns, with
+ * PMC_E_CANCELLED, or with its outcome if that was already known but not
+ * yet delivered. Returns PMC_OK, or PMC_E_INVAL when no such resolution
+ * awaits its callback (unknown id, or already delivered). */
+PMCLIENT_API int pmc_resolve_cancel(pmc_resolver* r, uint64_t id);
+
+/* Loop-driven resolutions started and not yet delivered to their callback. */
+PMCLIENT_API size_t pmc_pending(pmc_resolver* r);
+
+/* Drops every cached answer (shared by both ways of resolving). */
 PMCLIENT_API void pmc_cache_flush(pmc_resolver* r);
 
 typedef struct pmc_counters {

@@ -18,20 +18,22 @@
 // io_context runs).
 #pragma once
 
-#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 
 #include <memory>
 #include <optional>
 #include <utility>
 
+#include "pmclient/completion.hpp"
 #include "pmclient/export.h"
 #include "pmclient/types.hpp"
 
 namespace pmclient {
+
+namespace detail {
+struct ResolverAccess;  // libpmclient's other shells (the C API's loop driver)
+}  // namespace detail
 
 struct ResolverOptions {
     // Defaults for every request without its own options. defaults.pmsp set
@@ -75,8 +77,7 @@ class PMCLIENT_API Resolver {
     auto async_resolve(ResolveRequest request, CompletionToken&& token) {
         return boost::asio::async_initiate<CompletionToken, void(Result)>(
             [this](auto handler, ResolveRequest req) {
-                using H = std::decay_t<decltype(handler)>;
-                start(std::move(req), std::make_unique<HandlerImpl<H>>(std::move(handler), io_));
+                start(std::move(req), Handler(std::move(handler), io_.get_executor()));
             },
             token, std::move(request));
     }
@@ -93,40 +94,16 @@ class PMCLIENT_API Resolver {
 
     boost::asio::io_context& context() { return io_; }
 
-    // Type-erased completion handler (implementation detail).
-    class Handler {
-      public:
-        virtual ~Handler() = default;
-        virtual void complete(Result r) = 0;
-    };
+    // The completion handler, type-erased (posts to its executor).
+    using Handler = ErasedHandler<void(Result)>;
 
   private:
-    template <typename H>
-    class HandlerImpl final : public Handler {
-      public:
-        HandlerImpl(H h, boost::asio::io_context& io)
-            : handler_(std::move(h)),
-              work_(boost::asio::get_associated_executor(handler_, io.get_executor())) {}
-        void complete(Result r) override {
-            auto ex = work_.get_executor();
-            boost::asio::post(ex, [h = std::move(handler_), r = std::move(r)]() mutable {
-                std::move(h)(std::move(r));
-            });
-            work_.reset();
-        }
-
-      private:
-        H handler_;
-        boost::asio::executor_work_guard<
-            boost::asio::associated_executor_t<H, boost::asio::io_context::executor_type>>
-            work_;
-    };
-
-    void start(ResolveRequest req, std::unique_ptr<Handler> handler);
+    void start(ResolveRequest req, Handler handler);
 
     // BlockingResolver runs its resolutions on the caller's thread with the
     // state (configuration, cache, counters) of its Resolver.
     friend class BlockingResolver;
+    friend struct detail::ResolverAccess;
 
     struct Impl;
     boost::asio::io_context& io_;

@@ -20,10 +20,10 @@ struct Run {
     std::string out;
 };
 
-Run run(const std::string& args) {
+Run run(const std::string& args, const char* program = PM_RESOLVE_PATH) {
     Run r;
-    std::string cmd = std::string("env -u SDP_PMSP SDP_PMCLIENT_CONFIG=/nonexistent '") +
-                      PM_RESOLVE_PATH + "' " + args + " 2>/dev/null";
+    std::string cmd = std::string("env -u SDP_PMSP SDP_PMCLIENT_CONFIG=/nonexistent '") + program +
+                      "' " + args + " 2>/dev/null";
     FILE* p = ::popen(cmd.c_str(), "r");
     if (p == nullptr) {
         return r;
@@ -79,5 +79,35 @@ TEST(PmResolveTest, UsageErrors) {
     EXPECT_EQ(run("--bogus 1 127.0.0.1 7000").status, 64);
     EXPECT_EQ(run("--pmsp 127.0.0.1:9 not-an-ip 7000").status, 64);
 }
+
+#ifdef PM_RESOLVE_POLL_PATH
+// examples/resolve_poll.c: several resolutions from one poll(2) loop through
+// the loop-driven C API, the first PMReq of each lost.
+TEST(PmResolvePollTest, ResolvesSeveralFromOnePollLoop) {
+    FakePmsp pmsp([](const pm::Message& m, int n) -> std::vector<Reply> {
+        if (m.type != pm::MessageType::request || n < 2) {
+            return {};
+        }
+        if (m.ap_port == 7002) {
+            return {Reply::of(pm::make_deny(m))};
+        }
+        return {Reply::of(pm::make_accept(m, ep("127.0.0.1:7101"), 0))};
+    });
+    auto r = run("--pmsp " + pmsp.endpoint().to_string() +
+                     " 127.0.0.1 127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002",
+                 PM_RESOLVE_POLL_PATH);
+    EXPECT_EQ(r.status, 1) << r.out;  // one was denied
+    EXPECT_NE(r.out.find("127.0.0.1:7000 accept 127.0.0.1:7101\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("127.0.0.1:7001 accept 127.0.0.1:7101\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("127.0.0.1:7002 deny\n"), std::string::npos) << r.out;
+    EXPECT_EQ(pmsp.count(pm::MessageType::request), 6);
+
+    auto ok = run("--pmsp " + pmsp.endpoint().to_string() + " 127.0.0.1 127.0.0.1:7000",
+                  PM_RESOLVE_POLL_PATH);
+    EXPECT_EQ(ok.status, 0) << ok.out;
+    EXPECT_EQ(run("127.0.0.1", PM_RESOLVE_POLL_PATH).status, 64);
+    EXPECT_EQ(run("127.0.0.1 127.0.0.1", PM_RESOLVE_POLL_PATH).status, 64);
+}
+#endif
 
 }  // namespace

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "pmclient/pmsp_config.hpp"
+#include "pmsp_config.hpp"
 #include "test_util.hpp"
 
 namespace pmclient::test {

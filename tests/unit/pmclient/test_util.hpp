@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "pmclient/machine.hpp"
+#include "machine.hpp"
 
 namespace pmclient::test {
 

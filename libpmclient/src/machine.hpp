@@ -1,6 +1,7 @@
 // The sans-I/O PM client: transactions of section 7.5.1 plus the PmTime cache.
 //
-// Not installed: internal to libpmclient and its tests.
+// Internal to libpmclient (src/): not installed; tests reach it through the
+// pmclient_core target.
 //
 // Fed with start requests, received datagrams (bytes, source, now) and timer
 // ticks (now); answers through an Actions value: datagrams to send, completed
@@ -36,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "pmclient/cache.hpp"
+#include "cache.hpp"
 #include "pmclient/types.hpp"
 
 namespace pmclient {
@@ -53,6 +54,9 @@ struct MachineConfig {
 
 // Returns an empty string when valid.
 std::string validate(const MachineConfig& c);
+
+// a += b, counter by counter (the I/O shells add up their machines' counts).
+void add(Counters& a, const Counters& b);
 
 struct Query {
     pm::Endpoint conventional;  // ApIPAddr, ApPort

@@ -1,7 +1,8 @@
 // Which PMSP to ask (section 7.4 says "by default" the IANA port 3935 of the
 // PMSP; we default to the Accepting Peer itself, ApIPAddr:3935).
 //
-// Not installed: internal to libpmclient and its tests.
+// Internal to libpmclient (src/): not installed; tests reach it through the
+// pmclient_core target.
 //
 // Precedence, first match wins:
 //   1. RequestOptions::pmsp of the request, then of the ResolverOptions

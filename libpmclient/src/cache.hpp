@@ -1,7 +1,8 @@
 // The PmTime cache of PMAccept answers (section 7.3.1.4). Sans-I/O: the
 // caller passes `now`; nothing here reads a clock.
 //
-// Not installed: internal to libpmclient and its tests.
+// Internal to libpmclient (src/): not installed; tests reach it through the
+// pmclient_core target.
 //
 // Key: the Conventional Address (ApIPAddr, ApPort), the CpIPAddr the PMReq
 // carried and the PMSP asked. CpPort is not part of the key: every connection
