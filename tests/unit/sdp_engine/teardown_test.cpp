@@ -1,5 +1,5 @@
 // The two teardown machines (sdp/engine/teardown.hpp): every legal
-// transition and every rejected one.
+// transition, every rejected one, and the states a Connection goes through.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,12 +10,14 @@
 #include <vector>
 
 #include "sdp/engine/teardown.hpp"
+#include "sdp_engine/fake_qp.hpp"
 
 namespace e = sdp::engine;
 using e::RecvEvent;
 using e::RecvTeardown;
 using e::SendEvent;
 using e::SendTeardown;
+using sdp::test::Pair;
 
 namespace {
 
@@ -161,4 +163,69 @@ TEST(SdpTeardown, NamesAreDistinct) {
     for (auto ev : kRecvEvents)
         names.insert(std::string(e::to_string(ev)));
     EXPECT_EQ(names.size(), kRecvEvents.size());
+}
+
+// The machines as a Connection drives them.
+
+TEST(SdpTeardownConnection, GracefulCloseBothSides) {
+    Pair p;
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    EXPECT_EQ(p.a.describe(), "established, send open, recv open");
+    p.a.shutdown_write();
+    p.run();
+    EXPECT_EQ(p.a.send_teardown(), SendTeardown::disconn_sent);
+    EXPECT_EQ(p.b.recv_teardown(), RecvTeardown::disconn);
+    p.a.shutdown_write();  // rejected by the machine: nothing changes
+    EXPECT_EQ(p.a.send_teardown(), SendTeardown::disconn_sent);
+    p.b.shutdown_write();
+    p.run();
+    EXPECT_TRUE(p.llp_down);
+    // Each side, having sent and received DisConn, asked for the graceful
+    // LLP teardown (B after sending its DisConn, A on receiving it).
+    EXPECT_EQ(p.b.send_teardown(), SendTeardown::closing);
+    EXPECT_EQ(p.a.send_teardown(), SendTeardown::closing);
+    EXPECT_EQ(p.a.recv_teardown(), RecvTeardown::closed);
+    EXPECT_EQ(p.b.recv_teardown(), RecvTeardown::closed);
+    EXPECT_EQ(p.a.describe(), "closed, send closing, recv closed");
+    EXPECT_TRUE(p.a.disconn_received());
+    EXPECT_TRUE(p.b.disconn_sent());
+}
+
+TEST(SdpTeardownConnection, AbortAfterDisConn) {
+    Pair p;
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    p.a.shutdown_write();
+    p.run();
+    p.a.abort();
+    EXPECT_EQ(p.a.send_teardown(), SendTeardown::abort_sent);
+    p.run();
+    EXPECT_EQ(p.b.recv_teardown(), RecvTeardown::disconn_lost);
+    EXPECT_TRUE(p.b.disconn_received());
+    EXPECT_EQ(p.b.describe(), "reset (peer_abort), send open, recv disconn_lost");
+}
+
+TEST(SdpTeardownConnection, AbortWithoutDisConn) {
+    Pair p;
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    p.a.abort();
+    EXPECT_EQ(p.a.send_teardown(), SendTeardown::open);  // no AbortConn (8.2.2)
+    p.run();
+    EXPECT_EQ(p.a.recv_teardown(), RecvTeardown::lost);
+    EXPECT_EQ(p.b.recv_teardown(), RecvTeardown::lost);
+    EXPECT_EQ(p.b.describe(), "reset (llp_lost), send open, recv lost");
+}
+
+TEST(SdpTeardownConnection, SecondDisConnIsViolation) {
+    Pair p;
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    sdp::wire::Message m;
+    m.bufs = 16;
+    m.mseq = 1;
+    m.body = sdp::wire::DisConn{};
+    p.inject_to_b(sdp::wire::encode(m));
+    m.mseq = 2;
+    p.inject_to_b(sdp::wire::encode(m));
+    p.run();
+    EXPECT_EQ(p.b.error(), e::Error::unexpected_message);
+    EXPECT_EQ(p.b.state(), e::State::reset);
 }
