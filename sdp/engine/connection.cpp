@@ -155,9 +155,7 @@ Error Connection::accept(std::span<const std::uint8_t> hello) {
 }
 
 void Connection::handle_hello_ack(std::span<const std::uint8_t> bytes) {
-    if (!take_buffer())  // the HelloAck uses one of our posted buffers
-        return;
-    ++stats_.messages_received;
+    // on_message() took one of our posted buffers for it.
     auto r = w::decode(bytes);
     auto* m = std::get_if<w::Message>(&r);
     const auto* a = m ? std::get_if<w::HelloAck>(&m->body) : nullptr;
@@ -201,56 +199,138 @@ void Connection::fail_setup(Error e) {
     drop_queues();
     // The Connecting Peer terminates the attempt (8.1.1 step 7a); the
     // Accepting Peer has sent nothing and lets the CM reject the request.
-    if (role_ == Role::connecting && !llp_closed_)
+    if (role_ == Role::connecting && !llp_closed())
         qp_.disconnect(false);
 }
 
 // ---------------------------------------------------------- receive path ---
+//
+// One path for every incoming message, as in siw_qp_rx.c: the entry points
+// only say where the payload is (Placement); on_message() admits the message
+// (connection state, credit), validates it once (Len, MSeq, MSeqAck) and
+// dispatch() handles it by MID; deliver() puts any payload where it goes.
 
 void Connection::on_recv(std::span<const std::uint8_t> bytes, bool /*solicited*/) {
-    if (llp_closed_)
-        return;
+    on_message(bytes, bytes.size(), Placement{});
+}
+
+void Connection::on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len,
+                                bool /*solicited*/) {
+    const std::span<const std::uint8_t> bytes(buf.data(), std::min(len, buf.size()));
+    // The payload may keep the buffer only if it is a whole private buffer
+    // holding the whole message.
+    const bool own = len <= buf.size() && buf.size() == cfg_.recv_buf_size;
+    on_message(bytes, bytes.size(),
+               own ? Placement{Placement::Kind::own, &buf} : Placement{Placement::Kind::copy});
+}
+
+std::size_t Connection::landable(std::span<const std::uint8_t> bsdh) const {
+    // Established: the LLP is up and no AbortConn is waiting.
+    if (state_ != State::established || disconn_received() || rx_bytes_ != 0 ||
+        bsdh.size() < w::kBsdhSize) {
+        return 0;
+    }
+    auto hv = w::decode_bsdh(bsdh.first(w::kBsdhSize));
+    const auto* h = std::get_if<w::Bsdh>(&hv);
+    if (!h || h->mid != w::Mid::data || (h->flags & w::flag::oob_pres) != 0 ||
+        h->len <= w::kBsdhSize || h->len > cfg_.recv_buf_size) {
+        return 0;
+    }
+    return h->len - w::kBsdhSize;
+}
+
+std::optional<std::size_t> Connection::on_recv_landed(std::span<const std::uint8_t> buf,
+                                                      std::size_t len) {
+    if (buf.size() < w::kBsdhSize || len <= w::kBsdhSize || len > cfg_.recv_buf_size ||
+        landable(buf) == 0) {
+        return std::nullopt;
+    }
+    if (!on_message(buf.first(w::kBsdhSize), len, Placement{Placement::Kind::landed}))
+        return 0;
+    return len - w::kBsdhSize;
+}
+
+bool Connection::on_message(std::span<const std::uint8_t> bytes, std::size_t len, Placement where) {
+    // Admission.
+    if (llp_closed())
+        return false;
+    if (send_ == SendTeardown::abort_pending) {
+        on_credit_only(bytes);
+        return false;
+    }
+    if (state_ != State::connecting && state_ != State::established) {
+        ++stats_.ignored;
+        return false;
+    }
+    if (!take_buffer()) {
+        go_reset(Error::credit_overrun);
+        return false;
+    }
+    ++stats_.messages_received;
     if (state_ == State::connecting) {
         handle_hello_ack(bytes);
-        return;
+        return false;
     }
-    if (abort_pending_) {
-        // Only credit information matters now: AbortConn waits for it.
-        if (consumed_ == posted_) {
-            // The peer overran our buffers even now: give up on AbortConn.
-            abort_pending_ = false;
-            qp_.disconnect(false);
-            return;
-        }
-        ++consumed_;
-        auto h = w::decode_bsdh(bytes);
-        if (const auto* b = std::get_if<w::Bsdh>(&h)) {
-            peer_bufs_ = b->bufs;
-            peer_ack_ = b->mseq_ack;
-        }
-        pump();
-        return;
-    }
-    if (state_ != State::established) {
-        ++stats_.ignored;
-        return;
-    }
-    if (!take_buffer())
-        return;
-    ++stats_.messages_received;
-    if (bytes.size() > cfg_.recv_buf_size) {
+
+    // Validation: Len, then the whole message unless it is Data (whose
+    // payload stays where it is), then MSeq/MSeqAck.
+    if (len > cfg_.recv_buf_size) {
         go_reset(Error::oversize);
+        return false;
+    }
+    auto hv = w::decode_bsdh(bytes);
+    const auto* h = std::get_if<w::Bsdh>(&hv);
+    if (!h || h->len != len) {
+        go_reset(Error::bad_message);  // decode(): too_short, length_mismatch
+        return false;
+    }
+    w::Message m;
+    Payload payload{0, {}, where};
+    if (h->mid == w::Mid::data) {
+        m.bufs = h->bufs;
+        m.flags = h->flags;
+        m.mseq = h->mseq;
+        m.mseq_ack = h->mseq_ack;
+        payload.size = len - w::kBsdhSize;
+        if (where.kind != Placement::Kind::landed)
+            payload.bytes = bytes.subspan(w::kBsdhSize);
+    } else {
+        auto r = w::decode(bytes);
+        auto* decoded = std::get_if<w::Message>(&r);
+        if (!decoded) {
+            go_reset(Error::bad_message);
+            return false;
+        }
+        m = std::move(*decoded);
+    }
+    if (!check_sequence(m))
+        return false;
+
+    if (m.flags & w::flag::oob_pend)
+        ++oob_pending_;
+    if (h->mid != w::Mid::data || payload.size > 0)
+        armed_ = true;  // not a gratuitous update
+    if (!dispatch(m, payload)) {
+        go_reset(Error::unexpected_message);
+        return false;
+    }
+    pump();
+    return state_ == State::established;
+}
+
+void Connection::on_credit_only(std::span<const std::uint8_t> bytes) {
+    // An AbortConn waits for credit: only the credit information matters.
+    if (!take_buffer()) {
+        // The peer overran our buffers even now: give up on AbortConn.
+        step(SendEvent::give_up);
+        qp_.disconnect(false);
         return;
     }
-    auto r = w::decode(bytes);
-    auto* m = std::get_if<w::Message>(&r);
-    if (!m) {
-        go_reset(Error::bad_message);
-        return;
+    auto h = w::decode_bsdh(bytes);
+    if (const auto* b = std::get_if<w::Bsdh>(&h)) {
+        peer_bufs_ = b->bufs;
+        peer_ack_ = b->mseq_ack;
     }
-    if (!check_sequence(*m))
-        return;
-    handle(std::move(*m));
     pump();
 }
 
@@ -270,187 +350,103 @@ bool Connection::check_sequence(const w::Message& m) {
     return true;
 }
 
-void Connection::on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len, bool solicited) {
-    const std::span<const std::uint8_t> bytes(buf.data(), std::min(len, buf.size()));
-    // Fast path: a Data Message with payload while established; the same
-    // checks and effects as on_recv() + handle() + deliver(), without
-    // copying the payload out of the private buffer.
-    const bool fast = !llp_closed_ && state_ == State::established && !abort_pending_ &&
-                      len == bytes.size() && len > w::kBsdhSize && len <= cfg_.recv_buf_size &&
-                      buf.size() == cfg_.recv_buf_size &&
-                      bytes[3] == static_cast<std::uint8_t>(w::Mid::data);
-    if (!fast) {
-        on_recv(bytes, solicited);
-        return;
-    }
-    auto hv = w::decode_bsdh(bytes);
-    const auto& h = std::get<w::Bsdh>(hv);  // len >= kBsdhSize: always a Bsdh
-    if (!take_data_header(h, len))
-        return;
-    if (disconn_received_) {
-        go_reset(Error::unexpected_message);
-        return;
-    }
-    std::size_t end = len;
-    if (h.flags & w::flag::oob_pres) {
-        oob_byte_ = buf[end - 1];  // 9.5.3: the last byte is the OOB byte
-        --end;
-        if (oob_pending_ > 0)
-            --oob_pending_;
-    }
-    if (end == w::kBsdhSize) {
-        repost(1);
-    } else {
-        stats_.bytes_received += end - w::kBsdhSize;
-        rx_bytes_ += end - w::kBsdhSize;
-        rx_.push_back(Chunk{std::move(buf), w::kBsdhSize, end});
-        if (!spare_.empty()) {
-            buf = std::move(spare_.back());
-            spare_.pop_back();
-        } else {
-            buf = std::vector<std::uint8_t>(cfg_.recv_buf_size);
-        }
-    }
-    pump();
-}
-
-void Connection::handle(w::Message&& m) {
-    if (m.flags & w::flag::oob_pend)
-        ++oob_pending_;
-    const auto* data = std::get_if<w::Data>(&m.body);
-    if (!data || !data->payload.empty())
-        armed_ = true;  // not a gratuitous update
-    const bool ok = std::visit(
+bool Connection::dispatch(w::Message& m, const Payload& payload) {
+    const Payload none{};
+    return std::visit(
         [&](auto& v) -> bool {
             using T = std::decay_t<decltype(v)>;
             if constexpr (std::is_same_v<T, w::Hello> || std::is_same_v<T, w::HelloAck>) {
                 return false;
             } else if constexpr (std::is_same_v<T, w::Data>) {
-                if (!v.payload.empty() && disconn_received_)
+                if (payload.size > 0 && disconn_received())
                     return false;
-                deliver(std::move(v.payload), m.flags);
+                deliver(payload, m.flags);
             } else if constexpr (std::is_same_v<T, w::SrcAvail>) {
-                if (disconn_received_)
+                if (disconn_received())
                     return false;
                 // No Read Zcopy yet: take the inline part, force Bcopy for
                 // the rest (9, 9.5.2.1).
-                deliver(std::move(v.payload), 0);
+                deliver(Payload{v.payload.size(), v.payload, Placement{}}, 0);
                 control_.emplace_back(w::SendSm{});
             } else if constexpr (std::is_same_v<T, w::SinkAvail>) {
-                if (!v.payload.empty() && disconn_received_)
+                if (!v.payload.empty() && disconn_received())
                     return false;
                 // The advertisement is not used (Bcopy only, 9.5.2.2); any
                 // payload is data for this direction (9.4).
                 ++stats_.ignored;
-                deliver(std::move(v.payload), 0);
+                deliver(Payload{v.payload.size(), v.payload, Placement{}}, 0);
             } else if constexpr (std::is_same_v<T, w::DisConn>) {
-                if (disconn_received_)
-                    return false;
-                disconn_received_ = true;
-                deliver({}, 0);
+                if (!step(RecvEvent::disconn))
+                    return false;  // a second DisConn
+                deliver(none, 0);
                 teardown_if_done();
             } else if constexpr (std::is_same_v<T, w::AbortConn>) {
-                abort_received_ = true;
+                if (!step(RecvEvent::abort_conn))
+                    return false;
                 error_ = Error::peer_abort;
                 state_ = State::reset;
                 drop_queues();
             } else if constexpr (std::is_same_v<T, w::ChRcvBuf>) {
                 // 10.6: unable to resize, answer with the current size.
-                deliver({}, 0);
+                deliver(none, 0);
                 control_.emplace_back(w::ChRcvBufAck{cfg_.recv_buf_size});
             } else if constexpr (std::is_same_v<T, w::SinkAvailCancel>) {
-                deliver({}, 0);
+                deliver(none, 0);
                 control_.emplace_back(w::SinkCancelAck{});  // 9.5.5
             } else {
                 // SendSm, RdmaWrCompl, RdmaRdCompl, ModeChange, SrcAvailCancel,
                 // SinkCancelAck, ChRcvBufAck, SuspComm, SuspCommAck: no Zcopy,
                 // resizing or duplication state to act on yet.
                 ++stats_.ignored;
-                deliver({}, 0);
+                deliver(none, 0);
             }
             return true;
         },
         m.body);
-    if (!ok)
-        go_reset(Error::unexpected_message);
 }
 
-bool Connection::take_data_header(const w::Bsdh& h, std::size_t len) {
-    // The checks and effects of on_recv() + handle() for a Data Message
-    // with payload, up to its delivery.
-    if (!take_buffer())
-        return false;
-    ++stats_.messages_received;
-    if (h.len != len) {
-        go_reset(Error::bad_message);  // decode(): length_mismatch
-        return false;
-    }
-    w::Message m;
-    m.bufs = h.bufs;
-    m.flags = h.flags;
-    m.mseq = h.mseq;
-    m.mseq_ack = h.mseq_ack;
-    if (!check_sequence(m))
-        return false;
-    if (m.flags & w::flag::oob_pend)
-        ++oob_pending_;
-    armed_ = true;  // payload: not a gratuitous update
-    return true;
-}
-
-std::size_t Connection::landable(std::span<const std::uint8_t> bsdh) const {
-    if (llp_closed_ || state_ != State::established || abort_pending_ || disconn_received_ ||
-        rx_bytes_ != 0 || bsdh.size() < w::kBsdhSize) {
-        return 0;
-    }
-    auto hv = w::decode_bsdh(bsdh.first(w::kBsdhSize));
-    const auto* h = std::get_if<w::Bsdh>(&hv);
-    if (!h || h->mid != w::Mid::data || (h->flags & w::flag::oob_pres) != 0 ||
-        h->len <= w::kBsdhSize || h->len > cfg_.recv_buf_size) {
-        return 0;
-    }
-    return h->len - w::kBsdhSize;
-}
-
-std::optional<std::size_t> Connection::on_recv_landed(std::span<const std::uint8_t> buf,
-                                                      std::size_t len) {
-    if (buf.size() < w::kBsdhSize || len <= w::kBsdhSize || len > cfg_.recv_buf_size ||
-        landable(buf) == 0) {
-        return std::nullopt;
-    }
-    const auto h = std::get<w::Bsdh>(w::decode_bsdh(buf.first(w::kBsdhSize)));
-    if (!take_data_header(h, len))
-        return 0;
-    // Payload received and read at once: the private buffer is free again.
-    const std::size_t n = len - w::kBsdhSize;
-    stats_.bytes_received += n;
-    repost(1);
-    pump();
-    return n;
-}
-
-void Connection::deliver(std::vector<std::uint8_t>&& payload, std::uint8_t flags) {
-    if ((flags & w::flag::oob_pres) && !payload.empty()) {
-        oob_byte_ = payload.back();  // 9.5.3: the last byte is the OOB byte
-        payload.pop_back();
+void Connection::deliver(const Payload& p, std::uint8_t flags) {
+    std::size_t n = p.size;  // bytes for the reader
+    if ((flags & w::flag::oob_pres) && n > 0 && p.bytes.size() == n) {
+        oob_byte_ = p.bytes[n - 1];  // 9.5.3: the last byte is the OOB byte
+        --n;
         if (oob_pending_ > 0)
             --oob_pending_;
     }
-    if (payload.empty()) {
+    if (n == 0) {
         repost(1);  // nothing to hold the private buffer for
         return;
     }
-    stats_.bytes_received += payload.size();
-    rx_bytes_ += payload.size();
-    const std::size_t end = payload.size();
-    rx_.push_back(Chunk{std::move(payload), 0, end});
+    stats_.bytes_received += n;
+    switch (p.where.kind) {
+        case Placement::Kind::landed:
+            repost(1);  // read at once: the private buffer is free again
+            return;
+        case Placement::Kind::own: {
+            std::vector<std::uint8_t>& buf = *p.where.buffer;
+            const auto off = static_cast<std::size_t>(p.bytes.data() - buf.data());
+            rx_bytes_ += n;
+            rx_.push_back(Chunk{std::move(buf), off, off + n});
+            if (!spare_.empty()) {
+                buf = std::move(spare_.back());
+                spare_.pop_back();
+            } else {
+                buf = std::vector<std::uint8_t>(cfg_.recv_buf_size);
+            }
+            return;
+        }
+        case Placement::Kind::copy:
+            rx_bytes_ += n;
+            rx_.push_back(
+                Chunk{{p.bytes.begin(), p.bytes.begin() + static_cast<std::ptrdiff_t>(n)}, 0, n});
+            return;
+    }
 }
 
 void Connection::on_llp_closed() {
-    if (llp_closed_)
-        return;
-    llp_closed_ = true;
-    abort_pending_ = false;
+    if (!step(RecvEvent::llp_closed))
+        return;                // already closed
+    step(SendEvent::give_up);  // an AbortConn still waiting for credit
     switch (state_) {
         case State::idle:
         case State::connecting:
@@ -461,7 +457,7 @@ void Connection::on_llp_closed() {
             break;
         case State::established:
             // 8.2.1 step 4 / 8.2.2: graceful only after a DisConn without AbortConn.
-            if (disconn_received_ && !abort_received_) {
+            if (recv_ == RecvTeardown::closed) {
                 state_ = State::closed;
                 tx_.clear();
                 tx_bytes_ = 0;
@@ -480,10 +476,13 @@ void Connection::on_llp_closed() {
 
 // ------------------------------------------------------------------ ULP ---
 
+bool Connection::writable() const {
+    return (state_ == State::connecting || state_ == State::established) &&
+           send_ == SendTeardown::open;
+}
+
 std::size_t Connection::write_space() const {
-    const bool open = (state_ == State::connecting || state_ == State::established) &&
-                      !shutdown_requested_ && !disconn_sent_;
-    if (!open)
+    if (!writable())
         return 0;
     const std::size_t q = send_queued();
     return q >= cfg_.send_queue_limit ? 0 : cfg_.send_queue_limit - q;
@@ -523,9 +522,7 @@ void Connection::queue_tx(std::span<const std::uint8_t> bytes) {
 }
 
 bool Connection::write_oob(std::uint8_t byte) {
-    const bool open = (state_ == State::connecting || state_ == State::established) &&
-                      !shutdown_requested_ && !disconn_sent_;
-    if (!open)
+    if (!writable())
         return false;
     oob_marks_.push_back(tx_stream_pos_ + send_queued());
     queue_tx(std::span<const std::uint8_t>(&byte, 1));
@@ -566,13 +563,14 @@ std::optional<std::uint8_t> Connection::read_oob() {
 bool Connection::eof() const {
     // A reset after the peer's DisConn (AbortConn, a protocol violation)
     // dropped whatever was still unread: that is an error, not end of stream.
-    return disconn_received_ && rx_bytes_ == 0 && state_ != State::reset && state_ != State::failed;
+    return disconn_received() && rx_bytes_ == 0 && state_ != State::reset &&
+           state_ != State::failed;
 }
 
 void Connection::shutdown_write() {
     if (state_ != State::connecting && state_ != State::established)
         return;
-    shutdown_requested_ = true;
+    step(SendEvent::shutdown);  // rejected when already shut: nothing changes
     pump();
 }
 
@@ -587,11 +585,10 @@ void Connection::go_reset(Error e) {
     const bool was_established = state_ == State::established;
     state_ = was_established ? State::reset : State::failed;
     drop_queues();
-    if (llp_closed_)
+    if (llp_closed())
         return;
-    if (was_established && disconn_sent_ && !abort_received_) {
-        // 8.2.2: AbortConn, then the normal LLP teardown.
-        abort_pending_ = true;
+    if (was_established && !abort_received(recv_) && step(SendEvent::abort)) {
+        // 8.2.2: after a DisConn, AbortConn, then the normal LLP teardown.
         pump();
     } else {
         qp_.disconnect(false);  // no further SDP Messages
@@ -608,13 +605,39 @@ void Connection::drop_queues() {
     rx_bytes_ = 0;
 }
 
+bool Connection::step(SendEvent e) {
+    const auto to = next(send_, e);
+    if (to)
+        send_ = *to;
+    return to.has_value();
+}
+
+bool Connection::step(RecvEvent e) {
+    const auto to = next(recv_, e);
+    if (to)
+        recv_ = *to;
+    return to.has_value();
+}
+
+std::string Connection::describe() const {
+    std::string s(to_string(state_));
+    if (error_ != Error::none) {
+        s += " (";
+        s += to_string(error_);
+        s += ")";
+    }
+    s += ", send ";
+    s += to_string(send_);
+    s += ", recv ";
+    s += to_string(recv_);
+    return s;
+}
+
 void Connection::teardown_if_done() {
     // Whoever has both sent and received DisConn closes the LLP gracefully
     // (8.2.1 Remote Peer step 4; both do on a simultaneous close).
-    if (disconn_sent_ && disconn_received_ && !llp_teardown_requested_ && !llp_closed_) {
-        llp_teardown_requested_ = true;
+    if (recv_ == RecvTeardown::disconn && step(SendEvent::llp_teardown))
         qp_.disconnect(true);
-    }
 }
 
 // --------------------------------------------------------------- credits ---
@@ -623,11 +646,9 @@ bool Connection::take_buffer() {
     // A message with no buffer posted for it: the peer sent without credit
     // (10.2). A real QP would have terminated the stream (no buffer for an
     // untagged DDP segment); the engine must not count a buffer it never
-    // posted.
-    if (consumed_ == posted_) {
-        go_reset(Error::credit_overrun);
+    // posted. The caller decides what follows.
+    if (consumed_ == posted_)
         return false;
-    }
     ++consumed_;
     return true;
 }
@@ -667,7 +688,7 @@ bool Connection::needs_credit_update() const {
 }
 
 void Connection::repost(std::uint32_t n) {
-    if (n == 0 || llp_closed_)
+    if (n == 0 || llp_closed())
         return;
     if (state_ == State::reset || state_ == State::failed || state_ == State::closed)
         return;
@@ -715,12 +736,12 @@ bool Connection::send(w::Body body, std::uint8_t flags, std::vector<std::uint8_t
 }
 
 void Connection::pump() {
-    if (llp_closed_)
+    if (llp_closed())
         return;
-    if (abort_pending_) {
+    if (send_ == SendTeardown::abort_pending) {
         const std::uint32_t c = send_credits();
         if (c >= 2 || (c == 1 && local_bufs() > peer_credit_estimate())) {
-            abort_pending_ = false;
+            step(SendEvent::abort_conn);
             send(w::AbortConn{});
             qp_.disconnect(true);  // after the AbortConn completes (8.2.2)
         }
@@ -740,7 +761,7 @@ void Connection::pump() {
             send(std::move(b), take_pend_flag(false));
             continue;
         }
-        if (send_queued() > 0 && !disconn_sent_ && c >= 3) {
+        if (send_queued() > 0 && !disconn_sent() && c >= 3) {
             const std::size_t room =
                 std::min<std::size_t>(peer_recv_size_, cfg_.send_buf_size) - w::kBsdhSize;
             std::vector<std::uint8_t>& front = tx_.front();
@@ -779,11 +800,11 @@ void Connection::pump() {
             send(w::Data{}, flags, &block);
             continue;
         }
-        if (shutdown_requested_ && !disconn_sent_ && send_queued() == 0 && may_control) {
+        if (send_ == SendTeardown::draining && send_queued() == 0 && may_control) {
             send(w::DisConn{}, take_pend_flag(false));
-            disconn_sent_ = true;
+            step(SendEvent::disconn);
             teardown_if_done();
-            if (llp_teardown_requested_)
+            if (send_ == SendTeardown::closing)
                 return;
             continue;
         }

@@ -13,10 +13,12 @@
 #include <deque>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "sdp/engine/qp.hpp"
+#include "sdp/engine/teardown.hpp"
 #include "sdp/wire/message.hpp"
 
 namespace sdp::engine {
@@ -97,7 +99,11 @@ class Connection {
     Error accept(std::span<const std::uint8_t> hello);
 
     // --- completions from the QP ------------------------------------------
-    // One receive completion: the bytes of one incoming Send.
+    // Each of the three receive entry points below only says where the
+    // message's payload is and hands it to the one receive path (on_message):
+    // the same checks (credit, Len, MSeq/MSeqAck, DisConn, OOB) and effects.
+    //
+    // One receive completion: the bytes of one incoming Send (payload copied).
     void on_recv(std::span<const std::uint8_t> message, bool solicited);
     // The same for a message in a whole private buffer of local_recv_size()
     // bytes, the first `len` of which were received. A Data Message's buffer
@@ -149,8 +155,11 @@ class Connection {
     bool eof() const;
     std::size_t write_space() const;
     std::size_t send_queued() const { return tx_bytes_; }
-    bool disconn_sent() const { return disconn_sent_; }
-    bool disconn_received() const { return disconn_received_; }
+    bool disconn_sent() const { return engine::disconn_sent(send_); }
+    bool disconn_received() const { return engine::disconn_received(recv_); }
+    // The two teardown machines (teardown.hpp).
+    SendTeardown send_teardown() const { return send_; }
+    RecvTeardown recv_teardown() const { return recv_; }
     // OOB_PEND flags received and not yet matched by their OOB byte.
     std::uint32_t oob_pending() const { return oob_pending_; }
     // Credits this side may use now (10.2), reservations not subtracted.
@@ -166,6 +175,9 @@ class Connection {
     std::uint32_t next_mseq() const { return next_mseq_; }
     std::uint32_t last_received_mseq() const { return last_rx_mseq_; }
     const Stats& stats() const { return stats_; }
+    // One line for logs and error messages, e.g.
+    // "established, send draining, recv open" or "reset (peer_abort), ...".
+    std::string describe() const;
 
   private:
     struct Chunk {
@@ -174,12 +186,34 @@ class Connection {
         std::size_t end = 0;  // one past the last payload byte
     };
 
+    // Where a received message's payload is; the receive path is the same.
+    struct Placement {
+        enum class Kind : std::uint8_t {
+            copy,    // in the caller's bytes: copied out if kept
+            own,     // in *buffer, a whole private buffer: kept, *buffer replaced
+            landed,  // already in the reader's memory: read at once
+        };
+        Kind kind = Kind::copy;
+        std::vector<std::uint8_t>* buffer = nullptr;  // own only
+    };
+    // A message's ULP payload: `size` bytes, in `bytes` unless landed.
+    struct Payload {
+        std::size_t size = 0;
+        std::span<const std::uint8_t> bytes;
+        Placement where;
+    };
+
     void established();
     void handle_hello_ack(std::span<const std::uint8_t> bytes);
+    // The one receive path. `bytes`: the message (landed: its BSDH only);
+    // `len`: its length. True if the message was taken and the connection
+    // is still established.
+    bool on_message(std::span<const std::uint8_t> bytes, std::size_t len, Placement where);
+    void on_credit_only(std::span<const std::uint8_t> bytes);
     bool check_sequence(const wire::Message& m);
-    bool take_data_header(const wire::Bsdh& h, std::size_t len);
-    void handle(wire::Message&& m);
-    void deliver(std::vector<std::uint8_t>&& payload, std::uint8_t flags);
+    // The per-MID handling of a validated message; false: a violation.
+    bool dispatch(wire::Message& m, const Payload& payload);
+    void deliver(const Payload& payload, std::uint8_t flags);
     void pump();
     // block: a Data Message's bytes (headroom + payload; body is Data{}).
     bool send(wire::Body body, std::uint8_t flags = 0, std::vector<std::uint8_t>* block = nullptr);
@@ -194,6 +228,12 @@ class Connection {
     void fail_setup(Error e);
     std::uint8_t take_pend_flag(bool carries_oob_byte);
     void drop_queues();
+    // The teardown transitions (teardown.cpp): false, state unchanged, if
+    // the table has none for the event.
+    bool step(SendEvent e);
+    bool step(RecvEvent e);
+    bool llp_closed() const { return engine::llp_closed(recv_); }
+    bool writable() const;
 
     Role role_;
     Config cfg_;
@@ -247,14 +287,9 @@ class Connection {
     std::optional<std::uint8_t> oob_byte_;
     std::uint32_t oob_pending_ = 0;
 
-    // Teardown (8.2).
-    bool shutdown_requested_ = false;
-    bool disconn_sent_ = false;
-    bool disconn_received_ = false;
-    bool abort_received_ = false;
-    bool abort_pending_ = false;  // AbortConn waiting for credit
-    bool llp_teardown_requested_ = false;
-    bool llp_closed_ = false;
+    // Teardown (8.2), one machine per half-connection.
+    SendTeardown send_ = SendTeardown::open;
+    RecvTeardown recv_ = RecvTeardown::open;
 
     Stats stats_;
 };

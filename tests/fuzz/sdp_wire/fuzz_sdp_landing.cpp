@@ -14,6 +14,10 @@
 // Invariants: no crash or sanitizer report; landed() never exceeds the zone;
 // end_landing() returns what landed() said; both peers deliver the same
 // bytes in the same order and end in the same state with the same counts.
+// The engine takes landed, kept and copied payloads through one receive path
+// (Connection::on_message with a Placement), so a difference here points at
+// SoftSession's landing bookkeeping or a placement-specific branch creeping
+// back into the engine.
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
