@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "sdp/io/channel.hpp"
-#include "sdp/io/soft_session.hpp"
+#include "sdp/soft/soft_session.hpp"
 
 namespace sdp::io {
 

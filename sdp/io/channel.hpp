@@ -35,7 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "sdp/io/soft_session.hpp"
+#include "sdp/soft/soft_session.hpp"
 
 namespace sdp::io {
 
