@@ -163,10 +163,11 @@ std::optional<Clock::time_point> SoftChannel::io_deadline() const {
 void SoftChannel::helper_loop() {
     std::unique_lock lk(mu_);
     while (!stop_) {
-        if (polling_ || !core_.tx_pending()) {
-            // Woken by kick_helper() when a caller leaves with sends queued.
-            helper_cv_.wait_for(lk, std::chrono::milliseconds(100));
-            continue;
+        // Woken by kick_helper(): a caller left drive() or a call with sends
+        // queued and nobody polling (no periodic wake-ups).
+        helper_cv_.wait(lk, [&] { return stop_ || (!polling_ && core_.tx_pending()); });
+        if (stop_) {
+            break;
         }
         drive(
             lk, [&] { return stop_ || !core_.tx_pending(); }, std::nullopt);
@@ -256,6 +257,7 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
     while (true) {
         service_locked();
         if (pred()) {
+            kick_helper();  // sends left for the helper once this caller leaves
             return true;
         }
         if (core_.rd_eof()) {
@@ -264,6 +266,7 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
             return pred();
         }
         if (deadline && Clock::now() >= *deadline) {
+            kick_helper();
             return false;
         }
         if (polling_) {
@@ -334,6 +337,8 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
     }
     if (n > 0) {
         after_call();
+    } else {
+        kick_helper();
     }
     return n;
 }
@@ -352,6 +357,7 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     while (done < in.size()) {
         const auto n = core_.write(in.subspan(done), ec);
         if (ec) {
+            kick_helper();
             return done;
         }
         if (n) {
@@ -432,6 +438,7 @@ short SoftChannel::pump() {
     }
     service_locked();
     cv_.notify_all();
+    kick_helper();
     short ev = core_.rd_eof() ? 0 : POLLIN;
     if (core_.output_pending() && !core_.wr_shut()) {
         ev |= POLLOUT;

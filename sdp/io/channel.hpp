@@ -19,7 +19,10 @@
 // themselves, so a 64-byte round trip costs no thread hand-off. A helper
 // thread per channel takes over only while sends are queued (waiting for
 // credit or socket space, or a DisConn to go out) and no caller drives, the
-// way a kernel socket keeps sending after write() returned.
+// way a kernel socket keeps sending after write() returned. It sleeps on a
+// condition variable until a caller leaves with sends queued (no periodic
+// wake-ups). (It cannot go: without it, data queued by write() beyond the
+// peer's credit would stall until the application's next call.)
 #pragma once
 
 #include <chrono>
