@@ -26,6 +26,22 @@ set_target_properties(pmclient_core PROPERTIES
   VISIBILITY_INLINES_HIDDEN ON)
 add_library(pmclient::core ALIAS pmclient_core)
 
+# --- the connect-and-fall-back procedure of 7.5.1 (sans-I/O, not installed):
+# one copy, driven by pmclient::connect and by sdp_api's stream front ends ---
+add_library(pmclient_connect_core STATIC
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/connect_core/connect_procedure.cpp)
+target_include_directories(pmclient_connect_core PUBLIC
+  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/src/connect_core>)
+target_link_libraries(pmclient_connect_core PUBLIC pmclient_wire)
+# Its blocking driver (sockets: a separate target, so the core stays pure).
+add_library(pmclient_connect_blocking STATIC
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/connect_core/blocking_connect.cpp)
+target_link_libraries(pmclient_connect_blocking PUBLIC pmclient_connect_core)
+set_target_properties(pmclient_connect_core pmclient_connect_blocking PROPERTIES
+  POSITION_INDEPENDENT_CODE ON
+  CXX_VISIBILITY_PRESET hidden
+  VISIBILITY_INLINES_HIDDEN ON)
+
 # --- the shared library -------------------------------------------------------
 add_library(pmclient SHARED
   ${CMAKE_CURRENT_SOURCE_DIR}/src/resolver.cpp
@@ -39,7 +55,7 @@ target_compile_features(pmclient PUBLIC cxx_std_20)
 target_compile_definitions(pmclient PRIVATE PMCLIENT_VERSION="${PROJECT_VERSION}")
 target_link_libraries(pmclient
   PUBLIC Boost::headers Threads::Threads
-  PRIVATE pmclient_core pmclient_wire)
+  PRIVATE pmclient_core pmclient_connect_blocking pmclient_wire)
 # The library's ABI version, independent of the project version: bump the
 # major (and SOVERSION) only on an incompatible change of the C ABI.
 set(PMCLIENT_ABI_VERSION 1.0.0)

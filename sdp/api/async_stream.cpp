@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "internal.hpp"
@@ -103,11 +104,13 @@ struct async_stream::impl {
     }
 };
 
-// The connect state machine: [resolve] -> TCP connect -> [MPA/SDP startup]
-// -> done, or -> TCP fallback to the Conventional Address (7.5.1), with the
-// same decisions as stream::connect (internal.hpp).
+// The connect operation. pm_path is an Asio driver of the 7.5.1 procedure
+// (pmclient/src/connect_core, the same decisions as stream::connect); the
+// SDP Address alone (sdp_only) and plain TCP (tcp_only) are direct.
 struct connect_op : std::enable_shared_from_this<connect_op> {
     enum kind_t { pm_path = 0, sdp_only = 1, tcp_only = 2 };
+    using Proc = pmclient::ConnectProcedure;
+    using Step = Proc::Step;
 
     connect_op(std::shared_ptr<async_stream::impl> s, pmclient::Resolver* r)
         : im(std::move(s)), resolver(r), sock(im->io), timer(im->io) {}
@@ -117,8 +120,7 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
     detail::op_handler handler;
     kind_t kind = pm_path;
     pm::Endpoint target;  // conventional (pm_path) or the address to connect to
-    pm::IpAddress cp;
-    pm::Endpoint sdp_address;
+    std::optional<Proc> proc;
     tcp::socket sock;
     asio::steady_timer timer;
     std::shared_ptr<io::AsioChannel> channel;
@@ -155,19 +157,19 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
         finish(std::make_error_code(std::errc::operation_canceled));
     }
 
-    // A socket of the right family, bound to cp:0 when cp is set.
-    std::error_code fresh_socket(const pm::IpAddress& family_of, bool bind_cp) {
+    // A socket of the family of `addr`, bound to addr:0 when `bind`.
+    std::error_code fresh_socket(const pm::IpAddress& addr, bool bind) {
         boost::system::error_code e;
         sock.close(e);
         sock = tcp::socket(im->io);
-        sock.open(family_of.is_v4() ? tcp::v4() : tcp::v6(), e);
-        if (!e && bind_cp) {
-            sock.bind(tcp::endpoint(detail::to_asio(cp), 0), e);
+        sock.open(addr.is_v4() ? tcp::v4() : tcp::v6(), e);
+        if (!e && bind) {
+            sock.bind(tcp::endpoint(detail::to_asio(addr), 0), e);
         }
         return e ? std::error_code(e.value(), std::generic_category()) : std::error_code{};
     }
 
-    // TCP connect bounded by connect_timeout; cb(errno or 0).
+    // TCP connect bounded by connect_timeout; cb(error).
     template <typename F>
     void tcp_connect(const pm::Endpoint& to, F cb) {
         auto self = shared_from_this();
@@ -194,162 +196,169 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
             } else if (ec) {
                 err = ec == asio::error::operation_aborted ? ECANCELED : ec.value();
             }
-            cb(err);
+            cb(std::error_code(err, std::generic_category()));
         });
     }
 
+    // The MPA/SDP startup on `sock`; cb(error, why).
+    template <typename F>
+    void handshake(F cb) {
+        channel = std::make_shared<io::AsioChannel>(std::move(sock), iwarp::MpaRole::initiator,
+                                                    detail::channel_options(im->opts));
+        sock = tcp::socket(im->io);
+        channel->handshake([this, self = shared_from_this(), cb = std::move(cb)](
+                               std::error_code ec, const std::string& why) mutable {
+            if (done) {
+                return;
+            }
+            if (ec) {
+                channel.reset();
+            }
+            cb(ec, why);
+        });
+    }
+
+    void connected_sdp(const pm::Endpoint& peer) {
+        im->sdp = std::move(channel);
+        im->info.used = transport::sdp;
+        im->info.peer = peer;
+        finish({});
+    }
+
+    void connected_tcp(const pm::Endpoint& peer) {
+        boost::system::error_code e;
+        sock.set_option(tcp::no_delay(true), e);
+        im->plain = std::make_unique<tcp::socket>(std::move(sock));
+        sock = tcp::socket(im->io);
+        im->info.used = transport::tcp;
+        im->info.peer = peer;
+        finish({});
+    }
+
     void start() {
-        const auto& o = im->opts;
-        if (o.connect_timeout.count() <= 0 || target.port == 0 || target.address.is_unspecified()) {
+        if (kind == pm_path) {
+            auto po = detail::procedure_options(im->opts);
+            if (im->opts.iwarp_provider == provider::rdma) {
+                // This API drives the soft provider only.
+                po.unusable = detail::rdma_unusable_reason(
+                    "the async API carries SDP over the soft provider only");
+            }
+            proc.emplace(target, po);
+            step(proc->start());
+            return;
+        }
+        if (im->opts.connect_timeout.count() <= 0 || target.port == 0 ||
+            target.address.is_unspecified()) {
             im->info.reason = "the address needs a specified IP address and a non-zero port";
             finish(std::make_error_code(std::errc::invalid_argument));
             return;
         }
-        if (kind == tcp_only) {
-            start_tcp(target, false);
-            return;
-        }
-        if (kind == sdp_only) {
-            if (auto ec = fresh_socket(target.address, false)) {
-                finish(ec);
-                return;
-            }
-            sdp_address = target;
-            tcp_connect(target, [this](int err) {
-                if (err != 0) {
-                    finish({err, std::generic_category()});
-                } else {
-                    start_handshake();
-                }
-            });
-            return;
-        }
-        // Section 7.5.1: CpIPAddr, a socket bound to CpIPAddr:0 gives CpPort.
-        if (int err = pm::route_source(target.address, cp); err != 0) {
-            im->info.reason =
-                "no route to " + target.address.to_string() + ": " + std::strerror(err);
-            finish({err, std::generic_category()});
-            return;
-        }
-        if (auto ec = fresh_socket(cp, true)) {
-            im->info.reason = "cannot bind TCP socket: " + ec.message();
+        if (auto ec = fresh_socket(target.address, false)) {
             finish(ec);
             return;
         }
-        boost::system::error_code e;
-        const auto local = sock.local_endpoint(e);
-        if (e) {
-            finish({e.value(), std::generic_category()});
-            return;
-        }
-        if (!resolver) {
-            try {
-                resolver = asio::use_service<resolver_service>(im->io).get();
-            } catch (const std::exception& ex) {
-                im->info.reason = ex.what();
+        tcp_connect(target, [this](std::error_code ec) {
+            if (ec) {
+                im->info.reason = "connect to " + target.to_string() + ": " + ec.message();
+                finish(ec);
+            } else if (kind == tcp_only) {
+                im->info.provider = "tcp";
+                connected_tcp(target);
+            } else {
+                im->info.provider = "soft";
+                handshake([this](std::error_code hec, const std::string& why) {
+                    if (hec) {
+                        im->info.reason = why;
+                        finish(hec);
+                    } else {
+                        connected_sdp(target);
+                    }
+                });
             }
-            if (!resolver) {
-                finish(std::make_error_code(std::errc::invalid_argument));
-                return;
-            }
-        }
-        pmclient::ResolveRequest req{target, detail::to_pm(local), detail::request_options(o)};
-        resolver->async_resolve(std::move(req), [self = shared_from_this()](pmclient::Result r) {
-            self->on_resolved(std::move(r));
         });
     }
 
-    void on_resolved(pmclient::Result r) {
+    // Performs one action of the procedure; its result gives the next.
+    void step(const Proc::Action& a) {
         if (done) {
             return;
         }
-        im->info.resolution = std::string(pmclient::to_string(r.kind));
-        im->info.from_cache = r.from_cache;
-        if (r.kind == pmclient::ResultKind::error) {
-            im->info.reason = r.reason;
-            finish(detail::resolution_error(r));
-            return;
+        if (a.flush_cache && resolver) {
+            resolver->flush_cache(proc->conventional());
         }
-        if (r.kind != pmclient::ResultKind::accepted) {
-            fallback(detail::reason_after_resolution(r));
-            return;
-        }
-        sdp_address = r.sdp;
-        tcp_connect(r.sdp, [this](int err) {
-            if (err == 0) {
-                start_handshake();
-            } else if (detail::sdp_connect_fallback_worthy(err)) {
-                // 7.5.1: a reset counts as a PMDeny; forget a stale mapping.
-                resolver->flush_cache(target);
-                fallback(detail::reason_after_sdp_connect(sdp_address, err));
-            } else {
-                im->info.reason =
-                    "connect to SDP Address " + sdp_address.to_string() + ": " + std::strerror(err);
-                finish({err, std::generic_category()});
-            }
-        });
-    }
-
-    void start_handshake() {
-        channel = std::make_shared<io::AsioChannel>(std::move(sock), iwarp::MpaRole::initiator,
-                                                    detail::channel_options(im->opts));
-        sock = tcp::socket(im->io);
-        channel->handshake(
-            [this, self = shared_from_this()](std::error_code ec, const std::string& why) {
-                if (done) {
-                    return;
-                }
-                if (!ec) {
-                    im->sdp = std::move(channel);
-                    im->info.used = transport::sdp;
-                    im->info.peer = sdp_address;
-                    finish({});
-                    return;
-                }
-                channel.reset();
-                if (kind == pm_path && im->opts.fallback && detail::startup_fallback_worthy(ec)) {
-                    fallback(detail::reason_after_startup(ec, why));
-                    return;
-                }
-                im->info.reason = why;
-                finish(ec);
-            });
-    }
-
-    void fallback(std::string reason) {
-        if (!im->opts.fallback) {
-            im->info.reason = std::move(reason);
-            finish(std::make_error_code(std::errc::connection_refused));
-            return;
-        }
-        im->info.reason = std::move(reason);
-        start_tcp(target, true);
-    }
-
-    void start_tcp(const pm::Endpoint& to, bool bind_cp) {
-        if (auto ec = fresh_socket(bind_cp ? cp : to.address, bind_cp)) {
-            finish(ec);
-            return;
-        }
-        tcp_connect(to, [this, to](int err) {
-            if (err != 0) {
-                im->info.reason += (im->info.reason.empty() ? "" : "; ") +
-                                   std::string("connect to ") + to.to_string() + ": " +
-                                   std::strerror(err);
-                finish({err, std::generic_category()});
+        switch (a.step) {
+            case Step::route: {
+                pm::IpAddress cp;
+                const int err = pm::route_source(a.address, cp);
+                step(proc->on_route(err, cp));
                 return;
             }
-            boost::system::error_code e;
-            sock.set_option(tcp::no_delay(true), e);
-            im->plain = std::make_unique<tcp::socket>(std::move(sock));
-            sock = tcp::socket(im->io);
-            im->info.used = transport::tcp;
-            im->info.peer = to;
-            if (kind == pm_path && im->info.reason.empty()) {
-                im->info.reason = "port mapper: " + im->info.resolution;
+            case Step::bind: {
+                // Section 7.5.1: a socket bound to CpIPAddr:0 gives CpPort.
+                if (auto ec = fresh_socket(a.address, true)) {
+                    step(proc->on_bind_failed(ec, {}));
+                    return;
+                }
+                boost::system::error_code e;
+                const auto local = sock.local_endpoint(e);
+                if (e) {
+                    step(proc->on_bind_failed({e.value(), std::generic_category()}, {}));
+                    return;
+                }
+                step(proc->on_bound(detail::to_pm(local)));
+                return;
             }
-            finish({});
-        });
+            case Step::resolve:
+                if (!resolver) {
+                    try {
+                        resolver = asio::use_service<resolver_service>(im->io).get();
+                    } catch (const std::exception& ex) {
+                        im->info.reason = ex.what();
+                    }
+                    if (!resolver) {
+                        finish(std::make_error_code(std::errc::invalid_argument));
+                        return;
+                    }
+                }
+                resolver->async_resolve(pmclient::ResolveRequest{a.endpoint, a.local,
+                                                                 detail::request_options(im->opts)},
+                                        [self = shared_from_this()](pmclient::Result r) {
+                                            if (!self->done) {
+                                                self->step(self->proc->on_resolved(r));
+                                            }
+                                        });
+                return;
+            case Step::connect:
+                tcp_connect(a.endpoint,
+                            [this](std::error_code ec) { step(proc->on_connected(ec)); });
+                return;
+            case Step::handshake:
+                handshake([this](std::error_code ec, const std::string& why) {
+                    step(proc->on_handshake(ec, why));
+                });
+                return;
+            case Step::fallback:
+                if (auto ec = fresh_socket(a.bind_cp ? a.address : a.endpoint.address, a.bind_cp)) {
+                    step(proc->on_fallback(ec, "cannot bind TCP socket: " + ec.message()));
+                    return;
+                }
+                tcp_connect(a.endpoint,
+                            [this](std::error_code ec) { step(proc->on_fallback(ec)); });
+                return;
+            case Step::done:
+            case Step::failed: {
+                const pm::Endpoint peer = proc->peer();
+                im->info = detail::procedure_info(*proc, "soft");
+                if (a.step == Step::failed) {
+                    finish(proc->error());
+                } else if (a.sdp) {
+                    connected_sdp(peer);
+                } else {
+                    connected_tcp(peer);
+                }
+                return;
+            }
+        }
     }
 };
 

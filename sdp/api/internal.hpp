@@ -12,6 +12,7 @@
 #include <string>
 #include <system_error>
 
+#include "connect_procedure.hpp"
 #include "pmclient/address.hpp"
 #include "pmclient/resolver.hpp"
 #include "pmclient/sockaddr.hpp"
@@ -70,21 +71,10 @@ void set_io_timeout(int fd, std::chrono::milliseconds t);
 using pm::from_sockaddr;
 using pm::to_sockaddr;
 
-// Connect decisions shared by stream::connect and async_stream::async_connect
-// (section 7.5.1), so both fall back to TCP in exactly the same cases.
 pmclient::RequestOptions request_options(const stream_options& o);
-// The MPA/SDP startup on the SDP Address failed with `ec`: use plain TCP to
-// the Conventional Address (refused, reset, timed out, aborted)?
-bool startup_fallback_worthy(const std::error_code& ec);
-// The TCP connect to the SDP Address failed with errno `err`: treat it like
-// a PMDeny (and flush the cached mapping)?
-bool sdp_connect_fallback_worthy(int err);
-// connect_info::reason texts.
-std::string reason_after_resolution(const pmclient::Result& r);
-std::string reason_after_startup(const std::error_code& ec, const std::string& why);
-std::string reason_after_sdp_connect(const pm::Endpoint& sdp_address, int err);
-// A resolution that ended with ResultKind::error, as the connect error.
-std::error_code resolution_error(const pmclient::Result& r);
+// The 7.5.1 procedure's options for stream::connect / async_connect: the
+// MPA/SDP startup runs as its handshake step (pmclient/src/connect_core).
+pmclient::ConnectProcedure::Options procedure_options(const stream_options& o);
 
 // The process-wide blocking resolver of the stream API (may throw on a bad
 // SDP_PMSP).
@@ -95,6 +85,24 @@ pmclient::BlockingResolver& shared_resolver();
 std::optional<provider> choose_provider(provider asked, std::string& why);
 // connect_info::reason / error text for an unusable rdma provider.
 std::string rdma_unusable_reason(const std::string& why);
+// What a finished procedure tells connect_info (resolution, from_cache,
+// reason), and the provider to name after a failure.
+connect_info procedure_info(const pmclient::ConnectProcedure& proc, const char* provider_tried);
+
+// The rdma-core side of stream::connect's procedure (rdma_channel.cpp,
+// built with SDPPM_HAVE_RDMA): the bind, connect (which includes the
+// MPA/SDP startup) and the channel once connected.
+class rdma_connector {
+  public:
+    virtual ~rdma_connector() = default;
+    // An rdma_cm id bound to cp:0; false (ec, why) when the device cannot
+    // be used from there.
+    virtual bool bind(const pm::IpAddress& cp, pm::Endpoint& local, std::error_code& ec,
+                      std::string& why) = 0;
+    virtual std::error_code connect(const pm::Endpoint& sdp_address, std::string& why) = 0;
+    virtual std::unique_ptr<provider_channel> start(std::error_code& ec, std::string& why) = 0;
+};
+std::unique_ptr<rdma_connector> make_rdma_connector(const stream_options& o);
 
 // Registration of an acceptor with the local sdp-pmd (control socket).
 std::error_code register_service(const acceptor_options& opts, const pm::Endpoint& local,

@@ -319,80 +319,63 @@ std::unique_ptr<provider_channel> rdma_connect_direct(const pm::Endpoint& sdp_ad
     return c;
 }
 
-rdma_pm_outcome rdma_connect_pm(pmclient::BlockingResolver& resolver,
-                                const pm::Endpoint& conventional_in, const stream_options& o) {
-    rdma_pm_outcome out;
-    const pm::Endpoint conventional{conventional_in.address.unmapped(), conventional_in.port};
-    if (conventional.port == 0 || conventional.address.is_unspecified()) {
-        out.ec = std::make_error_code(std::errc::invalid_argument);
-        out.reason = "Conventional Address needs a specified IP address and a non-zero port";
-        return out;
-    }
-    // CpIPAddr: the source address routed towards ApIPAddr (as
-    // pmclient::connect chooses it for TCP).
-    pm::IpAddress cp;
-    if (int err = pm::route_source(conventional.address, cp); err != 0) {
-        out.ec = {err, std::generic_category()};
-        out.reason = "no route to " + conventional.address.to_string() + ": " + std::strerror(err);
-        return out;
-    }
-    // CpPort: rdma_cm picks it when the id is bound to CpIPAddr:0; the same
-    // id then connects, so the connection comes from CpIPAddr:CpPort (7.5.1).
-    sockaddr_storage src;
-    (void)to_sockaddr(pm::Endpoint{cp, 0}, src);
-    std::error_code rec;
-    std::string why;
-    auto s =
-        rdma::RdmaSession::bind(reinterpret_cast<const sockaddr*>(&src), rdma_config(o), rec, &why);
-    if (!s) {
-        out.bind_failed = true;
-        out.ec = to_generic(rec);
-        out.reason = "rdma: cannot bind an rdma_cm id to CpIPAddr " + cp.to_string() + " (" +
-                     provider_text(rec, why) + ")";
-        return out;
-    }
-    const pm::Endpoint local = from_sockaddr(s->local_address());
-    if (local.port == 0) {
-        out.bind_failed = true;
-        out.ec = std::make_error_code(std::errc::address_not_available);
-        out.reason = "rdma: rdma_cm bound " + cp.to_string() + " without a port";
-        return out;
-    }
-    pmclient::ResolveRequest req{conventional, local, request_options(o)};
-    out.resolution = resolver.resolve(req);
-    out.asked = true;
-    const pmclient::Result& r = out.resolution;
-    if (r.kind == pmclient::ResultKind::error) {
-        out.ec = resolution_error(r);
-        out.reason = r.reason;
-        return out;
-    }
-    if (r.kind != pmclient::ResultKind::accepted) {
-        out.fall_back = true;
-        out.reason = reason_after_resolution(r);
-        return out;
-    }
-    sockaddr_storage dst;
-    (void)to_sockaddr(r.sdp, dst);
-    if (auto e = s->connect_to(reinterpret_cast<const sockaddr*>(&dst), &why)) {
-        const std::error_code g = to_generic(e);
-        if (startup_fallback_worthy(g) || g == std::errc::host_unreachable) {
-            // 7.5.1: a reset (or refusal) from the SDP Address counts as a
-            // PMDeny. Forget a cached answer that no longer works.
-            resolver.resolver().flush_cache(conventional);
-            out.fall_back = true;
-            out.reason = "SDP Address " + r.sdp.to_string() +
-                         " over rdma: " + provider_text(e, why) +
-                         "; fell back to the Conventional Address";
-            return out;
+namespace {
+
+// The rdma side of stream::connect's 7.5.1 procedure: an rdma_cm id bound
+// to CpIPAddr:0 (rdma_cm picks CpPort), connected from there to the SDP
+// Address (rdma_connect includes the MPA/SDP startup).
+class rdma_connector_impl final : public rdma_connector {
+  public:
+    explicit rdma_connector_impl(const stream_options& o) : o_(o) {}
+
+    bool bind(const pm::IpAddress& cp, pm::Endpoint& local, std::error_code& ec,
+              std::string& why) override {
+        sockaddr_storage src;
+        (void)to_sockaddr(pm::Endpoint{cp, 0}, src);
+        std::error_code rec;
+        std::string pwhy;
+        s_ = rdma::RdmaSession::bind(reinterpret_cast<const sockaddr*>(&src), rdma_config(o_), rec,
+                                     &pwhy);
+        if (!s_) {
+            ec = to_generic(rec);
+            why = "rdma: cannot bind an rdma_cm id to CpIPAddr " + cp.to_string() + " (" +
+                  provider_text(rec, pwhy) + ")";
+            return false;
         }
-        out.ec = g;
-        out.reason = "rdma: " + provider_text(e, why);
-        return out;
+        local = from_sockaddr(s_->local_address());
+        if (local.port == 0) {
+            s_.reset();
+            ec = std::make_error_code(std::errc::address_not_available);
+            why = "rdma: rdma_cm bound " + cp.to_string() + " without a port";
+            return false;
+        }
+        return true;
     }
-    out.channel = RdmaChannel::start(std::move(s), o.io_timeout, out.ec, &out.reason);
-    out.peer = r.sdp;
-    return out;
+
+    std::error_code connect(const pm::Endpoint& sdp_address, std::string& why) override {
+        sockaddr_storage dst;
+        (void)to_sockaddr(sdp_address, dst);
+        std::string pwhy;
+        if (auto e = s_->connect_to(reinterpret_cast<const sockaddr*>(&dst), &pwhy)) {
+            why = "rdma: " + provider_text(e, pwhy);
+            return to_generic(e);
+        }
+        return {};
+    }
+
+    std::unique_ptr<provider_channel> start(std::error_code& ec, std::string& why) override {
+        return RdmaChannel::start(std::move(s_), o_.io_timeout, ec, &why);
+    }
+
+  private:
+    stream_options o_;
+    std::unique_ptr<rdma::RdmaSession> s_;
+};
+
+}  // namespace
+
+std::unique_ptr<rdma_connector> make_rdma_connector(const stream_options& o) {
+    return std::make_unique<rdma_connector_impl>(o);
 }
 
 // --- accept -----------------------------------------------------------------------

@@ -23,7 +23,6 @@
 #include <thread>
 
 #include "internal.hpp"
-#include "pmclient/resolver.hpp"
 #include "rdma/cm.hpp"
 #include "rdma/session.hpp"
 #include "sdp/stream.hpp"
@@ -84,24 +83,6 @@ class RdmaChannel final : public provider_channel {
 std::unique_ptr<provider_channel> rdma_connect_direct(const pm::Endpoint& sdp_address,
                                                       const stream_options& o, std::error_code& ec,
                                                       std::string& why);
-
-// Section 7.5.1 over rdma: binds an rdma_cm id to CpIPAddr:0 (the source
-// address routed towards ApIPAddr), asks the Port Mapper with the CpPort
-// rdma_cm picked, and on PMAccept connects from that id to the SDP Address.
-struct rdma_pm_outcome {
-    std::unique_ptr<provider_channel> channel;  // SDP over rdma to `peer`
-    pm::Endpoint peer;
-    pmclient::Result resolution;
-    bool asked = false;        // the Port Mapper was asked (resolution is set)
-    bool bind_failed = false;  // no rdma id could be bound to CpIPAddr (nothing sent)
-    // No channel, no error: use TCP to the Conventional Address (PMDeny,
-    // PM timeout, or the SDP Address refused / reset / timed out).
-    bool fall_back = false;
-    std::string reason;  // why it fell back, or the failure
-    std::error_code ec;  // the failure when neither channel nor fall_back
-};
-rdma_pm_outcome rdma_connect_pm(pmclient::BlockingResolver& resolver,
-                                const pm::Endpoint& conventional, const stream_options& o);
 
 // The rdma side of an acceptor: an rdma_cm listener; requests are taken
 // without blocking on the accept() thread and finished (rdma_accept, the

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "blocking_connect.hpp"
 #include "internal.hpp"
-#include "pmclient/connect.hpp"
 #include "sdp/io/channel.hpp"
 
 #if SDPPM_HAVE_RDMA
@@ -113,37 +113,26 @@ pmclient::RequestOptions request_options(const stream_options& o) {
     return ro;
 }
 
-bool startup_fallback_worthy(const std::error_code& ec) {
-    return ec == std::errc::connection_refused || ec == std::errc::connection_reset ||
-           ec == std::errc::timed_out || ec == std::errc::connection_aborted;
+pmclient::ConnectProcedure::Options procedure_options(const stream_options& o) {
+    pmclient::ConnectProcedure::Options p;
+    p.connect_timeout = o.connect_timeout;
+    p.fallback = o.fallback;
+    p.handshake = true;
+    return p;
 }
 
-bool sdp_connect_fallback_worthy(int err) {
-    return err == ECONNREFUSED || err == ECONNRESET || err == ETIMEDOUT;
-}
-
-std::string reason_after_resolution(const pmclient::Result& r) {
-    return std::string(r.kind == pmclient::ResultKind::denied ? "PMDeny" : "PM timeout") +
-           "; fell back to the Conventional Address";
-}
-
-std::string reason_after_startup(const std::error_code& ec, const std::string& why) {
-    return "SDP startup failed (" + ec.message() + ": " + why + ")";
-}
-
-std::string reason_after_sdp_connect(const pm::Endpoint& sdp_address, int err) {
-    return "SDP Address " + sdp_address.to_string() + ": " + std::strerror(err) +
-           "; fell back to the Conventional Address";
-}
-
-std::error_code resolution_error(const pmclient::Result& r) {
-    if (r.error == pmclient::Errc::invalid_argument || r.error == pmclient::Errc::config) {
-        return std::make_error_code(std::errc::invalid_argument);
+connect_info procedure_info(const pmclient::ConnectProcedure& proc, const char* provider_tried) {
+    connect_info info;
+    if (proc.asked()) {
+        info.resolution = std::string(pmclient::to_string(proc.resolution().kind));
+        info.from_cache = proc.resolution().from_cache;
     }
-    if (r.error == pmclient::Errc::cancelled) {
-        return std::make_error_code(std::errc::operation_canceled);
-    }
-    return std::make_error_code(std::errc::host_unreachable);
+    info.reason = proc.reason();
+    const bool tcp = proc.action().step == pmclient::ConnectProcedure::Step::failed
+                         ? proc.failed_at() == pmclient::ConnectProcedure::Step::fallback
+                         : !proc.action().sdp;
+    info.provider = tcp ? "tcp" : provider_tried;
+    return info;
 }
 
 pmclient::BlockingResolver& shared_resolver() {
@@ -261,158 +250,127 @@ std::error_code stream::connect_sdp(const pm::Endpoint& sdp_address, const strea
     return {};
 }
 
+namespace {
+
+// stream::connect's blocking driver of the 7.5.1 procedure: the Port
+// Mapper through the shared resolver; SDP over the soft provider (a TCP
+// socket, then the MPA/SDP startup) or over rdma (an rdma_cm id; its
+// connect includes the startup). `automatic` with an rdma_cm id that cannot
+// be bound to CpIPAddr uses the soft provider instead.
+class StreamConnect final : public pmclient::BlockingConnect {
+  public:
+    StreamConnect(pmclient::BlockingResolver& r, const stream_options& o,
+                  std::unique_ptr<detail::rdma_connector> rdma_side, bool automatic)
+        : BlockingConnect(o.connect_timeout),
+          rdma(std::move(rdma_side)),
+          resolver_(r),
+          opts_(o),
+          automatic_(automatic) {}
+
+    std::unique_ptr<io::SoftChannel> soft;         // done over soft SDP
+    std::unique_ptr<detail::rdma_connector> rdma;  // null: the soft provider
+    std::string note;                              // why automatic did not use rdma
+
+  private:
+    BindOutcome bind(const pm::IpAddress& cp) override {
+        if (rdma) {
+            BindOutcome b;
+            if (rdma->bind(cp, local_, b.ec, b.why)) {
+                return {};
+            }
+            if (!automatic_) {
+                b.provider_unusable = true;
+                return b;
+            }
+            // The device is not on the route to this peer: soft provider.
+            rdma.reset();
+            note = b.why + "; used the soft provider";
+        }
+        return BlockingConnect::bind(cp);
+    }
+    pmclient::Result resolve(const pm::Endpoint& conventional, const pm::Endpoint& local) override {
+        return resolver_.resolve({conventional, local, detail::request_options(opts_)});
+    }
+    void flush_cache(const pm::Endpoint& conventional) override {
+        resolver_.resolver().flush_cache(conventional);
+    }
+    std::error_code connect(const pm::Endpoint& sdp_address, std::string& why) override {
+        return rdma ? rdma->connect(sdp_address, why) : BlockingConnect::connect(sdp_address, why);
+    }
+    std::error_code handshake(std::string& why) override {
+        if (rdma) {
+            return {};  // part of the rdma connect
+        }
+        std::error_code ec;
+        soft = io::SoftChannel::handshake(release_fd(), iwarp::MpaRole::initiator,
+                                          channel_options(opts_), ec, &why);
+        return ec;
+    }
+
+    pmclient::BlockingResolver& resolver_;
+    stream_options opts_;
+    bool automatic_;
+};
+
+}  // namespace
+
 std::error_code stream::connect(const pm::Endpoint& conventional, const stream_options& opts) {
     impl_.reset();
     failed_ = {};
+    pmclient::BlockingResolver* resolver = nullptr;
+    try {
+        resolver = &shared_resolver();
+    } catch (const std::exception&) {
+        return std::make_error_code(std::errc::invalid_argument);
+    }
+    auto po = detail::procedure_options(opts);
+    std::unique_ptr<detail::rdma_connector> rdma;
     std::string pwhy;
     const auto prov = detail::choose_provider(opts.iwarp_provider, pwhy);
     if (!prov) {
         // rdma asked for and unusable: nothing to ask the Port Mapper for.
-        const std::string why = detail::rdma_unusable_reason(pwhy);
-        if (!opts.fallback) {
-            connect_info fi;
-            fi.provider = "rdma";
-            fi.reason = why;
-            return fail(std::make_error_code(std::errc::no_such_device), std::move(fi));
-        }
-        if (auto e = connect_tcp(conventional, opts)) {
-            connect_info fi;
-            fi.provider = "tcp";
-            fi.reason = why + "; connect to the Conventional Address " + conventional.to_string() +
-                        ": " + e.message();
-            return fail(e, std::move(fi));
-        }
-        impl_->info.reason = why + "; fell back to TCP to the Conventional Address";
-        return {};
+        po.unusable = detail::rdma_unusable_reason(pwhy);
     }
-    std::string soft_note;  // automatic chose rdma, which could not be used here
 #if SDPPM_HAVE_RDMA
-    if (*prov == provider::rdma) {
-        detail::rdma_pm_outcome out;
-        try {
-            out = detail::rdma_connect_pm(shared_resolver(), conventional, opts);
-        } catch (const std::exception&) {
-            return std::make_error_code(std::errc::invalid_argument);
-        }
-        if (out.bind_failed && opts.iwarp_provider == provider::automatic) {
-            // The device is not on the route to this peer: soft provider.
-            soft_note = out.reason + "; used the soft provider";
-        } else {
-            const std::string resolution =
-                out.asked ? std::string(pmclient::to_string(out.resolution.kind)) : "";
-            if (out.channel) {
-                auto im = std::make_unique<impl>();
-                im->opts = opts;
-                im->other = std::move(out.channel);
-                im->info.used = transport::sdp;
-                im->info.peer = out.peer;
-                im->info.provider = "rdma";
-                im->info.resolution = resolution;
-                im->info.from_cache = out.resolution.from_cache;
-                impl_ = std::move(im);
-                return {};
-            }
-            connect_info fi;
-            fi.provider = "rdma";
-            fi.resolution = resolution;
-            fi.from_cache = out.resolution.from_cache;
-            fi.reason = out.reason;
-            if (!out.fall_back && !out.bind_failed) {
-                return fail(out.ec ? out.ec : std::make_error_code(std::errc::io_error),
-                            std::move(fi));
-            }
-            if (!opts.fallback) {
-                return fail(
-                    out.bind_failed ? out.ec : std::make_error_code(std::errc::connection_refused),
-                    std::move(fi));
-            }
-            if (out.bind_failed) {
-                // The device is not on the route to the peer: nothing was
-                // asked; plain TCP to the Conventional Address.
-                out.reason += "; fell back to TCP to the Conventional Address";
-                fi.reason = out.reason;
-            }
-            if (auto e = connect_tcp(conventional, opts)) {
-                fi.provider = "tcp";
-                fi.reason += "; connect to the Conventional Address " + conventional.to_string() +
-                             ": " + e.message();
-                return fail(e, std::move(fi));
-            }
-            impl_->info.resolution = resolution;
-            impl_->info.from_cache = out.resolution.from_cache;
-            impl_->info.reason = out.reason;
-            return {};
-        }
+    if (prov == provider::rdma) {
+        rdma = detail::make_rdma_connector(opts);
     }
 #endif
-    pmclient::ConnectOptions co;
-    co.connect_timeout = opts.connect_timeout;
-    co.request = detail::request_options(opts);
-    pmclient::ConnectResult cr;
-    try {
-        cr = pmclient::connect(shared_resolver(), conventional, std::nullopt, co);
-    } catch (const std::exception&) {
-        return std::make_error_code(std::errc::invalid_argument);
-    }
-    const std::string resolution(pmclient::to_string(cr.resolution.kind));
-    if (!cr.ok()) {
-        connect_info fi;
-        fi.provider = "soft";
-        fi.resolution = resolution;
-        fi.reason = cr.reason;
-        return fail(errno_code(cr.sys_errno != 0 ? cr.sys_errno : EHOSTUNREACH), std::move(fi));
+    pmclient::ConnectProcedure proc(conventional, po);
+    StreamConnect io(*resolver, opts, std::move(rdma), opts.iwarp_provider == provider::automatic);
+    const auto& last = io.run(proc);
+    connect_info info = detail::procedure_info(proc, io.rdma || !prov ? "rdma" : "soft");
+    if (last.step != pmclient::ConnectProcedure::Step::done) {
+        return fail(proc.error(), std::move(info));
     }
     auto im = std::make_unique<impl>();
     im->opts = opts;
-    im->info.resolution = resolution;
-    im->info.from_cache = cr.resolution.from_cache;
-    im->info.peer = cr.peer;
-    if (!cr.used_sdp) {
-        if (!opts.fallback) {
-            ::close(cr.fd);
-            connect_info fi = im->info;
-            fi.provider = "soft";
-            fi.reason = cr.reason;
-            return fail(std::make_error_code(std::errc::connection_refused), std::move(fi));
-        }
-        io::set_nodelay(cr.fd);
-        io::set_nonblocking(cr.fd, false);
-        detail::set_io_timeout(cr.fd, opts.io_timeout);
-        im->tcp_fd = cr.fd;
+    im->info = std::move(info);
+    im->info.peer = proc.peer();
+    if (!last.sdp) {
+        const int fd = io.release_fd();
+        io::set_nodelay(fd);
+        io::set_nonblocking(fd, false);
+        detail::set_io_timeout(fd, opts.io_timeout);
+        im->tcp_fd = fd;
         im->info.used = transport::tcp;
-        im->info.provider = "tcp";
-        im->info.reason = cr.reason.empty() ? "port mapper: " + resolution : cr.reason;
         impl_ = std::move(im);
         return {};
     }
-    // Connected to the SDP Address from CpIPAddr:CpPort: MPA + SDP setup.
-    std::error_code ec;
-    std::string why;
-    im->sdp = io::SoftChannel::handshake(cr.fd, iwarp::MpaRole::initiator, channel_options(opts),
-                                         ec, &why);
-    if (im->sdp) {
-        im->info.used = transport::sdp;
-        im->info.provider = "soft";
-        im->info.reason = soft_note;
-        impl_ = std::move(im);
-        return {};
+    if (io.rdma) {
+        std::error_code ec;
+        std::string why;
+        im->other = io.rdma->start(ec, why);
+        if (!im->other) {
+            im->info.reason = why;
+            return fail(ec, std::move(im->info));
+        }
+    } else {
+        im->sdp = std::move(io.soft);
+        im->info.reason = io.note;
     }
-    // 7.5.1: a reset (or refusal / timeout) of the SDP connection is
-    // treated like a PMDeny: plain TCP to the Conventional Address.
-    if (!opts.fallback || !detail::startup_fallback_worthy(ec)) {
-        connect_info fi = im->info;
-        fi.provider = "soft";
-        fi.reason = why;
-        return fail(ec, std::move(fi));
-    }
-    stream t;
-    if (auto e2 = t.connect_tcp(conventional, opts)) {
-        return e2;
-    }
-    t.impl_->info.resolution = resolution;
-    t.impl_->info.from_cache = cr.resolution.from_cache;
-    t.impl_->info.reason = detail::reason_after_startup(ec, why);
-    impl_ = std::move(t.impl_);
+    im->info.used = transport::sdp;
+    impl_ = std::move(im);
     return {};
 }
 

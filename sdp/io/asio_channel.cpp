@@ -1,7 +1,5 @@
 #include "sdp/io/asio_channel.hpp"
 
-#include <sys/socket.h>
-
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
@@ -13,7 +11,7 @@ namespace sdp::io {
 namespace {
 
 constexpr std::size_t kReadChunk = 256 * 1024;
-constexpr std::size_t kOutHigh = 512 * 1024;  // bytes of FPDUs per socket write
+constexpr std::size_t kMaxIov = 128;  // pieces per gathered write
 constexpr std::chrono::milliseconds kRejectGrace{200};
 
 std::error_code errc(std::errc e) {
@@ -25,22 +23,21 @@ std::error_code errc(std::errc e) {
 AsioChannel::AsioChannel(Socket sock, iwarp::MpaRole role, const ChannelOptions& opts)
     : ex_(sock.get_executor()),
       sock_(std::move(sock)),
-      session_(role, opts.session),
-      role_(role),
+      core_(role, opts.session),
       opts_(opts),
       timer_(ex_) {
     boost::system::error_code e;
     sock_.set_option(boost::asio::ip::tcp::no_delay(true), e);
     sock_.non_blocking(true, e);
     mss_ = tcp_mss(sock_.native_handle());
-    session_.set_mss(mss_);
+    core_.set_mss(mss_);
     in_.resize(kReadChunk);
 }
 
 AsioChannel::~AsioChannel() {
     if (!finished_ && sock_.is_open()) {
         boost::system::error_code e;
-        if (!rd_eof_ && !rst_done_ && !wr_shut_) {
+        if (!core_.rd_eof() && !core_.rst_done() && !core_.wr_shut()) {
             sock_.set_option(boost::asio::socket_base::linger(true, 0), e);
         }
         sock_.close(e);
@@ -57,8 +54,10 @@ void AsioChannel::post(Callback cb, std::error_code ec) {
 
 void AsioChannel::handshake(HandshakeCallback cb) {
     hs_cb_ = std::move(cb);
-    if (role_ == iwarp::MpaRole::initiator && !session_.start()) {
-        finish_handshake(errc(std::errc::protocol_error), session_.describe_error());
+    if (!core_.start()) {
+        std::string why;
+        const auto ec = core_.startup_error(&why);
+        finish_handshake(ec, std::move(why));
         return;
     }
     timer_.expires_after(opts_.handshake_timeout);
@@ -102,13 +101,11 @@ void AsioChannel::async_write_some(std::span<const std::uint8_t> buf, IoCallback
 }
 
 std::error_code AsioChannel::shutdown_write() {
-    auto& c = session_.sdp();
-    if (c.state() != engine::State::established) {
-        return c.state() == engine::State::closed ? std::error_code{} : state_error(true);
+    const auto ec = core_.shutdown_write();
+    if (!ec) {
+        pump();
     }
-    c.shutdown_write();
-    pump();
-    return {};
+    return ec;
 }
 
 void AsioChannel::async_close(std::chrono::milliseconds linger, Callback cb) {
@@ -125,10 +122,7 @@ void AsioChannel::async_close(std::chrono::milliseconds linger, Callback cb) {
         post_io(std::move(wr_op_->cb), errc(std::errc::operation_canceled), 0);
         wr_op_.reset();
     }
-    auto& c = session_.sdp();
-    if (c.state() == engine::State::established) {
-        c.shutdown_write();
-    }
+    core_.begin_close();
     timer_.cancel();
     timer_.expires_after(linger);
     timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
@@ -136,11 +130,7 @@ void AsioChannel::async_close(std::chrono::milliseconds linger, Callback cb) {
             return;
         }
         // 8.2.1 did not finish in time: abortive.
-        auto& conn = self->session_.sdp();
-        if (conn.state() == engine::State::established ||
-            conn.state() == engine::State::connecting) {
-            conn.abort();
-        }
+        self->core_.abort();
         self->finish_close(errc(std::errc::timed_out));
     });
     pump();
@@ -158,29 +148,19 @@ void AsioChannel::abort() {
     if (finished_) {
         return;
     }
-    auto& c = session_.sdp();
-    if (c.state() == engine::State::established || c.state() == engine::State::connecting) {
-        c.abort();
+    core_.abort();
+    // Best effort: the AbortConn, unless a write is in flight (then
+    // next_output() has nothing).
+    std::span<const std::uint8_t> segs[kMaxIov];
+    if (const std::size_t nseg = core_.next_output(segs); nseg > 0) {
+        const long n = send_gathered(sock_.native_handle(), std::span(segs, nseg));
+        core_.written(n > 0 ? static_cast<std::size_t>(n) : 0);
     }
-    if (!session_.eof_seen()) {
-        // Best effort: the AbortConn, unless a write is in flight.
-        if (!writing_ && !rst_done_ && !wr_shut_) {
-            out_.clear();
-            session_.take_output(out_, kOutHigh);
-            if (!out_.empty()) {
-                (void)!::send(sock_.native_handle(), out_.data(), out_.size(),
-                              MSG_DONTWAIT | MSG_NOSIGNAL);
-            }
-            out_.clear();
-        }
-        session_.on_eof();
-    }
-    boost::system::error_code e;
-    if (!rst_done_ && !wr_shut_) {
+    const bool fin_sent = core_.wr_shut();
+    if (core_.take_reset() && !fin_sent) {
+        boost::system::error_code e;
         sock_.set_option(boost::asio::socket_base::linger(true, 0), e);
     }
-    rst_done_ = true;
-    rd_eof_ = true;
     finish_socket();
     if (hs_cb_) {
         hs_failing_ = false;
@@ -209,32 +189,8 @@ void AsioChannel::cancel() {
     }
 }
 
-std::error_code AsioChannel::state_error(bool for_write) const {
-    const auto& c = session_.sdp();
-    switch (c.state()) {
-        case engine::State::closed:
-            return errc(for_write ? std::errc::broken_pipe : std::errc::connection_reset);
-        case engine::State::reset:
-            if (c.error() == engine::Error::local_abort) {
-                return errc(std::errc::not_connected);
-            }
-            return errc(std::errc::connection_reset);
-        case engine::State::failed:
-            return errc(std::errc::not_connected);
-        default:
-            break;
-    }
-    if (for_write && (c.disconn_sent() || c.write_space() == 0)) {
-        return errc(std::errc::broken_pipe);
-    }
-    return errc(std::errc::connection_reset);
-}
-
-void AsioChannel::lost_llp(const boost::system::error_code&) {
-    rd_eof_ = true;
-    if (!session_.eof_seen()) {
-        session_.on_eof();
-    }
+void AsioChannel::lost_llp(const boost::system::error_code& ec) {
+    core_.on_llp_lost(ec == boost::asio::error::eof ? 0 : ec.value());
 }
 
 void AsioChannel::pump() {
@@ -250,7 +206,7 @@ void AsioChannel::pump() {
 }
 
 void AsioChannel::start_read() {
-    if (reading_ || rd_eof_ || finished_ || !sock_.is_open()) {
+    if (reading_ || core_.rd_eof() || finished_ || !sock_.is_open()) {
         return;
     }
     reading_ = true;
@@ -274,15 +230,13 @@ void AsioChannel::feed(std::span<const std::uint8_t> bytes) {
     // A pending read with nothing queued lends its buffer: Data payloads
     // that complete in these bytes land in it directly (SoftSession::
     // begin_landing), one copy less than through the private buffers.
-    auto& c = session_.sdp();
-    const bool landing = rd_op_ && c.readable() == 0 && c.state() == engine::State::established &&
-                         session_.begin_landing(rd_op_->rbuf);
-    session_.on_bytes(bytes);
+    const bool landing = rd_op_ && core_.begin_landing(rd_op_->rbuf);
+    core_.on_bytes(bytes);
     if (!landing) {
         return;
     }
     // A message placed in part goes back to its private buffer.
-    if (const std::size_t n = session_.end_landing(); n > 0) {
+    if (const std::size_t n = core_.session().end_landing(); n > 0) {
         auto cb = std::move(rd_op_->cb);
         rd_op_.reset();
         post_io(std::move(cb), {}, n);
@@ -290,26 +244,30 @@ void AsioChannel::feed(std::span<const std::uint8_t> bytes) {
 }
 
 void AsioChannel::start_write() {
-    if (writing_ || wr_shut_ || rst_done_ || finished_ || !sock_.is_open()) {
+    if (finished_ || !sock_.is_open()) {
         return;
     }
-    out_.clear();
-    // Also picks up MPA frames (not reported by has_output()).
-    session_.take_output(out_, kOutHigh);
-    if (out_.empty()) {
+    // The session's gathered FPDUs (headers, payload straight from its send
+    // buffers, CRC trailers), valid until written() / write_failed().
+    std::span<const std::uint8_t> segs[kMaxIov];
+    const std::size_t nseg = core_.next_output(segs);
+    if (nseg == 0) {
         return;
     }
-    writing_ = true;
+    wbufs_.clear();
+    for (std::size_t i = 0; i < nseg; ++i) {
+        wbufs_.emplace_back(segs[i].data(), segs[i].size());
+    }
     boost::asio::async_write(
-        sock_, boost::asio::buffer(out_),
-        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-            self->writing_ = false;
-            self->out_.clear();
+        sock_, wbufs_,
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+            if (ec) {
+                self->core_.write_failed(ec.value());
+            } else {
+                self->core_.written(n);
+            }
             if (self->finished_) {
                 return;
-            }
-            if (ec) {
-                self->lost_llp(ec);
             }
             self->pump();
         });
@@ -320,28 +278,18 @@ void AsioChannel::do_llp() {
         return;
     }
     boost::system::error_code e;
-    switch (session_.llp_request()) {
-        case LlpRequest::fin:
-            if (!wr_shut_ && !rst_done_ && !writing_ && !session_.has_output()) {
-                sock_.shutdown(Socket::shutdown_send, e);
-                wr_shut_ = true;
-            }
+    switch (core_.llp()) {
+        case ChannelCore::Llp::shutdown_write:
+            sock_.shutdown(Socket::shutdown_send, e);
             break;
-        case LlpRequest::rst:
-            if (!rst_done_) {
-                rst_done_ = true;
-                sock_.set_option(boost::asio::socket_base::linger(true, 0), e);
-                rd_eof_ = true;
-                if (!session_.eof_seen()) {
-                    session_.on_eof();
-                }
-                // Pending operations see the reset, not a cancellation.
-                serve_read();
-                serve_write();
-                finish_socket();
-            }
+        case ChannelCore::Llp::reset:
+            sock_.set_option(boost::asio::socket_base::linger(true, 0), e);
+            // Pending operations see the reset, not a cancellation.
+            serve_read();
+            serve_write();
+            finish_socket();
             break;
-        case LlpRequest::none:
+        case ChannelCore::Llp::none:
             break;
     }
 }
@@ -350,96 +298,71 @@ void AsioChannel::serve_read() {
     if (!rd_op_) {
         return;
     }
-    auto& c = session_.sdp();
     std::error_code ec;
-    std::size_t n = 0;
-    if (c.readable() > 0) {
-        n = c.read(rd_op_->rbuf);
-    } else if (c.eof()) {
-        // end of stream: no error, 0 bytes
-    } else if (c.state() != engine::State::established && c.state() != engine::State::connecting) {
-        ec = state_error(false);
-    } else if (rd_eof_ || finished_) {
+    const auto n = core_.read(rd_op_->rbuf, ec);
+    if (!n && !finished_) {
+        return;  // wait for bytes
+    }
+    if (!n) {
         ec = errc(std::errc::connection_reset);
-    } else {
-        return;
     }
     auto cb = std::move(rd_op_->cb);
     rd_op_.reset();
-    post_io(std::move(cb), ec, n);
+    post_io(std::move(cb), ec, n.value_or(0));
 }
 
 void AsioChannel::serve_write() {
     if (!wr_op_) {
         return;
     }
-    auto& c = session_.sdp();
     std::error_code ec;
-    std::size_t n = 0;
-    if (c.state() != engine::State::established || c.disconn_sent()) {
-        ec = state_error(true);
-    } else if (rd_eof_ || finished_) {
+    const auto n = core_.write(wr_op_->wbuf, ec);
+    if (!n && !finished_) {
+        return;  // no space: wait for credits / socket progress
+    }
+    if (!n) {
         ec = errc(std::errc::connection_reset);
-    } else {
-        n = c.write(wr_op_->wbuf);
-        if (n == 0) {
-            return;  // no space: wait for credits / socket progress
-        }
     }
     auto cb = std::move(wr_op_->cb);
     wr_op_.reset();
-    post_io(std::move(cb), ec, n);
+    post_io(std::move(cb), ec, n.value_or(0));
 }
 
 void AsioChannel::check_handshake() {
     if (!hs_cb_) {
         return;
     }
-    const bool drained = !writing_ && out_.empty() && !session_.has_output();
     if (hs_failing_) {
-        if (drained || finished_) {
+        if (core_.drained() || finished_) {
             finish_handshake(hs_ec_, hs_why_);
         }
         return;
     }
-    const auto p = session_.phase();
-    if (p == SessionPhase::failed) {
-        const auto& mpa = session_.mpa();
-        if (mpa.error() == iwarp::MpaError::rejected_by_peer ||
-            session_.sdp().error() == engine::Error::version_mismatch) {
-            hs_ec_ = errc(std::errc::connection_refused);
-        } else if (session_.eof_seen()) {
-            hs_ec_ = errc(std::errc::connection_reset);
-        } else {
-            hs_ec_ = errc(std::errc::protocol_error);
-        }
-        hs_why_ = session_.describe_error();
-        hs_failing_ = true;
-        if (drained || finished_) {
-            finish_handshake(hs_ec_, hs_why_);
-            return;
-        }
-        // Let an MPA reject frame go out before the socket closes.
-        timer_.cancel();
-        timer_.expires_after(kRejectGrace);
-        timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-            if (!ec && self->hs_cb_ && self->hs_failing_) {
-                self->finish_handshake(self->hs_ec_, self->hs_why_);
-            }
-        });
-        return;
-    }
-    // The Accepting Peer completes once its HelloAck is on the wire.
-    if (p == SessionPhase::established && session_.sends_flushed() && drained) {
-        if (session_.sdp().state() == engine::State::established) {
+    switch (core_.startup()) {
+        case ChannelCore::Startup::established:
             finish_handshake({}, {});
-        } else {
-            finish_handshake(state_error(false), session_.describe_error());
-        }
-        return;
-    }
-    if (finished_) {
-        finish_handshake(errc(std::errc::connection_reset), session_.describe_error());
+            return;
+        case ChannelCore::Startup::failed:
+            hs_ec_ = core_.startup_error(&hs_why_);
+            hs_failing_ = true;
+            if (core_.drained() || finished_) {
+                finish_handshake(hs_ec_, hs_why_);
+                return;
+            }
+            // Let an MPA reject frame go out before the socket closes.
+            timer_.cancel();
+            timer_.expires_after(kRejectGrace);
+            timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+                if (!ec && self->hs_cb_ && self->hs_failing_) {
+                    self->finish_handshake(self->hs_ec_, self->hs_why_);
+                }
+            });
+            return;
+        case ChannelCore::Startup::running:
+            if (finished_) {
+                finish_handshake(errc(std::errc::connection_reset), core_.describe());
+            }
+            return;
     }
 }
 
@@ -451,8 +374,7 @@ void AsioChannel::finish_handshake(std::error_code ec, std::string why) {
     if (ec && !finished_) {
         boost::system::error_code e;
         sock_.set_option(boost::asio::socket_base::linger(true, 0), e);
-        rst_done_ = true;
-        rd_eof_ = true;
+        core_.take_reset();
         finish_socket();
     }
     if (cb) {
@@ -464,23 +386,13 @@ void AsioChannel::check_close() {
     if (!close_cb_) {
         return;
     }
-    auto& c = session_.sdp();
-    if (c.readable() > 0) {
-        // Unread incoming data is discarded, as close(2) would.
-        std::vector<std::uint8_t> sink(64 * 1024);
-        while (c.readable() > 0) {
-            c.read(sink);
-        }
+    const bool had_input = core_.sdp().readable() > 0;
+    const bool done = core_.closed();  // discards unread input
+    if (had_input) {
         start_write();  // credit updates
     }
-    const bool done =
-        c.state() != engine::State::established && c.state() != engine::State::connecting;
-    if (done && ((!writing_ && out_.empty()) || finished_)) {
-        std::error_code ec;
-        if (c.state() == engine::State::reset && c.error() != engine::Error::local_abort) {
-            ec = errc(std::errc::connection_reset);
-        }
-        finish_close(ec);
+    if (done && (!core_.writing() || finished_)) {
+        finish_close(core_.close_error());
     } else if (finished_) {
         finish_close(errc(std::errc::connection_reset));
     }
@@ -494,11 +406,9 @@ void AsioChannel::finish_close(std::error_code ec) {
         boost::system::error_code e;
         if (ec == std::errc::timed_out) {
             sock_.set_option(boost::asio::socket_base::linger(true, 0), e);
-        } else if (!rst_done_ && !wr_shut_) {
+        } else if (core_.take_fin()) {
             sock_.shutdown(Socket::shutdown_send, e);
-            wr_shut_ = true;
         }
-        rd_eof_ = true;
         finish_socket();
     }
     if (cb) {
@@ -511,7 +421,7 @@ void AsioChannel::finish_socket() {
         return;
     }
     finished_ = true;
-    rd_eof_ = true;
+    core_.stop_input();
     boost::system::error_code e;
     sock_.close(e);  // outstanding socket operations end with operation_aborted
     if (rd_op_) {

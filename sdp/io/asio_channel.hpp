@@ -1,8 +1,10 @@
-// The Boost.Asio shell for the soft provider: drives a SoftSession over one
-// connected boost::asio::ip::tcp::socket from Asio completions. No threads:
-// one read is always outstanding (bytes -> SoftSession::on_bytes), one write
-// of take_output() at a time, llp_request() honoured (FIN once the output is
-// written, RST at once), timers for the startup and the close linger.
+// The Boost.Asio driver for the soft provider: drives a ChannelCore (sdp/soft:
+// the SoftSession and every decision) over one connected
+// boost::asio::ip::tcp::socket from Asio completions. No threads: one read
+// is always outstanding (bytes -> on_bytes), one gathered write of the
+// core's FPDUs at a time (as the blocking driver's sendmsg), the core's LLP
+// requests honoured (FIN once the output is written, RST at once), timers
+// for the startup and the close linger.
 //
 // Like an Asio socket, an AsioChannel is not thread-safe: call it from its
 // executor (a single-threaded io_context or a strand). Callbacks are never
@@ -27,7 +29,7 @@
 #include <vector>
 
 #include "sdp/io/channel.hpp"
-#include "sdp/io/soft_session.hpp"
+#include "sdp/soft/channel_core.hpp"
 
 namespace sdp::io {
 
@@ -72,9 +74,9 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     [[nodiscard]] boost::asio::any_io_executor get_executor() { return ex_; }
     [[nodiscard]] bool is_open() const { return !finished_; }
     [[nodiscard]] std::size_t mss() const { return mss_; }
-    [[nodiscard]] bool crc() const { return session_.mpa().outcome().crc; }
-    [[nodiscard]] std::string describe() const { return session_.describe_error(); }
-    [[nodiscard]] const engine::Stats& stats() const { return session_.sdp().stats(); }
+    [[nodiscard]] bool crc() const { return core_.crc(); }
+    [[nodiscard]] std::string describe() const { return core_.describe(); }
+    [[nodiscard]] const engine::Stats& stats() const { return core_.session().sdp().stats(); }
 
   private:
     struct IoOp {
@@ -99,23 +101,17 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     void lost_llp(const boost::system::error_code& ec);
     void post_io(IoCallback cb, std::error_code ec, std::size_t n);
     void post(Callback cb, std::error_code ec);
-    std::error_code state_error(bool for_write) const;
 
     boost::asio::any_io_executor ex_;
     Socket sock_;
-    SoftSession session_;
-    iwarp::MpaRole role_;
+    ChannelCore core_;
     ChannelOptions opts_;
     std::size_t mss_ = 1460;
     boost::asio::steady_timer timer_;  // handshake, then close linger
 
     std::vector<std::uint8_t> in_;
-    std::vector<std::uint8_t> out_;  // being written (whole buffer)
+    std::vector<boost::asio::const_buffer> wbufs_;  // the gathered write in flight
     bool reading_ = false;
-    bool writing_ = false;
-    bool rd_eof_ = false;  // nothing more will come from TCP
-    bool wr_shut_ = false;
-    bool rst_done_ = false;
     bool finished_ = false;  // socket closed
 
     HandshakeCallback hs_cb_;

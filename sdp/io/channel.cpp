@@ -18,8 +18,7 @@ namespace {
 
 constexpr std::size_t kReadChunk = 256 * 1024;
 constexpr std::size_t kReadPerRound = 1024 * 1024;
-constexpr std::size_t kOutHigh = 512 * 1024;  // stop building FPDUs above this
-constexpr std::size_t kMaxIov = 128;          // pieces per sendmsg()
+constexpr std::size_t kMaxIov = 128;  // pieces per sendmsg()
 
 int poll_timeout(std::optional<Clock::time_point> deadline) {
     if (!deadline) {
@@ -65,8 +64,21 @@ void reset_connection(int fd) {
     ::connect(fd, &sa, sizeof sa);
 }
 
+long send_gathered(int fd, std::span<const std::span<const std::uint8_t>> segs) {
+    iovec iov[kMaxIov];
+    const std::size_t n = std::min(segs.size(), kMaxIov);
+    for (std::size_t i = 0; i < n; ++i) {
+        iov[i].iov_base = const_cast<std::uint8_t*>(segs[i].data());
+        iov[i].iov_len = segs[i].size();
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n;
+    return ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 SoftChannel::SoftChannel(int fd, iwarp::MpaRole role, const ChannelOptions& opts)
-    : fd_(fd), io_timeout_(opts.io_timeout), session_(role, opts.session) {
+    : fd_(fd), io_timeout_(opts.io_timeout), core_(role, opts.session) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     in_.resize(kReadChunk);
 }
@@ -84,13 +96,10 @@ SoftChannel::~SoftChannel() {
     }
     {
         std::unique_lock lk(mu_);
-        if (!rd_eof_ && !rst_done_) {
-            auto s = session_.sdp().state();
-            if (s == engine::State::established || s == engine::State::connecting) {
-                session_.sdp().abort();
-                service_locked();
-            }
-            if (!rst_done_ && !wr_shut_) {
+        if (!core_.rd_eof() && !core_.rst_done()) {
+            core_.abort();
+            service_locked();
+            if (!core_.rst_done() && !core_.wr_shut()) {
                 reset_connection(fd_);
             }
         }
@@ -115,32 +124,16 @@ std::unique_ptr<SoftChannel> SoftChannel::handshake(int fd, iwarp::MpaRole role,
         return nullptr;
     }
     ch->mss_ = tcp_mss(fd);
-    ch->session_.set_mss(ch->mss_);
+    ch->core_.set_mss(ch->mss_);
     const auto deadline = Clock::now() + opts.handshake_timeout;
     std::unique_lock lk(ch->mu_);
-    if (role == iwarp::MpaRole::initiator && !ch->session_.start()) {
-        ec = std::make_error_code(std::errc::protocol_error);
-        if (why) {
-            *why = ch->session_.describe_error();
-        }
-        return nullptr;
-    }
-    auto& s = ch->session_;
-    const bool done = ch->drive(
-        lk,
-        [&] {
-            auto p = s.phase();
-            if (p == SessionPhase::failed) {
-                return true;
-            }
-            // The Accepting Peer returns once its HelloAck is on the wire
-            // (it may only send after the initiator's RTR), so the Connecting
-            // Peer never waits for a stream nobody drives yet.
-            return p == SessionPhase::established && s.sends_flushed() && s.output_queued() == 0;
-        },
-        deadline);
-    if (done && s.phase() == SessionPhase::established &&
-        s.sdp().state() == engine::State::established) {
+    auto& core = ch->core_;
+    const bool started = core.start();
+    const bool done =
+        !started ||
+        ch->drive(
+            lk, [&] { return core.startup() != ChannelCore::Startup::running; }, deadline);
+    if (started && core.startup() == ChannelCore::Startup::established) {
         lk.unlock();
         ch->helper_ = std::thread([c = ch.get()] { c->helper_loop(); });
         return ch;
@@ -151,22 +144,10 @@ std::unique_ptr<SoftChannel> SoftChannel::handshake(int fd, iwarp::MpaRole role,
             *why = "SDP/MPA startup timed out";
         }
     } else {
-        const auto& mpa = s.mpa();
-        if (mpa.error() == iwarp::MpaError::rejected_by_peer ||
-            s.sdp().error() == engine::Error::version_mismatch) {
-            ec = std::make_error_code(std::errc::connection_refused);
-        } else if (s.eof_seen()) {
-            ec = std::make_error_code(std::errc::connection_reset);
-        } else {
-            ec = std::make_error_code(std::errc::protocol_error);
-        }
-        if (why) {
-            *why = s.describe_error();
-        }
+        ec = core.startup_error(why);
         // Let an MPA reject frame go out before the socket closes.
         ch->drive(
-            lk, [&] { return s.output_queued() == 0 && !s.has_output(); },
-            Clock::now() + std::chrono::milliseconds(200));
+            lk, [&] { return core.drained(); }, Clock::now() + std::chrono::milliseconds(200));
     }
     lk.unlock();
     return nullptr;
@@ -179,29 +160,19 @@ std::optional<Clock::time_point> SoftChannel::io_deadline() const {
     return Clock::now() + io_timeout_;
 }
 
-bool SoftChannel::tx_pending_locked() const {
-    if (rd_eof_ || rst_done_) {
-        return false;
-    }
-    const auto& c = session_.sdp();
-    return session_.output_queued() > 0 || session_.has_output() || c.send_queued() > 0 ||
-           (session_.llp_request() == LlpRequest::fin && !wr_shut_) ||
-           (c.state() == engine::State::established && c.send_credits() == 0 &&
-            c.send_queued() > 0);
-}
-
 void SoftChannel::helper_loop() {
     std::unique_lock lk(mu_);
     while (!stop_) {
-        if (polling_ || !tx_pending_locked()) {
-            // Woken by kick_helper() when a caller leaves with sends queued.
-            helper_cv_.wait_for(lk, std::chrono::milliseconds(100));
-            continue;
+        // Woken by kick_helper(): a caller left drive() or a call with sends
+        // queued and nobody polling (no periodic wake-ups).
+        helper_cv_.wait(lk, [&] { return stop_ || (!polling_ && core_.tx_pending()); });
+        if (stop_) {
+            break;
         }
         drive(
-            lk, [&] { return stop_ || !tx_pending_locked(); }, std::nullopt);
+            lk, [&] { return stop_ || !core_.tx_pending(); }, std::nullopt);
         cv_.notify_all();
-        if (rd_eof_) {
+        if (core_.rd_eof()) {
             // Nothing more will happen on the socket.
             helper_cv_.wait(lk, [&] { return stop_; });
         }
@@ -209,7 +180,7 @@ void SoftChannel::helper_loop() {
 }
 
 void SoftChannel::kick_helper() {
-    if (!polling_ && tx_pending_locked()) {
+    if (!polling_ && core_.tx_pending()) {
         helper_cv_.notify_one();
     }
 }
@@ -223,15 +194,14 @@ void SoftChannel::wake_poller() {
 
 void SoftChannel::read_locked() {
     std::size_t total = 0;
-    while (!rd_eof_ && total < kReadPerRound) {
+    while (!core_.rd_eof() && total < kReadPerRound) {
         ssize_t n = ::recv(fd_, in_.data(), in_.size(), MSG_DONTWAIT);
         if (n > 0) {
             total += static_cast<std::size_t>(n);
-            session_.on_bytes(
-                std::span<const std::uint8_t>(in_.data(), static_cast<std::size_t>(n)));
+            core_.on_bytes(std::span<const std::uint8_t>(in_.data(), static_cast<std::size_t>(n)));
             // Answer as we go (credit updates, Read Responses).
             service_locked();
-            if (session_.landing_full()) {
+            if (core_.session().landing_full()) {
                 // The waiting reader's buffer is full: leave the rest in the
                 // socket for its next call to land.
                 break;
@@ -244,72 +214,40 @@ void SoftChannel::read_locked() {
         if (n < 0 && errno == EINTR) {
             continue;
         }
-        if (n < 0) {
-            sock_error_ = errno;
-        }
-        rd_eof_ = true;
-        session_.on_eof();
+        core_.on_llp_lost(n < 0 ? errno : 0);
     }
 }
 
 void SoftChannel::service_locked() {
-    if (rd_eof_ && session_.eof_seen() && rst_done_) {
-        return;
-    }
     // Write what we can: the session's gathered FPDUs (headers, payload
     // straight from its send buffers, CRC trailers) with one sendmsg().
-    while (true) {
-        if (!rst_done_ && !wr_shut_ && session_.output_queued() < kOutHigh) {
-            // Also picks up MPA frames (not reported by has_output()).
-            session_.prepare_output(kOutHigh);
-        }
-        if (session_.output_queued() == 0 || rst_done_ || wr_shut_) {
-            break;
-        }
-        std::span<const std::uint8_t> segs[kMaxIov];
-        const std::size_t nseg = session_.peek_output(segs);
-        iovec iov[kMaxIov];
-        for (std::size_t i = 0; i < nseg; ++i) {
-            iov[i].iov_base = const_cast<std::uint8_t*>(segs[i].data());
-            iov[i].iov_len = segs[i].size();
-        }
-        msghdr msg{};
-        msg.msg_iov = iov;
-        msg.msg_iovlen = nseg;
-        ssize_t n = ::sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    std::span<const std::uint8_t> segs[kMaxIov];
+    while (const std::size_t nseg = core_.next_output(segs)) {
+        const long n = send_gathered(fd_, std::span(segs, nseg));
         if (n > 0) {
-            session_.consume_output(static_cast<std::size_t>(n));
+            core_.written(static_cast<std::size_t>(n));
             continue;
         }
         if (n < 0 && errno == EINTR) {
+            core_.written(0);
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            core_.written(0);
             break;
         }
         // EPIPE / ECONNRESET: the stream is gone.
-        sock_error_ = n < 0 ? errno : EPIPE;
-        rd_eof_ = true;
-        session_.on_eof();  // drops the queued output
+        core_.write_failed(n < 0 ? errno : EPIPE);
         break;
     }
-    switch (session_.llp_request()) {
-        case LlpRequest::fin:
-            if (!wr_shut_ && !rst_done_ && session_.output_queued() == 0 &&
-                !session_.has_output()) {
-                ::shutdown(fd_, SHUT_WR);
-                wr_shut_ = true;
-            }
+    switch (core_.llp()) {
+        case ChannelCore::Llp::shutdown_write:
+            ::shutdown(fd_, SHUT_WR);
             break;
-        case LlpRequest::rst:
-            if (!rst_done_) {
-                rst_done_ = true;
-                reset_connection(fd_);
-                rd_eof_ = true;
-                session_.on_eof();
-            }
+        case ChannelCore::Llp::reset:
+            reset_connection(fd_);
             break;
-        case LlpRequest::none:
+        case ChannelCore::Llp::none:
             break;
     }
 }
@@ -319,14 +257,16 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
     while (true) {
         service_locked();
         if (pred()) {
+            kick_helper();  // sends left for the helper once this caller leaves
             return true;
         }
-        if (rd_eof_) {
+        if (core_.rd_eof()) {
             // Nothing more can arrive. (Output still queued after EOF is
             // pointless: the session is closed.)
             return pred();
         }
         if (deadline && Clock::now() >= *deadline) {
+            kick_helper();
             return false;
         }
         if (polling_) {
@@ -339,7 +279,7 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
         }
         polling_ = true;
         pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-        if (session_.output_queued() > 0 && !wr_shut_) {
+        if (core_.output_pending() && !core_.wr_shut()) {
             p[0].events |= POLLOUT;
         }
         const int timeout = poll_timeout(deadline);
@@ -360,53 +300,23 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
     }
 }
 
-std::error_code SoftChannel::state_error(bool for_write) const {
-    const auto& c = session_.sdp();
-    switch (c.state()) {
-        case engine::State::closed:
-            return std::make_error_code(for_write ? std::errc::broken_pipe
-                                                  : std::errc::connection_reset);
-        case engine::State::reset:
-            if (c.error() == engine::Error::local_abort) {
-                return std::make_error_code(std::errc::not_connected);
-            }
-            return std::make_error_code(std::errc::connection_reset);
-        case engine::State::failed:
-            return std::make_error_code(std::errc::not_connected);
-        default:
-            break;
-    }
-    if (for_write && (c.disconn_sent() || c.write_space() == 0)) {
-        return std::make_error_code(std::errc::broken_pipe);
-    }
-    return std::make_error_code(std::errc::connection_reset);
-}
-
 std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code& ec) {
     ec.clear();
     if (out.empty()) {
         return 0;
     }
     std::unique_lock lk(mu_);
-    auto& c = session_.sdp();
+    auto& c = core_.sdp();
+    auto& session = core_.session();
     // Nothing to read yet: let the next Data Messages land straight in
     // `out` (one copy less). Only this call ends the landing it began.
-    const bool landing =
-        c.readable() == 0 && c.state() == engine::State::established && session_.begin_landing(out);
+    const bool landing = core_.begin_landing(out);
     const bool ready = drive(
-        lk,
-        [&] {
-            return c.readable() > 0 || c.eof() || (landing && session_.landed() > 0) ||
-                   (c.state() != engine::State::established &&
-                    c.state() != engine::State::connecting);
-        },
-        io_deadline());
+        lk, [&] { return core_.read_ready() || (landing && session.landed() > 0); }, io_deadline());
     if (landing) {
         // Anything placed in part goes back to its private buffer.
-        if (const std::size_t n = session_.end_landing(); n > 0) {
-            service_locked();  // credit updates go out now
-            wake_poller();
-            kick_helper();
+        if (const std::size_t n = session.end_landing(); n > 0) {
+            after_call();
             return n;
         }
     }
@@ -414,50 +324,54 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
         ec = std::make_error_code(std::errc::timed_out);
         return 0;
     }
-    if (c.readable() > 0) {
-        std::size_t n = c.read(out);
-        // Queued data all read and room for whole messages left: take what
-        // the socket holds now, landing it behind (as recv(2) would return
-        // everything that has arrived), unless another thread polls.
-        if (c.readable() == 0 && !polling_ && !rd_eof_ && c.state() == engine::State::established &&
-            out.size() - n >= c.local_recv_size() - wire::kBsdhSize &&
-            session_.begin_landing(out.subspan(n))) {
-            read_locked();
-            n += session_.end_landing();
-        }
-        service_locked();  // credit updates go out now
-        wake_poller();
+    std::size_t n = core_.read(out, ec).value_or(0);
+    // Queued data all read and room for whole messages left: take what the
+    // socket holds now, landing it behind (as recv(2) would return
+    // everything that has arrived), unless another thread polls.
+    if (n > 0 && c.readable() == 0 && !polling_ && !core_.rd_eof() &&
+        c.state() == engine::State::established &&
+        out.size() - n >= c.local_recv_size() - wire::kBsdhSize &&
+        session.begin_landing(out.subspan(n))) {
+        read_locked();
+        n += session.end_landing();
+    }
+    if (n > 0) {
+        after_call();
+    } else {
         kick_helper();
-        return n;
     }
-    if (c.eof()) {
-        return 0;
-    }
-    ec = state_error(false);
-    return 0;
+    return n;
+}
+
+void SoftChannel::after_call() {
+    service_locked();  // credit updates go out now
+    wake_poller();
+    kick_helper();
 }
 
 std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
     ec.clear();
     std::unique_lock lk(mu_);
-    auto& c = session_.sdp();
+    auto& c = core_.sdp();
     std::size_t done = 0;
     while (done < in.size()) {
-        if (c.state() != engine::State::established || c.disconn_sent()) {
-            ec = state_error(true);
+        const auto n = core_.write(in.subspan(done), ec);
+        if (ec) {
+            kick_helper();
             return done;
         }
-        done += c.write(in.subspan(done));
-        service_locked();
-        if (done < in.size()) {
-            wake_poller();
-            const bool ready = drive(
-                lk, [&] { return c.write_space() > 0 || c.state() != engine::State::established; },
-                io_deadline());
-            if (!ready) {
-                ec = std::make_error_code(std::errc::timed_out);
-                return done;
-            }
+        if (n) {
+            done += *n;
+            service_locked();
+            continue;
+        }
+        wake_poller();
+        const bool ready = drive(
+            lk, [&] { return c.write_space() > 0 || c.state() != engine::State::established; },
+            io_deadline());
+        if (!ready) {
+            ec = std::make_error_code(std::errc::timed_out);
+            return done;
         }
     }
     wake_poller();
@@ -467,79 +381,52 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
 
 bool SoftChannel::flush(std::chrono::milliseconds timeout) {
     std::unique_lock lk(mu_);
-    auto& c = session_.sdp();
+    auto& c = core_.sdp();
     return drive(
         lk,
         [&] {
             return c.state() != engine::State::established ||
-                   (c.send_queued() == 0 && session_.output_queued() == 0 &&
-                    !session_.has_output());
+                   (c.send_queued() == 0 && core_.drained());
         },
         Clock::now() + timeout);
 }
 
 void SoftChannel::shutdown_write(std::error_code& ec) {
-    ec.clear();
     std::unique_lock lk(mu_);
-    auto& c = session_.sdp();
-    if (c.state() != engine::State::established) {
-        if (c.state() != engine::State::closed) {
-            ec = state_error(true);
-        }
-        return;
+    ec = core_.shutdown_write();
+    if (!ec) {
+        service_locked();
+        wake_poller();
+        kick_helper();
     }
-    c.shutdown_write();
-    service_locked();
-    wake_poller();
-    kick_helper();
 }
 
 void SoftChannel::close(std::chrono::milliseconds linger, std::error_code& ec) {
     ec.clear();
     std::unique_lock lk(mu_);
-    auto& c = session_.sdp();
-    if (c.state() == engine::State::established) {
-        c.shutdown_write();
-    }
-    const auto deadline = Clock::now() + linger;
+    core_.begin_close();
     // 8.2.1: both DisConns exchanged, then the LLP teardown (the peer's FIN).
-    // Unread incoming data is discarded as it arrives, as close(2) would.
-    std::vector<std::uint8_t> sink(64 * 1024);
-    bool done = drive(
-        lk,
-        [&] {
-            while (c.readable() > 0) {
-                c.read(sink);
-            }
-            return c.state() != engine::State::established &&
-                   c.state() != engine::State::connecting;
-        },
-        deadline);
-    if (!done) {
+    if (!drive(
+            lk, [&] { return core_.closed(); }, Clock::now() + linger)) {
         ec = std::make_error_code(std::errc::timed_out);
-        c.abort();
+        core_.abort();
         service_locked();
-    } else if (c.state() == engine::State::reset && c.error() != engine::Error::local_abort) {
-        ec = std::make_error_code(std::errc::connection_reset);
+    } else {
+        ec = core_.close_error();
     }
-    if (!rst_done_ && !wr_shut_) {
+    if (core_.take_fin()) {
         ::shutdown(fd_, SHUT_WR);
-        wr_shut_ = true;
     }
-    rd_eof_ = true;
+    core_.stop_input();
 }
 
 void SoftChannel::abort() {
     std::unique_lock lk(mu_);
-    auto& c = session_.sdp();
-    c.abort();
+    core_.abort();
     service_locked();
-    if (!rst_done_) {
-        rst_done_ = true;
+    if (core_.take_reset()) {
         reset_connection(fd_);
     }
-    rd_eof_ = true;
-    session_.on_eof();
     wake_poller();
     cv_.notify_all();
 }
@@ -551,8 +438,9 @@ short SoftChannel::pump() {
     }
     service_locked();
     cv_.notify_all();
-    short ev = rd_eof_ ? 0 : POLLIN;
-    if (session_.output_queued() > 0 && !wr_shut_) {
+    kick_helper();
+    short ev = core_.rd_eof() ? 0 : POLLIN;
+    if (core_.output_pending() && !core_.wr_shut()) {
         ev |= POLLOUT;
     }
     return ev;
@@ -560,11 +448,11 @@ short SoftChannel::pump() {
 
 std::string SoftChannel::describe() const {
     std::unique_lock lk(mu_);
-    return session_.describe_error();
+    return core_.describe();
 }
 
 bool SoftChannel::crc() const {
-    return session_.mpa().outcome().crc;
+    return core_.crc();
 }
 
 }  // namespace sdp::io

@@ -1,6 +1,7 @@
-// The socket shell for the soft provider: drives a SoftSession over one
-// connected TCP socket from the caller's threads (blocking calls, poll(2)),
-// with TCP_NODELAY and FPDUs sized to TCP_MAXSEG.
+// The blocking socket driver for the soft provider: drives a ChannelCore
+// (sdp/soft: the SoftSession and every decision) over one connected TCP
+// socket from the caller's threads (blocking calls, poll(2)), with
+// TCP_NODELAY and FPDUs sized to TCP_MAXSEG.
 //
 // Data path: FPDUs are written with sendmsg() as gathered pieces (header,
 // payload straight from the SDP message buffer, pad + CRC trailer; see
@@ -18,7 +19,10 @@
 // themselves, so a 64-byte round trip costs no thread hand-off. A helper
 // thread per channel takes over only while sends are queued (waiting for
 // credit or socket space, or a DisConn to go out) and no caller drives, the
-// way a kernel socket keeps sending after write() returned.
+// way a kernel socket keeps sending after write() returned. It sleeps on a
+// condition variable until a caller leaves with sends queued (no periodic
+// wake-ups). (It cannot go: without it, data queued by write() beyond the
+// peer's credit would stall until the application's next call.)
 #pragma once
 
 #include <chrono>
@@ -35,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "sdp/io/soft_session.hpp"
+#include "sdp/soft/channel_core.hpp"
 
 namespace sdp::io {
 
@@ -57,6 +61,9 @@ bool set_nonblocking(int fd, bool on);
 std::size_t tcp_mss(int fd);
 // Abortive close without releasing the descriptor: RST to the peer.
 void reset_connection(int fd);
+// One non-blocking sendmsg() of gathered pieces (MSG_NOSIGNAL): the
+// bytes sent, or -1 with errno.
+long send_gathered(int fd, std::span<const std::span<const std::uint8_t>> segs);
 
 class SoftChannel {
   public:
@@ -94,7 +101,7 @@ class SoftChannel {
     [[nodiscard]] std::string describe() const;
     [[nodiscard]] std::size_t mss() const { return mss_; }
     [[nodiscard]] bool crc() const;
-    [[nodiscard]] const engine::Stats& stats() const { return session_.sdp().stats(); }
+    [[nodiscard]] const engine::Stats& stats() const { return core_.session().sdp().stats(); }
 
   private:
     SoftChannel(int fd, iwarp::MpaRole role, const ChannelOptions& opts);
@@ -106,23 +113,19 @@ class SoftChannel {
     void read_locked();
     void wake_poller();
     std::optional<Clock::time_point> io_deadline() const;
-    bool tx_pending_locked() const;
     void helper_loop();
     void kick_helper();
-    std::error_code state_error(bool for_write) const;
+    // End of a read or write call: credit updates out, the others woken.
+    void after_call();
 
     int fd_ = -1;
     int wake_fd_ = -1;
     std::size_t mss_ = 1460;
     std::chrono::milliseconds io_timeout_{0};
-    SoftSession session_;
+    ChannelCore core_;  // the session and every decision (sdp/soft)
     mutable std::mutex mu_;
     std::condition_variable cv_;
     bool polling_ = false;
-    bool rd_eof_ = false;  // TCP delivered EOF / error: nothing more will come
-    bool wr_shut_ = false;
-    bool rst_done_ = false;
-    int sock_error_ = 0;
     std::vector<std::uint8_t> in_;
     bool stop_ = false;
     std::condition_variable helper_cv_;  // only the helper waits here

@@ -7,13 +7,14 @@
 //   3. Resolve (cache first). On PMAccept connect that socket to the SDP
 //      Address.
 //   4. Fall back to the Conventional Address on a fresh socket (bound to
-//      CpIPAddr:0) when the PMSP denied, did not answer, or the SDP Address
-//      refused or reset the connection or the connect timed out (7.5.1: a
-//      reset is treated like a PMDeny). A cached answer that leads to a
-//      refused connection is also flushed from the cache.
-// Errors (bad arguments, configuration, sockets) are returned, not fallen
-// back from. The returned descriptor is a blocking TCP socket owned by the
-// caller.
+//      CpIPAddr:0) when the PMSP denied or did not answer, or the SDP Address
+//      did not take the connection (refused, reset, aborted, unreachable,
+//      timed out; 7.5.1: a reset is treated like a PMDeny). The cache entry
+//      that led there is flushed.
+// Errors (bad arguments, configuration, local socket errors) are returned,
+// not fallen back from. The returned descriptor is a blocking TCP socket
+// owned by the caller. The decisions are those of the library's one 7.5.1
+// procedure, shared with sdp::stream (docs/protocol-notes.md).
 #pragma once
 
 #include <chrono>

@@ -26,7 +26,7 @@
 
 #include "iwarp/ddp_rdmap.hpp"
 #include "iwarp/fpdu.hpp"
-#include "sdp/io/soft_session.hpp"
+#include "sdp/soft/soft_session.hpp"
 
 using namespace sdp;
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "sdp/io/soft_session.hpp"
+#include "sdp/soft/soft_session.hpp"
 
 namespace {
 

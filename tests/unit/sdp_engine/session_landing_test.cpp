@@ -22,7 +22,7 @@
 
 #include "iwarp/ddp_rdmap.hpp"
 #include "iwarp/fpdu.hpp"
-#include "sdp/io/soft_session.hpp"
+#include "sdp/soft/soft_session.hpp"
 #include "sdp/wire/bsdh.hpp"
 #include "sdp/wire/message.hpp"
 

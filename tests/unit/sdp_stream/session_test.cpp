@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sdp/io/soft_session.hpp"
+#include "sdp/soft/soft_session.hpp"
 
 namespace {
 

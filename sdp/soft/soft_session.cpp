@@ -1,4 +1,4 @@
-#include "sdp/io/soft_session.hpp"
+#include "sdp/soft/soft_session.hpp"
 
 #include <algorithm>
 #include <cstring>

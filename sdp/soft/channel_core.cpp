@@ -1,0 +1,255 @@
+#include "sdp/soft/channel_core.hpp"
+
+namespace sdp::io {
+
+namespace {
+
+std::error_code errc(std::errc e) {
+    return std::make_error_code(e);
+}
+
+}  // namespace
+
+bool ChannelCore::start() {
+    return role_ != iwarp::MpaRole::initiator || s_.start();
+}
+
+void ChannelCore::apply_eof() {
+    if (!s_.eof_seen()) {
+        s_.on_eof();
+    }
+}
+
+void ChannelCore::on_llp_lost(int err) {
+    rd_eof_ = true;
+    if (llp_error_ == 0) {
+        llp_error_ = err;
+    }
+    if (writing_) {
+        eof_pending_ = true;  // the driver still writes the session's spans
+    } else {
+        apply_eof();
+    }
+}
+
+std::size_t ChannelCore::next_output(std::span<std::span<const std::uint8_t>> segs) {
+    if (rst_done_ || wr_shut_ || writing_) {
+        return 0;
+    }
+    if (s_.output_queued() < kOutHigh) {
+        // Also picks up MPA frames (not reported by has_output()).
+        s_.prepare_output(kOutHigh);
+    }
+    if (s_.output_queued() == 0) {
+        return 0;
+    }
+    const std::size_t n = s_.peek_output(segs);
+    writing_ = n > 0;
+    return n;
+}
+
+void ChannelCore::written(std::size_t n) {
+    writing_ = false;
+    if (n > 0 && !s_.eof_seen()) {
+        s_.consume_output(n);
+    }
+    if (eof_pending_) {
+        eof_pending_ = false;
+        apply_eof();
+    }
+}
+
+void ChannelCore::write_failed(int err) {
+    writing_ = false;
+    eof_pending_ = false;
+    rd_eof_ = true;
+    if (llp_error_ == 0) {
+        llp_error_ = err;
+    }
+    apply_eof();  // drops the queued output
+}
+
+bool ChannelCore::tx_pending() const {
+    if (rd_eof_ || rst_done_) {
+        return false;
+    }
+    const auto& c = s_.sdp();
+    return s_.output_queued() > 0 || s_.has_output() || c.send_queued() > 0 ||
+           (s_.llp_request() == LlpRequest::fin && !wr_shut_);
+}
+
+ChannelCore::Llp ChannelCore::llp() {
+    switch (s_.llp_request()) {
+        case LlpRequest::fin:
+            if (!wr_shut_ && !rst_done_ && drained()) {
+                wr_shut_ = true;
+                return Llp::shutdown_write;
+            }
+            break;
+        case LlpRequest::rst:
+            if (!rst_done_) {
+                rst_done_ = true;
+                on_llp_lost();
+                return Llp::reset;
+            }
+            break;
+        case LlpRequest::none:
+            break;
+    }
+    return Llp::none;
+}
+
+bool ChannelCore::take_reset() {
+    const bool need = !rst_done_;
+    rst_done_ = true;
+    on_llp_lost();
+    return need;
+}
+
+bool ChannelCore::take_fin() {
+    if (rst_done_ || wr_shut_) {
+        return false;
+    }
+    wr_shut_ = true;
+    return true;
+}
+
+ChannelCore::Startup ChannelCore::startup() const {
+    const auto p = s_.phase();
+    if (p == SessionPhase::failed) {
+        return Startup::failed;
+    }
+    if (p == SessionPhase::established && s_.sends_flushed() && drained()) {
+        return s_.sdp().state() == engine::State::established ? Startup::established
+                                                              : Startup::failed;
+    }
+    return rd_eof_ ? Startup::failed : Startup::running;
+}
+
+std::error_code ChannelCore::startup_error(std::string* why) const {
+    if (why != nullptr) {
+        *why = s_.describe_error();
+    }
+    if (s_.mpa().error() == iwarp::MpaError::rejected_by_peer ||
+        s_.sdp().error() == engine::Error::version_mismatch) {
+        return errc(std::errc::connection_refused);
+    }
+    if (s_.eof_seen() || rd_eof_) {
+        return errc(std::errc::connection_reset);
+    }
+    return errc(std::errc::protocol_error);
+}
+
+std::error_code ChannelCore::state_error(bool for_write) const {
+    const auto& c = s_.sdp();
+    switch (c.state()) {
+        case engine::State::closed:
+            return errc(for_write ? std::errc::broken_pipe : std::errc::connection_reset);
+        case engine::State::reset:
+            if (c.error() == engine::Error::local_abort) {
+                return errc(std::errc::not_connected);
+            }
+            return errc(std::errc::connection_reset);
+        case engine::State::failed:
+            return errc(std::errc::not_connected);
+        default:
+            break;
+    }
+    if (for_write && (c.disconn_sent() || c.write_space() == 0)) {
+        return errc(std::errc::broken_pipe);
+    }
+    return errc(std::errc::connection_reset);
+}
+
+bool ChannelCore::begin_landing(std::span<std::uint8_t> zone) {
+    return s_.sdp().readable() == 0 && s_.sdp().state() == engine::State::established &&
+           s_.begin_landing(zone);
+}
+
+bool ChannelCore::read_ready() const {
+    const auto& c = s_.sdp();
+    return c.readable() > 0 || c.eof() || rd_eof_ ||
+           (c.state() != engine::State::established && c.state() != engine::State::connecting);
+}
+
+std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::error_code& ec) {
+    ec.clear();
+    auto& c = s_.sdp();
+    if (c.readable() > 0) {
+        return c.read(out);
+    }
+    if (c.eof()) {
+        return 0;  // end of stream
+    }
+    if (c.state() != engine::State::established && c.state() != engine::State::connecting) {
+        ec = state_error(false);
+        return 0;
+    }
+    if (rd_eof_) {
+        ec = errc(std::errc::connection_reset);
+        return 0;
+    }
+    return std::nullopt;
+}
+
+std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in,
+                                              std::error_code& ec) {
+    ec.clear();
+    auto& c = s_.sdp();
+    if (c.state() != engine::State::established || c.disconn_sent()) {
+        ec = state_error(true);
+        return 0;
+    }
+    if (rd_eof_) {
+        ec = errc(std::errc::connection_reset);
+        return 0;
+    }
+    const std::size_t n = c.write(in);
+    if (n == 0 && !in.empty()) {
+        return std::nullopt;  // no space: credits or the socket must move
+    }
+    return n;
+}
+
+std::error_code ChannelCore::shutdown_write() {
+    auto& c = s_.sdp();
+    if (c.state() != engine::State::established) {
+        return c.state() == engine::State::closed ? std::error_code{} : state_error(true);
+    }
+    c.shutdown_write();
+    return {};
+}
+
+void ChannelCore::begin_close() {
+    auto& c = s_.sdp();
+    if (c.state() == engine::State::established) {
+        c.shutdown_write();
+    }
+}
+
+bool ChannelCore::closed() {
+    auto& c = s_.sdp();
+    // Unread incoming data is discarded as it arrives, as close(2) would.
+    std::uint8_t sink[16 * 1024];
+    while (c.readable() > 0) {
+        c.read(sink);
+    }
+    return c.state() != engine::State::established && c.state() != engine::State::connecting;
+}
+
+std::error_code ChannelCore::close_error() const {
+    const auto& c = s_.sdp();
+    if (c.state() == engine::State::reset && c.error() != engine::Error::local_abort) {
+        return errc(std::errc::connection_reset);
+    }
+    return {};
+}
+
+void ChannelCore::abort() {
+    auto& c = s_.sdp();
+    if (c.state() == engine::State::established || c.state() == engine::State::connecting) {
+        c.abort();
+    }
+}
+
+}  // namespace sdp::io

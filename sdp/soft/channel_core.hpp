@@ -1,0 +1,133 @@
+// The sans-I/O core of a soft-provider channel: one SoftSession plus the
+// decisions every socket driver makes the same way — the startup outcome,
+// the errors a read or write reports, the LLP (TCP) requests, the gathered
+// output, and when the TCP stream is gone. The drivers (sdp/io/channel.hpp:
+// blocking, poll(2); sdp/io/asio_channel.hpp: Asio completions) only move
+// bytes between this core and a socket and wait.
+//
+//   input:   on_bytes(bytes), on_llp_lost(errno)
+//   output:  next_output(segs) -> write them (writev/sendmsg or an Asio
+//            gathered write) -> written(n); write_failed(errno)
+//   LLP:     llp() after each change: shutdown_write or reset the socket
+//   app:     read(), write(), shutdown_write(), abort() decide; nullopt
+//            means "wait for the socket"
+//
+// While the driver writes the spans of next_output() the core keeps them
+// alive: a lost LLP is applied to the session only after written() or
+// write_failed() (SoftSession::on_eof() drops the queued output).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+
+#include "sdp/soft/soft_session.hpp"
+
+namespace sdp::io {
+
+class ChannelCore {
+  public:
+    // FPDU bytes framed ahead of the socket (one write's worth).
+    static constexpr std::size_t kOutHigh = 512 * 1024;
+
+    ChannelCore(iwarp::MpaRole role, const SessionConfig& cfg) : s_(role, cfg), role_(role) {}
+
+    // The TCP MSS (FPDU size); then start() (the initiator's MPA Request;
+    // false: the startup failed at once, see startup_error()).
+    void set_mss(std::size_t mss) { s_.set_mss(mss); }
+    bool start();
+
+    // --- input from TCP
+    void on_bytes(std::span<const std::uint8_t> in) { s_.on_bytes(in); }
+    // TCP delivered EOF (err 0) or failed: nothing more will come.
+    void on_llp_lost(int err = 0);
+
+    // --- output to TCP (gathered: headers, payload from the send buffers,
+    // trailers). Fills `segs` with what to write next; 0: nothing to write
+    // (or the write side is closed). The spans stay valid until written()
+    // or write_failed().
+    std::size_t next_output(std::span<std::span<const std::uint8_t>> segs);
+    void written(std::size_t n);
+    // The socket write failed (EPIPE, ECONNRESET, ...): the stream is gone.
+    void write_failed(int err);
+    [[nodiscard]] bool output_pending() const { return s_.output_queued() > 0; }
+    // Nothing framed, nothing left to frame (the LLP FIN may go).
+    [[nodiscard]] bool drained() const {
+        return !writing_ && s_.output_queued() == 0 && !s_.has_output();
+    }
+    // Sends the engine still holds (no credit, socket full, DisConn to go):
+    // a driver keeps the socket moving while this holds.
+    [[nodiscard]] bool tx_pending() const;
+
+    // --- LLP requests: what the driver must do to the socket now (each
+    // returned once).
+    enum class Llp : std::uint8_t { none, shutdown_write, reset };
+    Llp llp();
+
+    // --- startup (MPA + Hello/HelloAck)
+    enum class Startup : std::uint8_t { running, established, failed };
+    // established: the Accepting Peer's HelloAck is on the wire too (it may
+    // only send after the initiator's RTR), so the peer never waits for a
+    // stream that nobody drives yet.
+    [[nodiscard]] Startup startup() const;
+    // failed: connection_refused (MPA reject, SDP version), connection_reset
+    // (the LLP went away), protocol_error (not an MPA/SDP peer); `why`.
+    [[nodiscard]] std::error_code startup_error(std::string* why) const;
+
+    // The driver resets the socket itself (abort, a failed startup, a
+    // close out of time): true when the RST is still to be sent.
+    bool take_reset();
+    // The driver ends a close: true when the FIN is still to be sent.
+    bool take_fin();
+    // The driver stops reading the socket (closed).
+    void stop_input() { rd_eof_ = true; }
+
+    // --- the application's calls: a value, or nullopt (wait for the
+    // socket). read(): n > 0, or 0 (end of stream or with ec).
+    [[nodiscard]] bool read_ready() const;
+    // A reader waits with nothing queued: lend its buffer so Data payloads
+    // land straight in it (SoftSession::begin_landing); false: not lent.
+    bool begin_landing(std::span<std::uint8_t> zone);
+    std::optional<std::size_t> read(std::span<std::uint8_t> out, std::error_code& ec);
+    // write(): bytes queued in the engine (> 0), or 0 with ec.
+    std::optional<std::size_t> write(std::span<const std::uint8_t> in, std::error_code& ec);
+    // Half-close: DisConn after the queued data; closed already: no error.
+    std::error_code shutdown_write();
+    // Begins the graceful close (DisConn); closed(): the 8.2.1 exchange is
+    // over (with close_error()). Unread input is discarded meanwhile.
+    void begin_close();
+    [[nodiscard]] bool closed();
+    [[nodiscard]] std::error_code close_error() const;
+    // Abortive close: AbortConn if the engine still can.
+    void abort();
+    // The error a read (or write) reports in the engine's current state.
+    [[nodiscard]] std::error_code state_error(bool for_write) const;
+
+    [[nodiscard]] SoftSession& session() { return s_; }
+    [[nodiscard]] const SoftSession& session() const { return s_; }
+    [[nodiscard]] engine::Connection& sdp() { return s_.sdp(); }
+    [[nodiscard]] bool rd_eof() const { return rd_eof_; }
+    [[nodiscard]] bool wr_shut() const { return wr_shut_; }
+    [[nodiscard]] bool rst_done() const { return rst_done_; }
+    [[nodiscard]] bool writing() const { return writing_; }
+    [[nodiscard]] int llp_error() const { return llp_error_; }
+    [[nodiscard]] bool crc() const { return s_.mpa().outcome().crc; }
+    [[nodiscard]] std::string describe() const { return s_.describe_error(); }
+
+  private:
+    void apply_eof();
+
+    SoftSession s_;
+    iwarp::MpaRole role_;
+    bool rd_eof_ = false;   // nothing more will come from TCP
+    bool wr_shut_ = false;  // FIN sent
+    bool rst_done_ = false;
+    bool writing_ = false;      // the driver is writing next_output()'s spans
+    bool eof_pending_ = false;  // LLP lost while writing: on_eof() after it
+    int llp_error_ = 0;
+};
+
+}  // namespace sdp::io
