@@ -103,6 +103,7 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
       config_path_(std::move(config_path)),
       config_optional_(config_optional),
       registry_(std::make_shared<const Registry>(config_.services)),
+      listeners_(workers_, static_cast<std::uint32_t>(random_seed())),
       log_timer_(io),
       signals_(io),
       lease_timer_(io),
@@ -116,7 +117,6 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
     signals_.add(SIGINT);
     signals_.add(SIGUSR1);
     const unsigned n = resolve_workers(config_.workers);
-    steering_seed_ = static_cast<std::uint32_t>(random_seed());
     for (unsigned i = 0; i < n; ++i) {
         workers_.push_back(
             std::make_unique<Worker>(i, shard_limits(config_, i, n), registry_, random_seed()));
@@ -140,6 +140,7 @@ void Server::stop_workers() {
         w->stop();
     }
     workers_running_ = false;
+    listeners_.set_running(false);
 }
 
 template <class R>
@@ -218,167 +219,7 @@ void Server::apply_logging(const Config& c) {
 }
 
 std::vector<pm::Endpoint> Server::bound() const {
-    std::vector<pm::Endpoint> out;
-    for (const auto& l : listeners_) {
-        out.push_back(l.endpoint);
-    }
-    return out;
-}
-
-std::optional<Server::Listener> Server::open_listener(const pm::Endpoint& ep,
-                                                      boost::system::error_code& ec) {
-    const auto n = static_cast<unsigned>(workers_.size());
-    Listener l;
-    l.endpoint = ep;
-    if (n > 1) {
-        // SO_REUSEPORT would let this group join sockets another process of
-        // this user already has on the address: bind once without it first,
-        // so that an address in use fails as it does with one worker (and a
-        // port 0 gets a port nobody has).
-        auto probe = UdpSocket::open(workers_[0]->io(), ep, ec);
-        if (!probe) {
-            return std::nullopt;
-        }
-        l.endpoint = probe->endpoint();
-        probe->close();
-    }
-    for (unsigned i = 0; i < n; ++i) {
-        auto s = UdpSocket::open(workers_[i]->io(), l.endpoint, ec, n > 1);
-        if (!s) {
-            for (auto& o : l.sockets) {
-                o->close();
-            }
-            return std::nullopt;
-        }
-        l.endpoint = s->endpoint();
-        l.sockets.push_back(std::move(s));
-    }
-    steer(l);
-    return l;
-}
-
-void Server::steer(Listener& l) {
-    if (l.sockets.size() < 2) {
-        return;
-    }
-    auto error = attach_source_steering(l.sockets.front()->socket().native_handle(),
-                                        static_cast<unsigned>(l.sockets.size()), steering_seed_);
-    if (!error) {
-        l.steered = true;
-        return;
-    }
-    if (!steering_warned_) {
-        steering_warned_ = true;
-        log::warning("UDP " + l.endpoint.to_string() + ": cannot steer by source address (" +
-                     *error +
-                     "); the kernel spreads datagrams by address and port, so limits.per_source "
-                     "and limits.source_quench apply per worker, up to " +
-                     std::to_string(l.sockets.size()) + " times the configured rate");
-    }
-}
-
-Server::Listener Server::adopt_listener(std::shared_ptr<UdpSocket> s) {
-    Listener l;
-    l.endpoint = s->endpoint();
-    l.sockets.push_back(s);
-    const auto n = static_cast<unsigned>(workers_.size());
-    if (n < 2) {
-        return l;
-    }
-    if (!has_reuseport(s->socket().native_handle())) {
-        log::notice("inherited UDP socket " + l.endpoint.to_string() +
-                    " has no SO_REUSEPORT (ReusePort=yes): served by worker 0 only");
-        return l;
-    }
-    for (unsigned i = 1; i < n; ++i) {
-        boost::system::error_code ec;
-        auto sib = UdpSocket::sibling(workers_[i]->io(), *s, ec);
-        if (!sib) {
-            log::notice("inherited UDP socket " + l.endpoint.to_string() +
-                        ": cannot open a socket for worker " + std::to_string(i) + " (" +
-                        ec.message() + "); served by worker 0 only");
-            for (std::size_t k = 1; k < l.sockets.size(); ++k) {
-                l.sockets[k]->close();
-            }
-            l.sockets.resize(1);
-            return l;
-        }
-        l.sockets.push_back(std::move(sib));
-    }
-    steer(l);
-    return l;
-}
-
-void Server::attach_listener(const Listener& l) {
-    for (std::size_t i = 0; i < l.sockets.size(); ++i) {
-        Worker& w = *workers_[i];
-        auto s = l.sockets[i];
-        if (workers_running_) {
-            w.post([&w, s] { w.add_socket(s); });
-        } else {
-            w.add_socket(s);
-        }
-    }
-}
-
-void Server::detach_listener(const Listener& l) {
-    for (std::size_t i = 0; i < l.sockets.size(); ++i) {
-        auto s = l.sockets[i];
-        Worker& w = *workers_[i];
-        if (workers_running_) {
-            w.post([&w, s] { w.remove_socket(s); });
-        } else {
-            w.remove_socket(s);
-        }
-    }
-}
-
-std::optional<Server::ListenerList> Server::open_listeners(const std::vector<pm::Endpoint>& listen,
-                                                           const ListenerList& reuse) {
-    ListenerList out;
-    std::vector<bool> reused;
-    bool skipped_v6 = false;
-    auto close_new = [&] {
-        for (std::size_t i = 0; i < out.size(); ++i) {
-            if (!reused[i]) {
-                for (auto& s : out[i].sockets) {
-                    s->close();
-                }
-            }
-        }
-    };
-    for (const auto& ep : listen) {
-        const Listener* old = nullptr;
-        for (const auto& o : reuse) {
-            if (ep.port != 0 && o.endpoint == ep) {
-                old = &o;
-            }
-        }
-        if (old) {
-            out.push_back(*old);
-            reused.push_back(true);
-            continue;
-        }
-        boost::system::error_code ec;
-        auto l = open_listener(ep, ec);
-        if (!l) {
-            if (ec == boost::system::errc::address_family_not_supported && ep.address.is_v6()) {
-                log::warning("IPv6 is not available, not listening on UDP " + ep.to_string());
-                skipped_v6 = true;
-                continue;
-            }
-            log::err("cannot bind UDP " + ep.to_string() + ": " + ec.message());
-            close_new();
-            return std::nullopt;
-        }
-        out.push_back(std::move(*l));
-        reused.push_back(false);
-    }
-    if (out.empty()) {
-        log::err(skipped_v6 ? "no listen address could be bound" : "no listen address configured");
-        return std::nullopt;
-    }
-    return out;
+    return listeners_.bound();
 }
 
 bool Server::bind() {
@@ -402,31 +243,14 @@ bool Server::bind() {
                     " inherited from the service manager; listen: from the "
                     "configuration (" +
                     join(config_.listen) + ") is ignored");
-        for (auto& s : adopted) {
-            listeners_.push_back(adopt_listener(std::move(s)));
-            log::notice("listening on UDP " + listeners_.back().endpoint.to_string() +
-                        " (inherited)");
-        }
-    } else {
-        auto listeners = open_listeners(config_.listen, {});
-        if (!listeners) {
-            return false;
-        }
-        listeners_ = std::move(*listeners);
-        for (const auto& l : listeners_) {
-            log::notice("listening on UDP " + l.endpoint.to_string());
-        }
-    }
-    for (const auto& l : listeners_) {
-        attach_listener(l);
+        listeners_.adopt(std::move(adopted));
+    } else if (!listeners_.open(config_.listen)) {
+        return false;
     }
     if (workers_.size() > 1) {
-        std::size_t steered = 0;
-        for (const auto& l : listeners_) {
-            steered += l.steered ? 1 : 0;
-        }
-        log::notice(std::to_string(workers_.size()) + " workers; " + std::to_string(steered) +
-                    " of " + std::to_string(listeners_.size()) +
+        log::notice(std::to_string(workers_.size()) + " workers; " +
+                    std::to_string(listeners_.steered()) + " of " +
+                    std::to_string(listeners_.size()) +
                     " listen addresses steered by source address");
     }
     load_state();
@@ -467,7 +291,7 @@ bool Server::bind() {
 
 std::shared_ptr<const Registry> Server::make_registry(const std::vector<Service>& statics) const {
     std::vector<Service> all = statics;
-    for (const Registration& r : registrations_) {
+    for (const Registration& r : store_.registrations()) {
         all.push_back(r.service);
     }
     // Services keep their counts across reloads and registrations.
@@ -488,38 +312,23 @@ void Server::load_state() {
                  "; starting without dynamic registrations");
         return;
     }
-    const auto now = WallClock::now();
-    std::vector<Registration> kept;
-    for (Registration& r : loaded.registrations) {
-        if (r.expired(now)) {
-            log::notice("registration \"" + r.service.name + "\" expired while stopped, dropped");
-            ++leases_expired_;
-            continue;
-        }
-        if (auto conflict = find_conflict(r, config_.services, kept)) {
-            log::warning("registration \"" + r.service.name +
-                         "\" from the state file dropped: " + *conflict);
-            continue;
-        }
-        auto same = std::find_if(kept.begin(), kept.end(), [&](const Registration& k) {
-            return k.service.name == r.service.name;
-        });
-        if (same != kept.end()) {
-            *same = std::move(r);
+    const auto change =
+        store_.load(std::move(loaded.registrations), config_.services, WallClock::now());
+    for (const auto& removed : change.removed) {
+        const std::string& name = removed.registration.service.name;
+        if (removed.conflict) {
+            log::warning("registration \"" + name +
+                         "\" from the state file dropped: " + *removed.conflict);
         } else {
-            kept.push_back(std::move(r));
+            log::notice("registration \"" + name + "\" expired while stopped, dropped");
         }
     }
-    std::sort(kept.begin(), kept.end(),
-              [](const auto& a, const auto& b) { return a.service.name < b.service.name; });
-    const bool changed = kept.size() != loaded.registrations.size();
-    registrations_ = std::move(kept);
     if (!loaded.missing) {
-        log::notice("state file " + path + ": " + std::to_string(registrations_.size()) +
+        log::notice("state file " + path + ": " + std::to_string(store_.size()) +
                     " dynamic registrations");
     }
     publish(make_registry(config_.services));
-    if (changed) {
+    if (change.changed) {
         if (auto error = persist()) {
             log::err("state file: " + *error);
         }
@@ -527,29 +336,23 @@ void Server::load_state() {
 }
 
 std::optional<std::string> Server::persist() {
-    auto error = write_state_file(config_.state_file, registrations_);
+    auto error = write_state_file(config_.state_file, store_.registrations());
     if (error) {
         ++state_write_errors_;
     }
     return error;
 }
 
-void Server::arm_lease_timer() {
+void Server::arm_lease_timer(std::optional<WallClock::time_point> deadline) {
     if (stopping_) {
         return;
     }
-    std::optional<WallClock::time_point> next;
-    for (const Registration& r : registrations_) {
-        if (r.expires && (!next || *r.expires < *next)) {
-            next = r.expires;
-        }
-    }
-    if (!next) {
+    if (!deadline) {
         lease_timer_.cancel();
         return;
     }
     // Re-checked at least once a minute in case the wall clock jumps.
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*next - WallClock::now());
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - WallClock::now());
     wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(60'000));
     lease_timer_.expires_after(wait + std::chrono::milliseconds(1));
     lease_timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -560,25 +363,33 @@ void Server::arm_lease_timer() {
     });
 }
 
-void Server::expire_leases() {
-    const auto now = WallClock::now();
-    const auto before = registrations_.size();
-    std::erase_if(registrations_, [&](const Registration& r) {
-        if (r.expired(now)) {
-            log::notice("registration \"" + r.service.name + "\" lease expired, removed");
-            return true;
-        }
-        return false;
-    });
-    if (registrations_.size() != before) {
-        leases_expired_ += before - registrations_.size();
-        ++registrations_changed_;
-        publish(make_registry(config_.services));
-        if (auto error = persist()) {
-            log::err("state file: " + *error);
+void Server::log_removed(const RegistrationStore::Change& change, std::string_view context) {
+    for (const auto& removed : change.removed) {
+        const std::string& name = removed.registration.service.name;
+        if (removed.conflict) {
+            log::warning(std::string(context) + "registration \"" + name +
+                         "\" removed: " + *removed.conflict);
+        } else {
+            log::notice("registration \"" + name + "\" lease expired, removed");
         }
     }
-    arm_lease_timer();
+}
+
+void Server::apply_change(const RegistrationStore::Change& change, std::string_view context) {
+    log_removed(change, context);
+    if (!change.changed) {
+        return;
+    }
+    publish(make_registry(config_.services));
+    if (auto error = persist()) {
+        log::err("state file: " + *error);
+    }
+}
+
+void Server::expire_leases() {
+    const auto change = store_.expire(WallClock::now());
+    apply_change(change, "");
+    arm_lease_timer(change.next_deadline);
 }
 
 void Server::start() {
@@ -586,6 +397,7 @@ void Server::start() {
         w->start();
     }
     workers_running_ = true;
+    listeners_.set_running(true);
     wait_signal();
     arm_log_flush();
     if (control_) {
@@ -594,7 +406,7 @@ void Server::start() {
     if (metrics_) {
         metrics_->start();
     }
-    arm_lease_timer();
+    arm_lease_timer(store_.next_deadline());
     last_status_ = status_line();
     notify("READY=1\nSTATUS=" + last_status_);
     arm_status_timer();
@@ -689,7 +501,7 @@ void Server::notify(const std::string& state) {
 
 std::string Server::status_line() const {
     const Aggregate a = aggregate();
-    return std::to_string(config_.services.size() + registrations_.size()) + " services, " +
+    return std::to_string(config_.services.size() + store_.size()) + " services, " +
            std::to_string(a.total.transactions) + " transactions, " +
            std::to_string(a.total.counters.requests) + " requests" +
            (workers_.size() > 1 ? ", " + std::to_string(workers_.size()) + " workers" : "");
@@ -791,9 +603,9 @@ bool Server::apply_reload() {
     }
     next.workers = config_.workers;
     next.workers_from_command_line = config_.workers_from_command_line;
-    std::optional<ListenerList> listeners;
+    std::optional<ListenSet::Prepared> listeners;
     if (next.listen != config_.listen) {
-        listeners = open_listeners(next.listen, listeners_);
+        listeners = listeners_.prepare(next.listen);
         if (!listeners) {
             ++shell_.reload_failures;
             last_reload_error_ = "cannot listen on " + join(next.listen);
@@ -804,18 +616,9 @@ bool Server::apply_reload() {
     }
     // Dynamic registrations persist across a reload, unless a static service
     // of the new file now claims their name or Conventional Address.
-    const auto before = registrations_.size();
-    std::vector<Registration> kept;
-    for (Registration& r : registrations_) {
-        if (auto conflict = find_conflict(r, next.services, {})) {
-            log::warning("reload: registration \"" + r.service.name + "\" removed: " + *conflict);
-        } else {
-            kept.push_back(std::move(r));
-        }
-    }
-    registrations_ = std::move(kept);
-    if (registrations_.size() != before) {
-        ++registrations_changed_;
+    const auto change = store_.restrict_to(next.services);
+    log_removed(change, "reload: ");
+    if (change.changed) {
         if (auto error = persist()) {
             log::err("state file: " + *error);
         }
@@ -848,22 +651,7 @@ bool Server::apply_reload() {
     });
     apply_logging(next);
     if (listeners) {
-        auto same = [](const Listener& a, const Listener& b) { return a.sockets == b.sockets; };
-        for (const auto& old : listeners_) {
-            if (std::none_of(listeners->begin(), listeners->end(),
-                             [&](const Listener& l) { return same(l, old); })) {
-                log::notice("no longer listening on UDP " + old.endpoint.to_string());
-                detach_listener(old);
-            }
-        }
-        for (const auto& l : *listeners) {
-            if (std::none_of(listeners_.begin(), listeners_.end(),
-                             [&](const Listener& o) { return same(l, o); })) {
-                log::notice("listening on UDP " + l.endpoint.to_string());
-                attach_listener(l);
-            }
-        }
-        listeners_ = std::move(*listeners);
+        listeners_.commit(std::move(*listeners));
     }
     config_ = std::move(next);
     config_optional_ = false;
@@ -944,9 +732,9 @@ json Server::status() {
     j["control_socket"] = control_ ? json(control_->path()) : json(nullptr);
     j["state_file"] = config_.state_file;
     j["metrics"] = metrics_ ? json(metrics_->endpoint().to_string()) : json(nullptr);
-    j["services"] = config_.services.size() + registrations_.size();
+    j["services"] = config_.services.size() + store_.size();
     j["static_services"] = config_.services.size();
-    j["dynamic_services"] = registrations_.size();
+    j["dynamic_services"] = store_.size();
     j["transactions"] = aggregate().total.transactions;
     j["workers"] = workers_.size();
     j["control_connections"] = control_ ? control_->connections() : 0;
@@ -993,79 +781,67 @@ json Server::services() {
         j["lease_expires_in"] = nullptr;
         add(std::move(j));
     }
-    for (const Registration& r : registrations_) {
+    for (const Registration& r : store_.registrations()) {
         add(registration_json(r, now));
     }
     return list;
 }
 
 Reply Server::register_service(Registration r) {
-    if (auto conflict = find_conflict(r, config_.services, registrations_)) {
-        return Reply{kResultConflict, "conflict: " + *conflict, nullptr};
-    }
-    auto it = std::find_if(registrations_.begin(), registrations_.end(),
-                           [&](const Registration& o) { return o.service.name == r.service.name; });
-    const bool renewal = it != registrations_.end();
-    if (!renewal && registrations_.size() >= kMaxRegistrations) {
-        return Reply{kResultError,
-                     "too many registrations (" + std::to_string(kMaxRegistrations) + ")", nullptr};
-    }
-    std::vector<Registration> previous = registrations_;
-    if (renewal) {
-        *it = r;
-    } else {
-        registrations_.insert(std::upper_bound(registrations_.begin(), registrations_.end(), r,
-                                               [](const auto& a, const auto& b) {
-                                                   return a.service.name < b.service.name;
-                                               }),
-                              r);
+    auto before = store_.save_point();
+    const std::string name = r.service.name;
+    const std::string text =
+        conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner);
+    json j = registration_json(r, WallClock::now());
+    auto outcome = store_.add(std::move(r), config_.services);
+    switch (outcome.refusal) {
+        case RegistrationStore::Refusal::none:
+            break;
+        case RegistrationStore::Refusal::conflict:
+            return Reply{kResultConflict, "conflict: " + outcome.reason, nullptr};
+        default:
+            return Reply{kResultError,
+                         "too many registrations (" + std::to_string(kMaxRegistrations) + ")",
+                         nullptr};
     }
     if (auto error = persist()) {
-        registrations_ = std::move(previous);
-        log::err("register \"" + r.service.name + "\" failed: state file: " + *error);
+        store_.restore(std::move(before));
+        log::err("register \"" + name + "\" failed: state file: " + *error);
         return Reply{kResultError, "cannot save the registration: " + *error, nullptr};
     }
-    ++registrations_changed_;
     publish(make_registry(config_.services));
-    arm_lease_timer();
-    log::notice(std::string(renewal ? "renewed" : "registered") + " \"" + r.service.name + "\" " +
-                conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner));
-    json j = registration_json(r, WallClock::now());
+    arm_lease_timer(outcome.change.next_deadline);
+    log::notice(std::string(outcome.renewal ? "renewed" : "registered") + " \"" + name + "\" " +
+                text);
     j["counters"] = json{{"transactions", 0}};
-    return Reply{kResultOk, std::string(renewal ? "renewed " : "registered ") + r.service.name,
+    return Reply{kResultOk, std::string(outcome.renewal ? "renewed " : "registered ") + name,
                  std::move(j)};
 }
 
 Reply Server::unregister_service(const std::string& name) {
-    auto it = std::find_if(registrations_.begin(), registrations_.end(),
-                           [&](const Registration& o) { return o.service.name == name; });
-    if (it == registrations_.end()) {
-        const bool is_static = std::any_of(config_.services.begin(), config_.services.end(),
-                                           [&](const Service& s) { return s.name == name; });
-        if (is_static) {
+    auto before = store_.save_point();
+    auto outcome = store_.remove(name, config_.services);
+    switch (outcome.refusal) {
+        case RegistrationStore::Refusal::none:
+            break;
+        case RegistrationStore::Refusal::is_static:
             return Reply{kResultConflict,
                          "\"" + name + "\" is a static service; edit the config file and reload",
                          nullptr};
+        default: {
+            std::string shown;
+            for (unsigned char c : name.substr(0, 64)) {
+                shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+            }
+            return Reply{kResultNotFound, "no dynamic service \"" + shown + "\"", nullptr};
         }
-        std::string shown;
-        for (unsigned char c : name.substr(0, 64)) {
-            shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-        }
-        return Reply{kResultNotFound, "no dynamic service \"" + shown + "\"", nullptr};
     }
-    Registration removed = *it;
-    registrations_.erase(it);
     if (auto error = persist()) {
-        registrations_.insert(
-            std::upper_bound(
-                registrations_.begin(), registrations_.end(), removed,
-                [](const auto& a, const auto& b) { return a.service.name < b.service.name; }),
-            removed);
+        store_.restore(std::move(before));
         return Reply{kResultError, "cannot save the change: " + *error, nullptr};
     }
-    ++registrations_changed_;
     publish(make_registry(config_.services));
-    arm_lease_timer();
+    arm_lease_timer(outcome.change.next_deadline);
     log::notice("unregistered \"" + name + "\"");
     return Reply{kResultOk, "unregistered " + name, nullptr};
 }
@@ -1157,9 +933,9 @@ std::vector<MetricValue> Server::metric_values() const {
     counter("reload_failures", "sdp_pmd_reload_failures_total", "Configuration reloads refused.",
             shell_.reload_failures);
     counter("registration_changes", "sdp_pmd_registration_changes_total",
-            "Dynamic registrations added, renewed, removed or expired.", registrations_changed_);
+            "Dynamic registrations added, renewed, removed or expired.", store_.counts().changes);
     counter("leases_expired", "sdp_pmd_leases_expired_total", "Dynamic registrations expired.",
-            leases_expired_);
+            store_.counts().expired);
     counter("state_write_errors", "sdp_pmd_state_write_errors_total",
             "Failed writes of the state file.", state_write_errors_);
     const ControlCounters cc = control_ ? control_->counters() : ControlCounters{};
@@ -1215,7 +991,7 @@ std::vector<MetricValue> Server::metric_values() const {
     gauge("static_services", "sdp_pmd_services", "Services by kind.",
           static_cast<double>(config_.services.size()), "kind=\"static\"");
     gauge("dynamic_services", "sdp_pmd_services", "Services by kind.",
-          static_cast<double>(registrations_.size()), "kind=\"dynamic\"");
+          static_cast<double>(store_.size()), "kind=\"dynamic\"");
     gauge("uptime_seconds", "sdp_pmd_uptime_seconds", "Seconds since the daemon started.",
           std::floor(seconds_since(started_)));
     return v;
@@ -1240,8 +1016,7 @@ void Server::reset_stats() {
     });
     shell_ = {};
     watchdog_withheld_ = 0;
-    registrations_changed_ = 0;
-    leases_expired_ = 0;
+    store_.reset_counts();
     state_write_errors_ = 0;
     if (control_) {
         control_->reset_counters();

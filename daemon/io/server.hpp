@@ -33,8 +33,10 @@
 
 #include "config/config.hpp"
 #include "core/pmsp.hpp"
+#include "core/registrations.hpp"
 #include "io/control_handler.hpp"
 #include "io/control_socket.hpp"
+#include "io/listen_set.hpp"
 #include "io/metrics_http.hpp"
 #include "io/state_file.hpp"
 #include "io/udp_socket.hpp"
@@ -111,14 +113,6 @@ class Server final : public ControlBackend {
     Reply reload_config() override;
 
   private:
-    // One listen endpoint: sockets[i] belongs to workers_[i] (a reuseport
-    // group bound in worker order), or a single socket on worker 0.
-    struct Listener {
-        pm::Endpoint endpoint;
-        std::vector<std::shared_ptr<UdpSocket>> sockets;
-        bool steered = false;  // source-address steering attached
-    };
-    using ListenerList = std::vector<Listener>;
     // Every worker's counters, aggregated, and each worker's own.
     struct Aggregate {
         WorkerSnapshot total;
@@ -126,13 +120,6 @@ class Server final : public ControlBackend {
         std::size_t unresponsive = 0;
     };
 
-    std::optional<ListenerList> open_listeners(const std::vector<pm::Endpoint>& listen,
-                                               const ListenerList& reuse);
-    std::optional<Listener> open_listener(const pm::Endpoint& ep, boost::system::error_code& ec);
-    Listener adopt_listener(std::shared_ptr<UdpSocket> s);
-    void steer(Listener& l);
-    void attach_listener(const Listener& l);
-    void detach_listener(const Listener& l);
     // Runs f on every worker's thread (directly when the workers are not
     // running) and waits at most kWorkerReplyTimeout for all of them.
     template <class R>
@@ -150,8 +137,11 @@ class Server final : public ControlBackend {
     void load_state();
     std::shared_ptr<const Registry> make_registry(const std::vector<Service>& statics) const;
     std::optional<std::string> persist();
+    void log_removed(const RegistrationStore::Change& change, std::string_view context);
+    // After the store changed: logs what it removed, publishes and saves.
+    void apply_change(const RegistrationStore::Change& change, std::string_view context);
     void expire_leases();
-    void arm_lease_timer();
+    void arm_lease_timer(std::optional<WallClock::time_point> deadline);
     void arm_status_timer();
     void arm_watchdog();
 
@@ -162,22 +152,18 @@ class Server final : public ControlBackend {
     std::shared_ptr<const Registry> registry_;  // the snapshot every worker has
     std::vector<std::unique_ptr<Worker>> workers_;
     bool workers_running_ = false;
-    std::uint32_t steering_seed_ = 0;
-    bool steering_warned_ = false;
-    ListenerList listeners_;
+    ListenSet listeners_;
     boost::asio::steady_timer log_timer_;
     boost::asio::signal_set signals_;
     bool stopping_ = false;
     ShellCounters shell_;
     std::string last_reload_error_;
 
-    std::vector<Registration> registrations_;  // dynamic, sorted by name
+    RegistrationStore store_;  // the dynamic registrations
     boost::asio::steady_timer lease_timer_;
     std::unique_ptr<ControlServer> control_;
     std::unique_ptr<MetricsServer> metrics_;
     std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-    std::uint64_t registrations_changed_ = 0;
-    std::uint64_t leases_expired_ = 0;
     std::uint64_t state_write_errors_ = 0;
 
     // Socket activation: which sockets came from the service manager.

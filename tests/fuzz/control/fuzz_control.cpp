@@ -13,6 +13,7 @@
 namespace {
 
 using nlohmann::json;
+using namespace pmd;
 using namespace pmd::io;
 
 class FakeBackend final : public ControlBackend {
