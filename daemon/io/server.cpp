@@ -185,22 +185,8 @@ std::vector<std::optional<R>> Server::on_workers(std::function<R(Worker&)> f) co
     return out;
 }
 
-Server::Aggregate Server::aggregate() const {
-    Aggregate a;
-    a.per_worker = on_workers<WorkerSnapshot>([](Worker& w) { return w.snapshot(); });
-    for (const auto& s : a.per_worker) {
-        if (!s) {
-            ++a.unresponsive;
-            continue;
-        }
-        a.total.counters += s->counters;
-        a.total.shell.receive_errors += s->shell.receive_errors;
-        a.total.shell.send_errors += s->shell.send_errors;
-        a.total.shell.truncated += s->shell.truncated;
-        a.total.transactions += s->transactions;
-        a.total.sockets += s->sockets;
-    }
-    return a;
+Aggregate Server::aggregate_workers() const {
+    return aggregate(on_workers<WorkerSnapshot>([](Worker& w) { return w.snapshot(); }));
 }
 
 void Server::publish(std::shared_ptr<const Registry> registry) {
@@ -407,7 +393,7 @@ void Server::start() {
         metrics_->start();
     }
     arm_lease_timer(store_.next_deadline());
-    last_status_ = status_line();
+    last_status_ = status_line(metric_values());
     notify("READY=1\nSTATUS=" + last_status_);
     arm_status_timer();
     if (auto timeout = watchdog_timeout()) {
@@ -447,7 +433,7 @@ void Server::stop(std::string_view why) {
     // then read directly, once, for the final line.
     stop_workers();
     log::logger().flush_suppressed(log::Clock::now(), true);
-    log::notice("stopping (" + std::string(why) + "); " + counters_line());
+    log::notice("stopping (" + std::string(why) + "); " + counters_line(metric_values()));
 }
 
 void Server::arm_log_flush() {
@@ -484,7 +470,7 @@ void Server::on_signal(int signo) {
             reload();
             break;
         case SIGUSR1:
-            log::notice(counters_line());
+            log::notice(counters_line(metric_values()));
             break;
         default:
             stop(std::string(signal_name(signo)));
@@ -499,14 +485,6 @@ void Server::notify(const std::string& state) {
     }
 }
 
-std::string Server::status_line() const {
-    const Aggregate a = aggregate();
-    return std::to_string(config_.services.size() + store_.size()) + " services, " +
-           std::to_string(a.total.transactions) + " transactions, " +
-           std::to_string(a.total.counters.requests) + " requests" +
-           (workers_.size() > 1 ? ", " + std::to_string(workers_.size()) + " workers" : "");
-}
-
 void Server::arm_status_timer() {
     if (stopping_ || !notify_socket_set()) {
         return;
@@ -516,7 +494,7 @@ void Server::arm_status_timer() {
         if (ec == asio::error::operation_aborted || stopping_) {
             return;
         }
-        std::string line = status_line();
+        std::string line = status_line(metric_values());
         if (line != last_status_) {
             notify("STATUS=" + line);
             last_status_ = std::move(line);
@@ -567,7 +545,8 @@ bool Server::reload() {
     notify(reloading_state());
     const bool applied = apply_reload();
     // READY=1 in every case: the service manager leaves the reloading state.
-    last_status_ = std::string(applied ? "reloaded: " : "reload failed: ") + status_line();
+    last_status_ =
+        std::string(applied ? "reloaded: " : "reload failed: ") + status_line(metric_values());
     notify("READY=1\nSTATUS=" + last_status_);
     return applied;
 }
@@ -661,49 +640,6 @@ bool Server::apply_reload() {
     return true;
 }
 
-std::string Server::counters_line() const {
-    const Aggregate a = aggregate();
-    const Counters& c = a.total.counters;
-    std::string out = "counters:";
-    auto add = [&out](std::string_view name, std::uint64_t v) {
-        out += ' ';
-        out += name;
-        out += '=';
-        out += std::to_string(v);
-    };
-    add("datagrams", c.datagrams);
-    add("requests", c.requests);
-    add("iwpm_requests", c.iwpm_requests);
-    for (std::size_t i = 0; i < kOutcomeCount; ++i) {
-        add(to_string(static_cast<Outcome>(i)), c.outcome[i]);
-    }
-    add("superseded", c.superseded);
-    add("timeouts", c.timeouts);
-    add("shed", c.shed);
-    add("released_on_deny", c.released_on_deny);
-    add("quench_events", c.quench_events);
-    add("transactions", a.total.transactions);
-    add("truncated", a.total.shell.truncated);
-    add("receive_errors", a.total.shell.receive_errors);
-    add("send_errors", a.total.shell.send_errors);
-    add("reloads", shell_.reloads);
-    add("reload_failures", shell_.reload_failures);
-    if (workers_.size() > 1) {
-        add("workers", workers_.size());
-        for (std::size_t i = 0; i < a.per_worker.size(); ++i) {
-            if (a.per_worker[i]) {
-                const std::string w = "worker" + std::to_string(i) + "_";
-                add(w + "datagrams", a.per_worker[i]->counters.datagrams);
-                add(w + "transactions", a.per_worker[i]->transactions);
-            }
-        }
-    }
-    if (a.unresponsive > 0) {
-        add("workers_unresponsive", a.unresponsive);
-    }
-    return out;
-}
-
 // --- the control socket's commands --------------------------------------------
 
 namespace {
@@ -735,7 +671,7 @@ json Server::status() {
     j["services"] = config_.services.size() + store_.size();
     j["static_services"] = config_.services.size();
     j["dynamic_services"] = store_.size();
-    j["transactions"] = aggregate().total.transactions;
+    j["transactions"] = aggregate_workers().total.transactions;
     j["workers"] = workers_.size();
     j["control_connections"] = control_ ? control_->connections() : 0;
     return j;
@@ -891,122 +827,26 @@ json Server::transactions(std::size_t limit) {
     return json{{"transactions", std::move(list)}, {"total", total}};
 }
 
+MetricSources Server::metric_sources(Aggregate workers) const {
+    MetricSources s;
+    s.workers = std::move(workers);
+    s.shell = shell_;
+    s.control = control_ ? control_->counters() : ControlCounters{};
+    s.registrations = store_.counts();
+    s.state_write_errors = state_write_errors_;
+    s.watchdog_withheld = watchdog_withheld_;
+    s.static_services = config_.services.size();
+    s.dynamic_services = store_.size();
+    s.uptime_seconds = std::floor(seconds_since(started_));
+    return s;
+}
+
 std::vector<MetricValue> Server::metric_values() const {
-    const Aggregate a = aggregate();
-    const Counters& c = a.total.counters;
-    std::vector<MetricValue> v;
-    auto counter = [&v](std::string stat, std::string prom, std::string help, std::uint64_t n,
-                        std::string label = {}) {
-        v.push_back(MetricValue{std::move(stat), std::move(prom), std::move(label), std::move(help),
-                                false, static_cast<double>(n)});
-    };
-    auto gauge = [&v](std::string stat, std::string prom, std::string help, double n,
-                      std::string label = {}) {
-        v.push_back(MetricValue{std::move(stat), std::move(prom), std::move(label), std::move(help),
-                                true, n});
-    };
-    counter("datagrams", "sdp_pmd_datagrams_total", "UDP datagrams received.", c.datagrams);
-    counter("requests", "sdp_pmd_requests_total", "PMReq decoded, new and duplicate.", c.requests);
-    counter("iwpm_requests", "sdp_pmd_iwpm_requests_total",
-            "PMReq in rdma-core iwpmd's 64-byte format.", c.iwpm_requests);
-    for (std::size_t i = 0; i < kOutcomeCount; ++i) {
-        const std::string name(to_string(static_cast<Outcome>(i)));
-        counter(name, "sdp_pmd_outcomes_total", "Datagrams by outcome.", c.outcome[i],
-                "outcome=\"" + name + "\"");
-    }
-    counter("superseded", "sdp_pmd_superseded_total",
-            "Transactions replaced by a PMReq with a new AssocHandle.", c.superseded);
-    counter("timeouts", "sdp_pmd_timeouts_total", "Transactions released without PMAck.",
-            c.timeouts);
-    counter("shed", "sdp_pmd_shed_total", "Transactions dropped at max_transactions.", c.shed);
-    counter("released_on_deny", "sdp_pmd_released_on_deny_total",
-            "Transactions released when a duplicate PMReq was denied.", c.released_on_deny);
-    counter("quench_events", "sdp_pmd_quench_events_total",
-            "Sources quenched for leaving PMAccepts un-acknowledged.", c.quench_events);
-    counter("truncated", "sdp_pmd_truncated_total", "Datagrams longer than the receive buffer.",
-            a.total.shell.truncated);
-    counter("receive_errors", "sdp_pmd_receive_errors_total", "UDP receive errors.",
-            a.total.shell.receive_errors);
-    counter("send_errors", "sdp_pmd_send_errors_total", "UDP send errors.",
-            a.total.shell.send_errors);
-    counter("reloads", "sdp_pmd_reloads_total", "Configuration reloads applied.", shell_.reloads);
-    counter("reload_failures", "sdp_pmd_reload_failures_total", "Configuration reloads refused.",
-            shell_.reload_failures);
-    counter("registration_changes", "sdp_pmd_registration_changes_total",
-            "Dynamic registrations added, renewed, removed or expired.", store_.counts().changes);
-    counter("leases_expired", "sdp_pmd_leases_expired_total", "Dynamic registrations expired.",
-            store_.counts().expired);
-    counter("state_write_errors", "sdp_pmd_state_write_errors_total",
-            "Failed writes of the state file.", state_write_errors_);
-    const ControlCounters cc = control_ ? control_->counters() : ControlCounters{};
-    counter("control_connections", "sdp_pmd_control_connections_total",
-            "Control socket connections accepted.", cc.connections);
-    counter("control_rejected_connections", "sdp_pmd_control_rejected_connections_total",
-            "Control socket connections refused (too many open).", cc.rejected_connections);
-    counter("control_requests", "sdp_pmd_control_requests_total", "Control requests answered.",
-            cc.requests);
-    counter("control_errors", "sdp_pmd_control_errors_total",
-            "Control requests answered with result 1 or 2.", cc.errors);
-    counter("control_denied", "sdp_pmd_control_denied_total",
-            "Control requests refused by peer credentials.", cc.denied);
-    counter("control_timeouts", "sdp_pmd_control_timeouts_total",
-            "Control connections closed when idle.", cc.timeouts);
-    counter("control_oversized", "sdp_pmd_control_oversized_total",
-            "Control requests over the size limit.", cc.oversized);
-    gauge("transactions", "sdp_pmd_transactions", "Live transactions waiting for PMAck.",
-          static_cast<double>(a.total.transactions));
-    gauge("workers", "sdp_pmd_workers", "UDP worker shards.", static_cast<double>(workers_.size()));
-    gauge("workers_unresponsive", "sdp_pmd_workers_unresponsive",
-          "Workers that did not answer this query in time.", static_cast<double>(a.unresponsive));
-    counter("watchdog_withheld", "sdp_pmd_watchdog_withheld_total",
-            "WATCHDOG=1 pings withheld because a worker did not answer.", watchdog_withheld_);
-    // Per worker, so an operator sees how the sources spread over the shards.
-    // One metric family at a time: Prometheus wants each family's samples
-    // together.
-    auto per_worker = [&](const std::string& stat, const std::string& prom, const std::string& help,
-                          bool is_gauge, const std::function<double(const WorkerSnapshot&)>& get) {
-        for (std::size_t i = 0; i < a.per_worker.size(); ++i) {
-            const WorkerSnapshot w = a.per_worker[i].value_or(WorkerSnapshot{});
-            v.push_back(MetricValue{"worker" + std::to_string(i) + "_" + stat, prom,
-                                    "worker=\"" + std::to_string(i) + "\"", help, is_gauge,
-                                    get(w)});
-        }
-    };
-    auto n = [](std::uint64_t x) { return static_cast<double>(x); };
-    per_worker("datagrams", "sdp_pmd_worker_datagrams_total", "UDP datagrams received, per worker.",
-               false, [&](const WorkerSnapshot& w) { return n(w.counters.datagrams); });
-    per_worker("requests", "sdp_pmd_worker_requests_total", "PMReq decoded, per worker.", false,
-               [&](const WorkerSnapshot& w) { return n(w.counters.requests); });
-    per_worker("accepted", "sdp_pmd_worker_accepted_total",
-               "New transactions accepted, per worker.", false,
-               [&](const WorkerSnapshot& w) { return n(w.counters[Outcome::accepted]); });
-    per_worker("acked", "sdp_pmd_worker_acked_total", "PMAcks matched, per worker.", false,
-               [&](const WorkerSnapshot& w) { return n(w.counters[Outcome::acked]); });
-    per_worker("drop_rate_limited", "sdp_pmd_worker_rate_limited_total",
-               "PMReqs over their source's token bucket, per worker.", false,
-               [&](const WorkerSnapshot& w) { return n(w.counters[Outcome::drop_rate_limited]); });
-    per_worker("transactions", "sdp_pmd_worker_transactions",
-               "Live transactions waiting for PMAck, per worker.", true,
-               [&](const WorkerSnapshot& w) { return n(w.transactions); });
-    gauge("static_services", "sdp_pmd_services", "Services by kind.",
-          static_cast<double>(config_.services.size()), "kind=\"static\"");
-    gauge("dynamic_services", "sdp_pmd_services", "Services by kind.",
-          static_cast<double>(store_.size()), "kind=\"dynamic\"");
-    gauge("uptime_seconds", "sdp_pmd_uptime_seconds", "Seconds since the daemon started.",
-          std::floor(seconds_since(started_)));
-    return v;
+    return io::metric_values(metric_sources(aggregate_workers()));
 }
 
 json Server::stats() {
-    json j = json::object();
-    for (const MetricValue& m : metric_values()) {
-        if (m.gauge) {
-            j[m.stat] = m.value;
-        } else {
-            j[m.stat] = static_cast<std::uint64_t>(m.value);
-        }
-    }
-    return j;
+    return stats_json(metric_values());
 }
 
 void Server::reset_stats() {
@@ -1035,26 +875,6 @@ Reply Server::reload_config() {
                      nullptr};
     }
     return Reply{kResultError, "reload failed: " + last_reload_error_, nullptr};
-}
-
-std::string prometheus_text(const std::vector<MetricValue>& values) {
-    std::string out;
-    std::vector<std::string> seen;
-    for (const MetricValue& m : values) {
-        if (std::find(seen.begin(), seen.end(), m.prom) == seen.end()) {
-            seen.push_back(m.prom);
-            out += "# HELP " + m.prom + " " + m.help + "\n";
-            out += "# TYPE " + m.prom + (m.gauge ? " gauge\n" : " counter\n");
-        }
-        out += m.prom;
-        if (!m.label.empty()) {
-            out += "{" + m.label + "}";
-        }
-        char num[64];
-        std::snprintf(num, sizeof num, " %.17g\n", m.value);
-        out += num;
-    }
-    return out;
 }
 
 }  // namespace pmd::io

@@ -37,6 +37,7 @@
 #include "io/control_handler.hpp"
 #include "io/control_socket.hpp"
 #include "io/listen_set.hpp"
+#include "io/metrics.hpp"
 #include "io/metrics_http.hpp"
 #include "io/state_file.hpp"
 #include "io/udp_socket.hpp"
@@ -58,20 +59,6 @@ Limits limits_from(const Config& config);
 Limits shard_limits(const Config& config, unsigned index, unsigned workers);
 // `workers:` resolved: "auto" (0) is the CPUs of the affinity mask.
 unsigned resolve_workers(unsigned configured);
-
-// One counter or gauge, named for both `stats` (stat) and Prometheus (prom,
-// with an optional label).
-struct MetricValue {
-    std::string stat;
-    std::string prom;
-    std::string label;  // e.g. outcome="accepted"; empty: none
-    std::string help;
-    bool gauge = false;
-    double value = 0;
-};
-
-// Prometheus text exposition 0.0.4 of the values (HELP/TYPE once per name).
-std::string prometheus_text(const std::vector<MetricValue>& values);
 
 class Server final : public ControlBackend {
   public:
@@ -96,9 +83,9 @@ class Server final : public ControlBackend {
     // What SIGHUP does. Returns true when a new configuration was applied.
     bool reload();
 
-    std::string counters_line() const;
     // The endpoints actually bound (a configured port 0 replaced by the real one).
     std::vector<pm::Endpoint> bound() const;
+    // Every counter and gauge (io/metrics.hpp), the workers' asked now.
     std::vector<MetricValue> metric_values() const;
     unsigned workers() const { return static_cast<unsigned>(workers_.size()); }
 
@@ -113,18 +100,12 @@ class Server final : public ControlBackend {
     Reply reload_config() override;
 
   private:
-    // Every worker's counters, aggregated, and each worker's own.
-    struct Aggregate {
-        WorkerSnapshot total;
-        std::vector<std::optional<WorkerSnapshot>> per_worker;  // nullopt: no answer
-        std::size_t unresponsive = 0;
-    };
-
     // Runs f on every worker's thread (directly when the workers are not
     // running) and waits at most kWorkerReplyTimeout for all of them.
     template <class R>
     std::vector<std::optional<R>> on_workers(std::function<R(Worker&)> f) const;
-    Aggregate aggregate() const;
+    Aggregate aggregate_workers() const;
+    MetricSources metric_sources(Aggregate workers) const;
     void publish(std::shared_ptr<const Registry> registry);
     void stop_workers();
     void arm_log_flush();
@@ -133,7 +114,6 @@ class Server final : public ControlBackend {
     void apply_logging(const Config& c);
     bool apply_reload();
     void notify(const std::string& state);
-    std::string status_line() const;
     void load_state();
     std::shared_ptr<const Registry> make_registry(const std::vector<Service>& statics) const;
     std::optional<std::string> persist();
