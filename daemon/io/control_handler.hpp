@@ -1,7 +1,9 @@
 // The control protocol (docs/control-protocol.md) without sockets: one
 // request line in, one response line out. The I/O layer (control_socket.hpp)
 // frames lines, checks peer credentials and logs refusals; the Backend (the
-// Server) carries the commands out. Never throws, whatever the bytes.
+// Server) carries the commands out. The commands, and who may run them, are
+// those of pmctl::kCommands (control/include/pmctl/commands.hpp). Never
+// throws, whatever the bytes.
 #pragma once
 
 #include <sys/types.h>
@@ -13,13 +15,14 @@
 #include <vector>
 
 #include "io/state_file.hpp"
+#include "pmctl/commands.hpp"
 
 namespace pmd::io {
 
 inline constexpr std::size_t kMaxControlLine = 64 * 1024;
 inline constexpr int kMaxControlDepth = 16;
 
-enum class Access : std::uint8_t { none, read, admin };
+using pmctl::Access;
 
 // Who is asking (SO_PEERCRED / SO_PEERGROUPS).
 struct Peer {
