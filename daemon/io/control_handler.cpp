@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <array>
 #include <exception>
+#include <memory>
 #include <new>
+#include <utility>
 #include <variant>
 
 #include "config/config.hpp"
@@ -95,52 +97,55 @@ std::optional<std::string> read_regular_file(const std::string& path, std::strin
 
 // --- one handler per command of pmctl::kCommands --------------------------------
 
-Reply run_version(const json&, const Peer&, ControlBackend&) {
-    return Reply{kResultOk, "sdp-pmd " SDPPM_VERSION, json{{"version", SDPPM_VERSION}}};
+using Finish = Done<Reply>;
+
+void run_version(const json&, const Peer&, ControlBackend&, Finish done) {
+    done(Reply{kResultOk, "sdp-pmd " SDPPM_VERSION, json{{"version", SDPPM_VERSION}}});
 }
 
-Reply run_status(const json&, const Peer&, ControlBackend& b) {
-    return Reply{kResultOk, "running", b.status()};
+void run_status(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.status([done](json j) { done(Reply{kResultOk, "running", std::move(j)}); });
 }
 
-Reply run_services(const json&, const Peer&, ControlBackend& b) {
-    json s = b.services();
-    const std::size_t n = s.size();
-    return Reply{kResultOk, std::to_string(n) + " services", json{{"services", std::move(s)}}};
+void run_services(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.services([done](json s) {
+        const std::size_t n = s.size();
+        done(Reply{kResultOk, std::to_string(n) + " services", json{{"services", std::move(s)}}});
+    });
 }
 
-Reply run_transactions(const json& args, const Peer&, ControlBackend& b) {
+void run_transactions(const json& args, const Peer&, ControlBackend& b, Finish done) {
     Reply bad;
     if (!only_keys(args, {"limit"}, bad)) {
-        return bad;
+        return done(std::move(bad));
     }
     std::size_t limit = 1000;
     if (args.contains("limit")) {
         if (!args["limit"].is_number_unsigned()) {
-            return error(kResultError, "limit: expected a number");
+            return done(error(kResultError, "limit: expected a number"));
         }
         limit = static_cast<std::size_t>(
             std::min<std::uint64_t>(args["limit"].get<std::uint64_t>(), 1'000'000));
     }
-    json t = b.transactions(limit);
-    std::string text = std::to_string(t["total"].get<std::uint64_t>()) + " transactions";
-    return Reply{kResultOk, std::move(text), std::move(t)};
+    b.transactions(limit, [done](json t) {
+        std::string text = std::to_string(t["total"].get<std::uint64_t>()) + " transactions";
+        done(Reply{kResultOk, std::move(text), std::move(t)});
+    });
 }
 
-Reply run_stats(const json&, const Peer&, ControlBackend& b) {
-    return Reply{kResultOk, "counters", b.stats()};
+void run_stats(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.stats([done](json j) { done(Reply{kResultOk, "counters", std::move(j)}); });
 }
 
-Reply run_stats_reset(const json&, const Peer&, ControlBackend& b) {
-    b.reset_stats();
-    return Reply{kResultOk, "counters reset", nullptr};
+void run_stats_reset(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.reset_stats([done] { done(Reply{kResultOk, "counters reset", nullptr}); });
 }
 
-Reply run_reload(const json&, const Peer&, ControlBackend& b) {
-    return b.reload_config();
+void run_reload(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.reload_config(std::move(done));
 }
 
-Reply run_config_test(const json& args, const Peer& peer, ControlBackend&) {
+Reply config_test(const json& args, const Peer& peer) {
     Reply bad;
     if (!only_keys(args, {"path"}, bad)) {
         return bad;
@@ -171,29 +176,33 @@ Reply run_config_test(const json& args, const Peer& peer, ControlBackend&) {
                  json{{"valid", true}, {"services", c.services.size()}}};
 }
 
-Reply run_register(const json& args, const Peer&, ControlBackend& b) {
+void run_config_test(const json& args, const Peer& peer, ControlBackend&, Finish done) {
+    done(config_test(args, peer));
+}
+
+void run_register(const json& args, const Peer&, ControlBackend& b, Finish done) {
     if (!args.is_object()) {
-        return error(kResultError, "arguments: expected an object");
+        return done(error(kResultError, "arguments: expected an object"));
     }
     auto parsed = parse_registration(args, false, b.wall_now());
     if (auto* e = std::get_if<std::string>(&parsed)) {
-        return error(kResultError, *e);
+        return done(error(kResultError, *e));
     }
-    return b.register_service(std::move(std::get<Registration>(parsed)));
+    b.register_service(std::move(std::get<Registration>(parsed)), std::move(done));
 }
 
-Reply run_unregister(const json& args, const Peer&, ControlBackend& b) {
+void run_unregister(const json& args, const Peer&, ControlBackend& b, Finish done) {
     Reply bad;
     if (!only_keys(args, {"name"}, bad)) {
-        return bad;
+        return done(std::move(bad));
     }
     if (!args.contains("name") || !args["name"].is_string()) {
-        return error(kResultError, "missing argument \"name\" (a string)");
+        return done(error(kResultError, "missing argument \"name\" (a string)"));
     }
-    return b.unregister_service(args["name"].get<std::string>());
+    b.unregister_service(args["name"].get<std::string>(), std::move(done));
 }
 
-using Handler = Reply (*)(const json& args, const Peer& peer, ControlBackend& b);
+using Handler = void (*)(const json& args, const Peer& peer, ControlBackend& b, Finish done);
 
 struct Bound {
     std::string_view name;
@@ -277,7 +286,15 @@ bool peer_may_read(const std::string& path, const Peer& peer) {
     return (st.st_mode & S_IROTH) != 0;
 }
 
-Handled handle_control_line(std::string_view line, const Peer& peer, ControlBackend& backend) {
+namespace {
+
+// The synchronous part: a refusal or malformed request is answered here;
+// otherwise the handler runs and answers through `done`.
+std::optional<Handled> dispatch(std::string_view line, const Peer& peer, ControlBackend& backend,
+                                const Done<Handled>& done) {
+    // Exactly one answer, even when a handler throws after it answered or
+    // answers after it threw.
+    auto answered = std::make_shared<bool>(false);
     try {
         if (!line.empty() && line.back() == '\r') {
             line.remove_suffix(1);
@@ -330,11 +347,31 @@ Handled handle_control_line(std::string_view line, const Peer& peer, ControlBack
                           command);
         }
         const auto index = static_cast<std::size_t>(info - pmctl::kCommands.data());
-        return answer(kHandlers[index].run(args, peer, backend), command);
+        kHandlers[index].run(args, peer, backend, [done, command, answered](Reply r) {
+            if (!std::exchange(*answered, true)) {
+                done(answer(r, command));
+            }
+        });
+        return std::nullopt;
     } catch (const std::bad_alloc&) {
+        if (std::exchange(*answered, true)) {
+            return std::nullopt;
+        }
         return answer(error(kResultError, "out of memory"), "");
     } catch (const std::exception& e) {
+        if (std::exchange(*answered, true)) {
+            return std::nullopt;
+        }
         return answer(error(kResultError, std::string("internal error: ") + e.what()), "");
+    }
+}
+
+}  // namespace
+
+void handle_control_line(std::string_view line, const Peer& peer, ControlBackend& backend,
+                         Done<Handled> done) {
+    if (auto h = dispatch(line, peer, backend, done)) {
+        done(std::move(*h));
     }
 }
 

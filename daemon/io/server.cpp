@@ -143,60 +143,28 @@ void Server::stop_workers() {
     listeners_.set_running(false);
 }
 
-template <class R>
-std::vector<std::optional<R>> Server::on_workers(std::function<R(Worker&)> f) const {
-    std::vector<std::optional<R>> out(workers_.size());
-    if (!workers_running_) {
-        for (std::size_t i = 0; i < workers_.size(); ++i) {
-            out[i] = f(*workers_[i]);
-        }
-        return out;
-    }
-    std::vector<std::future<R>> futures;
-    futures.reserve(workers_.size());
-    for (const auto& w : workers_) {
-        auto promise = std::make_shared<std::promise<R>>();
-        futures.push_back(promise->get_future());
-        Worker* worker = w.get();
-        w->post([promise, worker, f] {
-            try {
-                promise->set_value(f(*worker));
-            } catch (...) {
-                promise->set_exception(std::current_exception());
-            }
-        });
-    }
-    const auto deadline = std::chrono::steady_clock::now() + kWorkerReplyTimeout;
-    for (std::size_t i = 0; i < futures.size(); ++i) {
-        if (futures[i].wait_until(deadline) != std::future_status::ready) {
-            log::logger().limited(LogLevel::warning, "worker_timeout", [&] {
-                return "worker " + std::to_string(i) + " did not answer within " +
-                       std::to_string(kWorkerReplyTimeout.count()) + " ms";
-            });
-            continue;
-        }
-        try {
-            out[i] = futures[i].get();
-        } catch (const std::exception& e) {
-            log::logger().limited(LogLevel::warning, "worker_error",
-                                  [&] { return "worker " + std::to_string(i) + ": " + e.what(); });
-        }
-    }
-    return out;
+void Server::aggregate_workers(std::function<void(Aggregate)> done) {
+    on_workers<WorkerSnapshot>(
+        [](Worker& w) { return w.snapshot(); },
+        [done = std::move(done)](auto answers) { done(aggregate(std::move(answers))); });
 }
 
-Aggregate Server::aggregate_workers() const {
-    return aggregate(on_workers<WorkerSnapshot>([](Worker& w) { return w.snapshot(); }));
-}
-
-void Server::publish(std::shared_ptr<const Registry> registry) {
-    registry_ = registry;
-    // Waits (bounded) until every shard answers from the new snapshot, so a
-    // `register` reply means every worker knows the service.
-    on_workers<bool>([registry](Worker& w) {
-        w.set_registry(registry);
-        return true;
+void Server::metric_values(std::function<void(std::vector<MetricValue>)> done) {
+    aggregate_workers([this, done = std::move(done)](Aggregate a) {
+        done(io::metric_values(metric_sources(std::move(a))));
     });
+}
+
+void Server::publish(std::shared_ptr<const Registry> registry, std::function<void()> done) {
+    registry_ = registry;
+    // Done once every shard answers from the new snapshot, so a `register`
+    // reply means every worker knows the service.
+    on_workers<bool>(
+        [registry](Worker& w) {
+            w.set_registry(registry);
+            return true;
+        },
+        [done = std::move(done)](auto) { done(); });
 }
 
 void Server::apply_logging(const Config& c) {
@@ -264,8 +232,12 @@ bool Server::bind() {
         log::notice("control socket " + config_.control.socket);
     }
     if (config_.metrics) {
-        metrics_ = std::make_unique<MetricsServer>(
-            io_, [this] { return prometheus_text(metric_values()); });
+        metrics_ =
+            std::make_unique<MetricsServer>(io_, [this](std::function<void(std::string)> done) {
+                metric_values([done = std::move(done)](std::vector<MetricValue> v) {
+                    done(prometheus_text(v));
+                });
+            });
         if (auto error = metrics_->bind(*config_.metrics)) {
             log::err("metrics: " + *error);
             return false;
@@ -379,6 +351,8 @@ void Server::expire_leases() {
 }
 
 void Server::start() {
+    // Before the workers run: their counters are read directly.
+    metric_values([this](std::vector<MetricValue> v) { last_status_ = status_line(v); });
     for (auto& w : workers_) {
         w->start();
     }
@@ -393,7 +367,6 @@ void Server::start() {
         metrics_->start();
     }
     arm_lease_timer(store_.next_deadline());
-    last_status_ = status_line(metric_values());
     notify("READY=1\nSTATUS=" + last_status_);
     arm_status_timer();
     if (auto timeout = watchdog_timeout()) {
@@ -433,7 +406,9 @@ void Server::stop(std::string_view why) {
     // then read directly, once, for the final line.
     stop_workers();
     log::logger().flush_suppressed(log::Clock::now(), true);
-    log::notice("stopping (" + std::string(why) + "); " + counters_line(metric_values()));
+    metric_values([why = std::string(why)](std::vector<MetricValue> v) {
+        log::notice("stopping (" + why + "); " + counters_line(v));
+    });
 }
 
 void Server::arm_log_flush() {
@@ -467,10 +442,10 @@ void Server::wait_signal() {
 void Server::on_signal(int signo) {
     switch (signo) {
         case SIGHUP:
-            reload();
+            reload([](bool) {});
             break;
         case SIGUSR1:
-            log::notice(counters_line(metric_values()));
+            metric_values([](std::vector<MetricValue> v) { log::notice(counters_line(v)); });
             break;
         default:
             stop(std::string(signal_name(signo)));
@@ -494,12 +469,17 @@ void Server::arm_status_timer() {
         if (ec == asio::error::operation_aborted || stopping_) {
             return;
         }
-        std::string line = status_line(metric_values());
-        if (line != last_status_) {
-            notify("STATUS=" + line);
-            last_status_ = std::move(line);
-        }
-        arm_status_timer();
+        metric_values([this](std::vector<MetricValue> v) {
+            if (stopping_) {
+                return;
+            }
+            std::string line = status_line(v);
+            if (line != last_status_) {
+                notify("STATUS=" + line);
+                last_status_ = std::move(line);
+            }
+            arm_status_timer();
+        });
     });
 }
 
@@ -541,17 +521,22 @@ void Server::arm_watchdog() {
     });
 }
 
-bool Server::reload() {
+void Server::reload(std::function<void(bool)> done) {
     notify(reloading_state());
-    const bool applied = apply_reload();
-    // READY=1 in every case: the service manager leaves the reloading state.
-    last_status_ =
-        std::string(applied ? "reloaded: " : "reload failed: ") + status_line(metric_values());
-    notify("READY=1\nSTATUS=" + last_status_);
-    return applied;
+    auto finish = [this, done = std::move(done)](bool applied) {
+        metric_values([this, applied, done](std::vector<MetricValue> v) {
+            // READY=1 in every case: the service manager leaves the reloading state.
+            last_status_ = std::string(applied ? "reloaded: " : "reload failed: ") + status_line(v);
+            notify("READY=1\nSTATUS=" + last_status_);
+            done(applied);
+        });
+    };
+    if (!apply_reload([finish] { finish(true); })) {
+        finish(false);
+    }
 }
 
-bool Server::apply_reload() {
+bool Server::apply_reload(std::function<void()> then) {
     namespace fs = std::filesystem;
     std::error_code fec;
     if (config_optional_ && !fs::exists(config_path_, fec)) {
@@ -614,8 +599,10 @@ bool Server::apply_reload() {
         control_->set_groups(next.control);
     }
 
-    // Every shard gets the new snapshot and its limits in one posted step,
-    // then the main thread waits (bounded) for all of them.
+    // Every shard gets the new snapshot and its limits in one posted step
+    // (below); `then` runs once all of them have it. Everything else applies
+    // now, so that what comes next (a registration) builds on the new
+    // configuration.
     auto registry = make_registry(next.services);
     registry_ = registry;
     const auto n = static_cast<unsigned>(workers_.size());
@@ -623,11 +610,6 @@ bool Server::apply_reload() {
     for (unsigned i = 0; i < n; ++i) {
         limits->push_back(shard_limits(next, i, n));
     }
-    on_workers<bool>([registry, limits](Worker& w) {
-        w.set_registry(registry);
-        w.set_limits((*limits)[w.index()]);
-        return true;
-    });
     apply_logging(next);
     if (listeners) {
         listeners_.commit(std::move(*listeners));
@@ -637,244 +619,14 @@ bool Server::apply_reload() {
     ++shell_.reloads;
     log::notice("reloaded configuration from " + config_path_ + ": " +
                 std::to_string(config_.services.size()) + " services");
+    on_workers<bool>(
+        [registry, limits](Worker& w) {
+            w.set_registry(registry);
+            w.set_limits((*limits)[w.index()]);
+            return true;
+        },
+        [then = std::move(then)](auto) { then(); });
     return true;
-}
-
-// --- the control socket's commands --------------------------------------------
-
-namespace {
-
-using nlohmann::json;
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-}  // namespace
-
-json Server::status() {
-    json listen = json::array();
-    for (const auto& e : bound()) {
-        listen.push_back(e.to_string());
-    }
-    json j;
-    j["version"] = SDPPM_VERSION;
-    j["pid"] = ::getpid();
-    j["uptime_seconds"] = std::floor(seconds_since(started_) * 1000.0) / 1000.0;
-    j["listen"] = std::move(listen);
-    j["config"] = config_optional_ && !std::filesystem::exists(config_path_)
-                      ? std::string("built-in defaults")
-                      : config_path_;
-    j["control_socket"] = control_ ? json(control_->path()) : json(nullptr);
-    j["state_file"] = config_.state_file;
-    j["metrics"] = metrics_ ? json(metrics_->endpoint().to_string()) : json(nullptr);
-    j["services"] = config_.services.size() + store_.size();
-    j["static_services"] = config_.services.size();
-    j["dynamic_services"] = store_.size();
-    j["transactions"] = aggregate_workers().total.transactions;
-    j["workers"] = workers_.size();
-    j["control_connections"] = control_ ? control_->connections() : 0;
-    return j;
-}
-
-json Server::services() {
-    // Live transactions per service, and what each service answered.
-    using LiveMap = std::map<std::string, std::uint64_t, std::less<>>;
-    LiveMap live;
-    for (const auto& part : on_workers<LiveMap>([](Worker& w) {
-             LiveMap m;
-             w.pmsp().for_each_transaction(
-                 [&](const TransactionView& t) { ++m[std::string(t.service)]; });
-             return m;
-         })) {
-        if (part) {
-            for (const auto& [name, n] : *part) {
-                live[name] += n;
-            }
-        }
-    }
-    const auto now = WallClock::now();
-    json list = json::array();
-    // The per-service counts live in the registry snapshot every worker
-    // shares (relaxed atomics): already the sum over all shards.
-    std::map<std::string, ServiceCounts, std::less<>> counts;
-    for (const Service& s : registry_->services()) {
-        counts[s.name] = registry_->counts(s);
-    }
-    auto add = [&](json j) {
-        const auto name = j["name"].get<std::string>();
-        auto it = live.find(name);
-        const ServiceCounts c = counts.count(name) ? counts[name] : ServiceCounts{};
-        j["counters"] = json{{"transactions", it == live.end() ? 0 : it->second},
-                             {"accepted", c.accepted},
-                             {"accepted_duplicate", c.accepted_duplicate},
-                             {"denied", c.denied}};
-        list.push_back(std::move(j));
-    };
-    for (const Service& s : config_.services) {
-        json j = service_json(s);
-        j["owner"] = nullptr;
-        j["lease_expires_in"] = nullptr;
-        add(std::move(j));
-    }
-    for (const Registration& r : store_.registrations()) {
-        add(registration_json(r, now));
-    }
-    return list;
-}
-
-Reply Server::register_service(Registration r) {
-    auto before = store_.save_point();
-    const std::string name = r.service.name;
-    const std::string text =
-        conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner);
-    json j = registration_json(r, WallClock::now());
-    auto outcome = store_.add(std::move(r), config_.services);
-    switch (outcome.refusal) {
-        case RegistrationStore::Refusal::none:
-            break;
-        case RegistrationStore::Refusal::conflict:
-            return Reply{kResultConflict, "conflict: " + outcome.reason, nullptr};
-        default:
-            return Reply{kResultError,
-                         "too many registrations (" + std::to_string(kMaxRegistrations) + ")",
-                         nullptr};
-    }
-    if (auto error = persist()) {
-        store_.restore(std::move(before));
-        log::err("register \"" + name + "\" failed: state file: " + *error);
-        return Reply{kResultError, "cannot save the registration: " + *error, nullptr};
-    }
-    publish(make_registry(config_.services));
-    arm_lease_timer(outcome.change.next_deadline);
-    log::notice(std::string(outcome.renewal ? "renewed" : "registered") + " \"" + name + "\" " +
-                text);
-    j["counters"] = json{{"transactions", 0}};
-    return Reply{kResultOk, std::string(outcome.renewal ? "renewed " : "registered ") + name,
-                 std::move(j)};
-}
-
-Reply Server::unregister_service(const std::string& name) {
-    auto before = store_.save_point();
-    auto outcome = store_.remove(name, config_.services);
-    switch (outcome.refusal) {
-        case RegistrationStore::Refusal::none:
-            break;
-        case RegistrationStore::Refusal::is_static:
-            return Reply{kResultConflict,
-                         "\"" + name + "\" is a static service; edit the config file and reload",
-                         nullptr};
-        default: {
-            std::string shown;
-            for (unsigned char c : name.substr(0, 64)) {
-                shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-            }
-            return Reply{kResultNotFound, "no dynamic service \"" + shown + "\"", nullptr};
-        }
-    }
-    if (auto error = persist()) {
-        store_.restore(std::move(before));
-        return Reply{kResultError, "cannot save the change: " + *error, nullptr};
-    }
-    publish(make_registry(config_.services));
-    arm_lease_timer(outcome.change.next_deadline);
-    log::notice("unregistered \"" + name + "\"");
-    return Reply{kResultOk, "unregistered " + name, nullptr};
-}
-
-json Server::transactions(std::size_t limit) {
-    struct Part {
-        json list = json::array();
-        std::size_t total = 0;
-    };
-    const auto parts = on_workers<Part>([limit](Worker& w) {
-        Part p;
-        const auto now = std::chrono::steady_clock::now();
-        w.pmsp().for_each_transaction([&](const TransactionView& t) {
-            ++p.total;
-            if (p.list.size() >= limit) {
-                return;
-            }
-            char handle[19];
-            std::snprintf(handle, sizeof handle, "0x%016llx",
-                          static_cast<unsigned long long>(t.request.assoc_handle));
-            const auto left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(t.expires - now);
-            p.list.push_back(json{
-                {"service", std::string(t.service)},
-                {"client", pm::Endpoint{t.request.cp_addr, t.request.cp_port}.to_string()},
-                {"conventional", pm::Endpoint{t.request.ap_addr, t.request.ap_port}.to_string()},
-                {"sdp", t.sdp.to_string()},
-                {"assoc_handle", handle},
-                {"expires_in_ms", std::max<std::int64_t>(0, left.count())},
-            });
-        });
-        return p;
-    });
-    json list = json::array();
-    std::size_t total = 0;
-    for (const auto& p : parts) {
-        if (!p) {
-            continue;
-        }
-        total += p->total;
-        for (const auto& t : p->list) {
-            if (list.size() < limit) {
-                list.push_back(t);
-            }
-        }
-    }
-    return json{{"transactions", std::move(list)}, {"total", total}};
-}
-
-MetricSources Server::metric_sources(Aggregate workers) const {
-    MetricSources s;
-    s.workers = std::move(workers);
-    s.shell = shell_;
-    s.control = control_ ? control_->counters() : ControlCounters{};
-    s.registrations = store_.counts();
-    s.state_write_errors = state_write_errors_;
-    s.watchdog_withheld = watchdog_withheld_;
-    s.static_services = config_.services.size();
-    s.dynamic_services = store_.size();
-    s.uptime_seconds = std::floor(seconds_since(started_));
-    return s;
-}
-
-std::vector<MetricValue> Server::metric_values() const {
-    return io::metric_values(metric_sources(aggregate_workers()));
-}
-
-json Server::stats() {
-    return stats_json(metric_values());
-}
-
-void Server::reset_stats() {
-    on_workers<bool>([](Worker& w) {
-        w.reset_counters();
-        return true;
-    });
-    shell_ = {};
-    watchdog_withheld_ = 0;
-    store_.reset_counts();
-    state_write_errors_ = 0;
-    if (control_) {
-        control_->reset_counters();
-    }
-    log::notice("counters reset through the control socket");
-}
-
-Reply Server::reload_config() {
-    const auto failures = shell_.reload_failures;
-    last_reload_error_.clear();
-    if (reload()) {
-        return Reply{kResultOk, "reloaded " + config_path_, nullptr};
-    }
-    if (shell_.reload_failures == failures) {
-        return Reply{kResultOk, "no config file " + config_path_ + ", configuration unchanged",
-                     nullptr};
-    }
-    return Reply{kResultError, "reload failed: " + last_reload_error_, nullptr};
 }
 
 }  // namespace pmd::io

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,7 @@
 #include "core/registrations.hpp"
 #include "io/control_handler.hpp"
 #include "io/control_socket.hpp"
+#include "io/gather.hpp"
 #include "io/listen_set.hpp"
 #include "io/metrics.hpp"
 #include "io/metrics_http.hpp"
@@ -47,10 +49,6 @@ namespace pmd::io {
 
 // How often STATUS= is refreshed (only sent when the text changed).
 inline constexpr std::chrono::seconds kStatusInterval{10};
-
-// How long the main thread waits for a worker to answer (counters, a new
-// registry); a worker that does not answer in time is reported as such.
-inline constexpr std::chrono::milliseconds kWorkerReplyTimeout{1000};
 
 Limits limits_from(const Config& config);
 // The limits of shard `index` of `workers`: the memory bounds
@@ -80,39 +78,51 @@ class Server final : public ControlBackend {
     // Closes the sockets and cancels every wait so that io_context::run()
     // returns; logs the final counters.
     void stop(std::string_view why);
-    // What SIGHUP does. Returns true when a new configuration was applied.
-    bool reload();
+    // What SIGHUP does. done(true) when a new configuration was applied,
+    // once every worker has it (or kWorkerReplyTimeout passed).
+    void reload(std::function<void(bool)> done);
 
     // The endpoints actually bound (a configured port 0 replaced by the real one).
     std::vector<pm::Endpoint> bound() const;
-    // Every counter and gauge (io/metrics.hpp), the workers' asked now.
-    std::vector<MetricValue> metric_values() const;
+    // Every counter and gauge (io/metrics.hpp), once the workers answered.
+    void metric_values(std::function<void(std::vector<MetricValue>)> done);
     unsigned workers() const { return static_cast<unsigned>(workers_.size()); }
 
-    // ControlBackend (docs/control-protocol.md).
-    nlohmann::json status() override;
-    nlohmann::json services() override;
-    Reply register_service(Registration r) override;
-    Reply unregister_service(const std::string& name) override;
-    nlohmann::json transactions(std::size_t limit) override;
-    nlohmann::json stats() override;
-    void reset_stats() override;
-    Reply reload_config() override;
+    // ControlBackend (docs/control-protocol.md), in server_control.cpp.
+    void status(Done<nlohmann::json> done) override;
+    void services(Done<nlohmann::json> done) override;
+    void register_service(Registration r, Done<Reply> done) override;
+    void unregister_service(const std::string& name, Done<Reply> done) override;
+    void transactions(std::size_t limit, Done<nlohmann::json> done) override;
+    void stats(Done<nlohmann::json> done) override;
+    void reset_stats(std::function<void()> done) override;
+    void reload_config(Done<Reply> done) override;
 
   private:
-    // Runs f on every worker's thread (directly when the workers are not
-    // running) and waits at most kWorkerReplyTimeout for all of them.
+    // Runs f on every worker's thread (io/gather.hpp); done on this thread.
     template <class R>
-    std::vector<std::optional<R>> on_workers(std::function<R(Worker&)> f) const;
-    Aggregate aggregate_workers() const;
+    void on_workers(std::function<R(Worker&)> f,
+                    std::function<void(std::vector<std::optional<R>>)> done) {
+        gather<R>(io_, workers_, workers_running_, std::move(f), std::move(done));
+    }
+    // Every worker's counters, aggregated.
+    void aggregate_workers(std::function<void(Aggregate)> done);
     MetricSources metric_sources(Aggregate workers) const;
-    void publish(std::shared_ptr<const Registry> registry);
+    // Live transactions per service name.
+    using LiveMap = std::map<std::string, std::uint64_t, std::less<>>;
+    nlohmann::json status_json(std::size_t transactions) const;
+    nlohmann::json services_json(const LiveMap& live) const;
+    // Hands `registry` to every worker; done once all have it.
+    void publish(
+        std::shared_ptr<const Registry> registry, std::function<void()> done = [] {});
     void stop_workers();
     void arm_log_flush();
     void wait_signal();
     void on_signal(int signo);
     void apply_logging(const Config& c);
-    bool apply_reload();
+    // Applies the config file, or returns false and changes nothing; `then`
+    // runs once every worker has the new registry and limits.
+    bool apply_reload(std::function<void()> then);
     void notify(const std::string& state);
     void load_state();
     std::shared_ptr<const Registry> make_registry(const std::vector<Service>& statics) const;
