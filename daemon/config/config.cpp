@@ -6,6 +6,8 @@
 // load_config_*(). The schema is documented in docs/configuration.md.
 #include "config/config.hpp"
 
+#include "core/registrations.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -1052,9 +1054,7 @@ std::variant<Service, ConfigError> make_service(const ServiceFields& fields,
 ServiceFields service_fields(const Service& s) {
     ServiceFields f;
     f.name = s.name;
-    f.conventional = s.conventional_address
-                         ? pm::Endpoint{*s.conventional_address, s.conventional_port}.to_string()
-                         : "*:" + std::to_string(s.conventional_port);
+    f.conventional = conventional_text(s);
     for (const auto& ep : s.sdp) {
         f.sdp.push_back(ep.address.is_unspecified() ? "*:" + std::to_string(ep.port)
                                                     : ep.to_string());

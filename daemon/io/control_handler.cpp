@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <array>
 #include <exception>
+#include <memory>
 #include <new>
+#include <utility>
 #include <variant>
 
 #include "config/config.hpp"
@@ -20,24 +22,6 @@ namespace pmd::io {
 using nlohmann::json;
 
 namespace {
-
-struct CommandInfo {
-    std::string_view name;
-    Access needs;
-};
-
-constexpr std::array<CommandInfo, 10> kCommands{{
-    {"version", Access::read},
-    {"status", Access::read},
-    {"services", Access::read},
-    {"transactions", Access::read},
-    {"stats", Access::read},
-    {"config-test", Access::read},
-    {"register", Access::admin},
-    {"unregister", Access::admin},
-    {"stats-reset", Access::admin},
-    {"reload", Access::admin},
-}};
 
 std::string dump(const json& j) {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -111,95 +95,145 @@ std::optional<std::string> read_regular_file(const std::string& path, std::strin
     return std::nullopt;
 }
 
-Reply run(std::string_view command, const json& args, const Peer& peer, ControlBackend& b) {
-    Reply bad;
-    if (command == "version") {
-        return Reply{kResultOk, "sdp-pmd " SDPPM_VERSION, json{{"version", SDPPM_VERSION}}};
-    }
-    if (command == "status") {
-        return Reply{kResultOk, "running", b.status()};
-    }
-    if (command == "services") {
-        json s = b.services();
-        const std::size_t n = s.size();
-        return Reply{kResultOk, std::to_string(n) + " services", json{{"services", std::move(s)}}};
-    }
-    if (command == "transactions") {
-        if (!only_keys(args, {"limit"}, bad)) {
-            return bad;
-        }
-        std::size_t limit = 1000;
-        if (args.contains("limit")) {
-            if (!args["limit"].is_number_unsigned()) {
-                return error(kResultError, "limit: expected a number");
-            }
-            limit = static_cast<std::size_t>(
-                std::min<std::uint64_t>(args["limit"].get<std::uint64_t>(), 1'000'000));
-        }
-        json t = b.transactions(limit);
-        std::string text = std::to_string(t["total"].get<std::uint64_t>()) + " transactions";
-        return Reply{kResultOk, std::move(text), std::move(t)};
-    }
-    if (command == "stats") {
-        return Reply{kResultOk, "counters", b.stats()};
-    }
-    if (command == "stats-reset") {
-        b.reset_stats();
-        return Reply{kResultOk, "counters reset", nullptr};
-    }
-    if (command == "reload") {
-        return b.reload_config();
-    }
-    if (command == "config-test") {
-        if (!only_keys(args, {"path"}, bad)) {
-            return bad;
-        }
-        if (!args.contains("path") || !args["path"].is_string()) {
-            return error(kResultError, "missing argument \"path\" (a string)");
-        }
-        const std::string path = args["path"].get<std::string>();
-        if (path.empty() || path.find('\0') != std::string::npos || path.size() > 4096) {
-            return error(kResultError, "path: bad path");
-        }
-        // The daemon may read what the caller may not: only files the caller
-        // could read itself are tested, so no error message leaks content.
-        if (!peer_may_read(path, peer)) {
-            return error(kResultDenied, "path: " + shown(path) + " is not readable by the caller");
-        }
-        // Only regular files: a FIFO or a device must never block the daemon.
-        std::string text;
-        if (auto why = read_regular_file(path, text)) {
-            return error(kResultError, "path: " + shown(path) + ": " + *why);
-        }
-        ConfigResult loaded = load_config_string(text, path);
-        if (const auto* e = std::get_if<ConfigError>(&loaded)) {
-            return Reply{kResultError, e->to_string(), json{{"valid", false}}};
-        }
-        const auto& c = std::get<Config>(loaded);
-        return Reply{kResultOk, path + ": OK, " + std::to_string(c.services.size()) + " services",
-                     json{{"valid", true}, {"services", c.services.size()}}};
-    }
-    if (command == "register") {
-        if (!args.is_object()) {
-            return error(kResultError, "arguments: expected an object");
-        }
-        auto parsed = parse_registration(args, false, b.wall_now());
-        if (auto* e = std::get_if<std::string>(&parsed)) {
-            return error(kResultError, *e);
-        }
-        return b.register_service(std::move(std::get<Registration>(parsed)));
-    }
-    if (command == "unregister") {
-        if (!only_keys(args, {"name"}, bad)) {
-            return bad;
-        }
-        if (!args.contains("name") || !args["name"].is_string()) {
-            return error(kResultError, "missing argument \"name\" (a string)");
-        }
-        return b.unregister_service(args["name"].get<std::string>());
-    }
-    return error(kResultUnsupported, "unsupported command \"" + shown(command) + "\"");
+// --- one handler per command of pmctl::kCommands --------------------------------
+
+using Finish = Done<Reply>;
+
+void run_version(const json&, const Peer&, ControlBackend&, Finish done) {
+    done(Reply{kResultOk, "sdp-pmd " SDPPM_VERSION, json{{"version", SDPPM_VERSION}}});
 }
+
+void run_status(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.status([done](json j) { done(Reply{kResultOk, "running", std::move(j)}); });
+}
+
+void run_services(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.services([done](json s) {
+        const std::size_t n = s.size();
+        done(Reply{kResultOk, std::to_string(n) + " services", json{{"services", std::move(s)}}});
+    });
+}
+
+void run_transactions(const json& args, const Peer&, ControlBackend& b, Finish done) {
+    Reply bad;
+    if (!only_keys(args, {"limit"}, bad)) {
+        return done(std::move(bad));
+    }
+    std::size_t limit = 1000;
+    if (args.contains("limit")) {
+        if (!args["limit"].is_number_unsigned()) {
+            return done(error(kResultError, "limit: expected a number"));
+        }
+        limit = static_cast<std::size_t>(
+            std::min<std::uint64_t>(args["limit"].get<std::uint64_t>(), 1'000'000));
+    }
+    b.transactions(limit, [done](json t) {
+        std::string text = std::to_string(t["total"].get<std::uint64_t>()) + " transactions";
+        done(Reply{kResultOk, std::move(text), std::move(t)});
+    });
+}
+
+void run_stats(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.stats([done](json j) { done(Reply{kResultOk, "counters", std::move(j)}); });
+}
+
+void run_stats_reset(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.reset_stats([done] { done(Reply{kResultOk, "counters reset", nullptr}); });
+}
+
+void run_reload(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.reload_config(std::move(done));
+}
+
+Reply config_test(const json& args, const Peer& peer) {
+    Reply bad;
+    if (!only_keys(args, {"path"}, bad)) {
+        return bad;
+    }
+    if (!args.contains("path") || !args["path"].is_string()) {
+        return error(kResultError, "missing argument \"path\" (a string)");
+    }
+    const std::string path = args["path"].get<std::string>();
+    if (path.empty() || path.find('\0') != std::string::npos || path.size() > 4096) {
+        return error(kResultError, "path: bad path");
+    }
+    // The daemon may read what the caller may not: only files the caller
+    // could read itself are tested, so no error message leaks content.
+    if (!peer_may_read(path, peer)) {
+        return error(kResultDenied, "path: " + shown(path) + " is not readable by the caller");
+    }
+    // Only regular files: a FIFO or a device must never block the daemon.
+    std::string text;
+    if (auto why = read_regular_file(path, text)) {
+        return error(kResultError, "path: " + shown(path) + ": " + *why);
+    }
+    ConfigResult loaded = load_config_string(text, path);
+    if (const auto* e = std::get_if<ConfigError>(&loaded)) {
+        return Reply{kResultError, e->to_string(), json{{"valid", false}}};
+    }
+    const auto& c = std::get<Config>(loaded);
+    return Reply{kResultOk, path + ": OK, " + std::to_string(c.services.size()) + " services",
+                 json{{"valid", true}, {"services", c.services.size()}}};
+}
+
+void run_config_test(const json& args, const Peer& peer, ControlBackend&, Finish done) {
+    done(config_test(args, peer));
+}
+
+void run_register(const json& args, const Peer&, ControlBackend& b, Finish done) {
+    if (!args.is_object()) {
+        return done(error(kResultError, "arguments: expected an object"));
+    }
+    auto parsed = parse_registration(args, false, b.wall_now());
+    if (auto* e = std::get_if<std::string>(&parsed)) {
+        return done(error(kResultError, *e));
+    }
+    b.register_service(std::move(std::get<Registration>(parsed)), std::move(done));
+}
+
+void run_unregister(const json& args, const Peer&, ControlBackend& b, Finish done) {
+    Reply bad;
+    if (!only_keys(args, {"name"}, bad)) {
+        return done(std::move(bad));
+    }
+    if (!args.contains("name") || !args["name"].is_string()) {
+        return done(error(kResultError, "missing argument \"name\" (a string)"));
+    }
+    b.unregister_service(args["name"].get<std::string>(), std::move(done));
+}
+
+using Handler = void (*)(const json& args, const Peer& peer, ControlBackend& b, Finish done);
+
+struct Bound {
+    std::string_view name;
+    Handler run = nullptr;
+};
+
+// In the order of pmctl::kCommands, one entry each (checked below): a
+// command without a handler, or a handler without a command, does not compile.
+constexpr std::array<Bound, pmctl::kCommands.size()> kHandlers{{
+    {"status", run_status},
+    {"services", run_services},
+    {"register", run_register},
+    {"unregister", run_unregister},
+    {"transactions", run_transactions},
+    {"stats", run_stats},
+    {"stats-reset", run_stats_reset},
+    {"reload", run_reload},
+    {"config-test", run_config_test},
+    {"version", run_version},
+}};
+
+constexpr bool handlers_match_commands() {
+    for (std::size_t i = 0; i < kHandlers.size(); ++i) {
+        if (kHandlers[i].name != pmctl::kCommands[i].name || kHandlers[i].run == nullptr) {
+            return false;
+        }
+    }
+    return true;
+}
+static_assert(handlers_match_commands(),
+              "kHandlers must bind a handler to every entry of pmctl::kCommands, in its order");
 
 }  // namespace
 
@@ -252,7 +286,15 @@ bool peer_may_read(const std::string& path, const Peer& peer) {
     return (st.st_mode & S_IROTH) != 0;
 }
 
-Handled handle_control_line(std::string_view line, const Peer& peer, ControlBackend& backend) {
+namespace {
+
+// The synchronous part: a refusal or malformed request is answered here;
+// otherwise the handler runs and answers through `done`.
+std::optional<Handled> dispatch(std::string_view line, const Peer& peer, ControlBackend& backend,
+                                const Done<Handled>& done) {
+    // Exactly one answer, even when a handler throws after it answered or
+    // answers after it threw.
+    auto answered = std::make_shared<bool>(false);
     try {
         if (!line.empty() && line.back() == '\r') {
             line.remove_suffix(1);
@@ -293,23 +335,43 @@ Handled handle_control_line(std::string_view line, const Peer& peer, ControlBack
         if (peer.access == Access::none) {
             return answer(error(kResultDenied, "permission denied"), command);
         }
-        auto info = std::find_if(kCommands.begin(), kCommands.end(),
-                                 [&](const CommandInfo& c) { return c.name == command; });
-        if (info == kCommands.end()) {
+        const pmctl::Command* info = pmctl::find_command(command);
+        if (info == nullptr) {
             return answer(
                 error(kResultUnsupported, "unsupported command \"" + shown(command) + "\""),
                 command);
         }
-        if (info->needs == Access::admin && peer.access != Access::admin) {
+        if (info->access == Access::admin && peer.access != Access::admin) {
             return answer(error(kResultDenied, "permission denied: \"" + command +
                                                    "\" needs root or the admin group"),
                           command);
         }
-        return answer(run(command, args, peer, backend), command);
+        const auto index = static_cast<std::size_t>(info - pmctl::kCommands.data());
+        kHandlers[index].run(args, peer, backend, [done, command, answered](Reply r) {
+            if (!std::exchange(*answered, true)) {
+                done(answer(r, command));
+            }
+        });
+        return std::nullopt;
     } catch (const std::bad_alloc&) {
+        if (std::exchange(*answered, true)) {
+            return std::nullopt;
+        }
         return answer(error(kResultError, "out of memory"), "");
     } catch (const std::exception& e) {
+        if (std::exchange(*answered, true)) {
+            return std::nullopt;
+        }
         return answer(error(kResultError, std::string("internal error: ") + e.what()), "");
+    }
+}
+
+}  // namespace
+
+void handle_control_line(std::string_view line, const Peer& peer, ControlBackend& backend,
+                         Done<Handled> done) {
+    if (auto h = dispatch(line, peer, backend, done)) {
+        done(std::move(*h));
     }
 }
 

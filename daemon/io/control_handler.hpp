@@ -1,25 +1,29 @@
 // The control protocol (docs/control-protocol.md) without sockets: one
 // request line in, one response line out. The I/O layer (control_socket.hpp)
 // frames lines, checks peer credentials and logs refusals; the Backend (the
-// Server) carries the commands out. Never throws, whatever the bytes.
+// Server) carries the commands out. The commands, and who may run them, are
+// those of pmctl::kCommands (control/include/pmctl/commands.hpp). Never
+// throws, whatever the bytes.
 #pragma once
 
 #include <sys/types.h>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "io/state_file.hpp"
+#include "pmctl/commands.hpp"
 
 namespace pmd::io {
 
 inline constexpr std::size_t kMaxControlLine = 64 * 1024;
 inline constexpr int kMaxControlDepth = 16;
 
-enum class Access : std::uint8_t { none, read, admin };
+using pmctl::Access;
 
 // Who is asking (SO_PEERCRED / SO_PEERGROUPS).
 struct Peer {
@@ -45,17 +49,23 @@ struct Reply {
     nlohmann::json arguments;  // null: left out
 };
 
+// Carries the commands out. A command may finish later (the Server asks its
+// workers without blocking its loop): each takes a completion that it calls
+// exactly once, on the main thread, possibly before returning.
+template <class T>
+using Done = std::function<void(T)>;
+
 class ControlBackend {
   public:
     virtual ~ControlBackend() = default;
-    virtual nlohmann::json status() = 0;
-    virtual nlohmann::json services() = 0;
-    virtual Reply register_service(Registration r) = 0;
-    virtual Reply unregister_service(const std::string& name) = 0;
-    virtual nlohmann::json transactions(std::size_t limit) = 0;
-    virtual nlohmann::json stats() = 0;
-    virtual void reset_stats() = 0;
-    virtual Reply reload_config() = 0;
+    virtual void status(Done<nlohmann::json> done) = 0;
+    virtual void services(Done<nlohmann::json> done) = 0;
+    virtual void register_service(Registration r, Done<Reply> done) = 0;
+    virtual void unregister_service(const std::string& name, Done<Reply> done) = 0;
+    virtual void transactions(std::size_t limit, Done<nlohmann::json> done) = 0;
+    virtual void stats(Done<nlohmann::json> done) = 0;
+    virtual void reset_stats(std::function<void()> done) = 0;
+    virtual void reload_config(Done<Reply> done) = 0;
     virtual WallClock::time_point wall_now() { return WallClock::now(); }
 };
 
@@ -69,7 +79,10 @@ struct Handled {
 // skipped); stops counting past `limit`.
 int json_depth(std::string_view text, int limit);
 
-Handled handle_control_line(std::string_view line, const Peer& peer, ControlBackend& backend);
+// Answers one request line: done(Handled) is called exactly once, when the
+// backend has finished (at once for a refusal or a malformed request).
+void handle_control_line(std::string_view line, const Peer& peer, ControlBackend& backend,
+                         Done<Handled> done);
 
 // True when `peer` could open `path` for reading by its mode bits (root: always).
 bool peer_may_read(const std::string& path, const Peer& peer);

@@ -181,9 +181,19 @@ struct ControlServer::Session : std::enable_shared_from_this<Session> {
             }
             return;
         }
+        ++server.mutable_counters().requests;
+        // The answer may come later (a command that asks the workers): the
+        // connection reads nothing more until it is written.
+        handle_control_line(line, peer, server.backend(),
+                            [self = shared_from_this(), last](Handled h) {
+                                if (!self->closed) {
+                                    self->answer(std::move(h), last);
+                                }
+                            });
+    }
+
+    void answer(Handled h, bool last) {
         auto& counters = server.mutable_counters();
-        ++counters.requests;
-        Handled h = handle_control_line(line, peer, server.backend());
         if (h.result == kResultDenied) {
             ++counters.denied;
             log::logger().limited(LogLevel::warning, "control_denied", [&] {

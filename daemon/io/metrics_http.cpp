@@ -58,9 +58,17 @@ struct MetricsServer::Session : std::enable_shared_from_this<Session> {
             response.result(http::status::ok);
             response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
             if (req.method() == http::verb::get) {
-                response.body() = render();
+                render([self = shared_from_this()](std::string text) {
+                    self->response.body() = std::move(text);
+                    self->send();
+                });
+                return;
             }
         }
+        send();
+    }
+
+    void send() {
         response.prepare_payload();
         http::async_write(stream, response,
                           [self = shared_from_this()](beast::error_code, std::size_t) {

@@ -1,5 +1,5 @@
 // Prometheus text exposition (format 0.0.4) over HTTP/1.1 with Boost.Beast:
-// GET /metrics answers the text produced by the callback; any other path is
+// GET /metrics answers the text produced by the (asynchronous) callback; any other path is
 // 404, any other method 405. Bounded: kMaxMetricsConnections at once,
 // requests of at most 8 KiB, kMetricsTimeout per connection; one request per
 // connection (the answer says Connection: close).
@@ -23,7 +23,9 @@ inline constexpr std::chrono::seconds kMetricsTimeout{10};
 
 class MetricsServer {
   public:
-    using Render = std::function<std::string()>;
+    // Produces the text and hands it to the callback, now or later (on the
+    // io_context's thread); the connection waits meanwhile.
+    using Render = std::function<void(std::function<void(std::string)>)>;
     MetricsServer(boost::asio::io_context& io, Render render);
     ~MetricsServer();
     MetricsServer(const MetricsServer&) = delete;

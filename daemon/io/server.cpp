@@ -103,6 +103,7 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
       config_path_(std::move(config_path)),
       config_optional_(config_optional),
       registry_(std::make_shared<const Registry>(config_.services)),
+      listeners_(workers_, static_cast<std::uint32_t>(random_seed())),
       log_timer_(io),
       signals_(io),
       lease_timer_(io),
@@ -116,7 +117,6 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
     signals_.add(SIGINT);
     signals_.add(SIGUSR1);
     const unsigned n = resolve_workers(config_.workers);
-    steering_seed_ = static_cast<std::uint32_t>(random_seed());
     for (unsigned i = 0; i < n; ++i) {
         workers_.push_back(
             std::make_unique<Worker>(i, shard_limits(config_, i, n), registry_, random_seed()));
@@ -140,76 +140,31 @@ void Server::stop_workers() {
         w->stop();
     }
     workers_running_ = false;
+    listeners_.set_running(false);
 }
 
-template <class R>
-std::vector<std::optional<R>> Server::on_workers(std::function<R(Worker&)> f) const {
-    std::vector<std::optional<R>> out(workers_.size());
-    if (!workers_running_) {
-        for (std::size_t i = 0; i < workers_.size(); ++i) {
-            out[i] = f(*workers_[i]);
-        }
-        return out;
-    }
-    std::vector<std::future<R>> futures;
-    futures.reserve(workers_.size());
-    for (const auto& w : workers_) {
-        auto promise = std::make_shared<std::promise<R>>();
-        futures.push_back(promise->get_future());
-        Worker* worker = w.get();
-        w->post([promise, worker, f] {
-            try {
-                promise->set_value(f(*worker));
-            } catch (...) {
-                promise->set_exception(std::current_exception());
-            }
-        });
-    }
-    const auto deadline = std::chrono::steady_clock::now() + kWorkerReplyTimeout;
-    for (std::size_t i = 0; i < futures.size(); ++i) {
-        if (futures[i].wait_until(deadline) != std::future_status::ready) {
-            log::logger().limited(LogLevel::warning, "worker_timeout", [&] {
-                return "worker " + std::to_string(i) + " did not answer within " +
-                       std::to_string(kWorkerReplyTimeout.count()) + " ms";
-            });
-            continue;
-        }
-        try {
-            out[i] = futures[i].get();
-        } catch (const std::exception& e) {
-            log::logger().limited(LogLevel::warning, "worker_error",
-                                  [&] { return "worker " + std::to_string(i) + ": " + e.what(); });
-        }
-    }
-    return out;
+void Server::aggregate_workers(std::function<void(Aggregate)> done) {
+    on_workers<WorkerSnapshot>(
+        [](Worker& w) { return w.snapshot(); },
+        [done = std::move(done)](auto answers) { done(aggregate(std::move(answers))); });
 }
 
-Server::Aggregate Server::aggregate() const {
-    Aggregate a;
-    a.per_worker = on_workers<WorkerSnapshot>([](Worker& w) { return w.snapshot(); });
-    for (const auto& s : a.per_worker) {
-        if (!s) {
-            ++a.unresponsive;
-            continue;
-        }
-        a.total.counters += s->counters;
-        a.total.shell.receive_errors += s->shell.receive_errors;
-        a.total.shell.send_errors += s->shell.send_errors;
-        a.total.shell.truncated += s->shell.truncated;
-        a.total.transactions += s->transactions;
-        a.total.sockets += s->sockets;
-    }
-    return a;
-}
-
-void Server::publish(std::shared_ptr<const Registry> registry) {
-    registry_ = registry;
-    // Waits (bounded) until every shard answers from the new snapshot, so a
-    // `register` reply means every worker knows the service.
-    on_workers<bool>([registry](Worker& w) {
-        w.set_registry(registry);
-        return true;
+void Server::metric_values(std::function<void(std::vector<MetricValue>)> done) {
+    aggregate_workers([this, done = std::move(done)](Aggregate a) {
+        done(io::metric_values(metric_sources(std::move(a))));
     });
+}
+
+void Server::publish(std::shared_ptr<const Registry> registry, std::function<void()> done) {
+    registry_ = registry;
+    // Done once every shard answers from the new snapshot, so a `register`
+    // reply means every worker knows the service.
+    on_workers<bool>(
+        [registry](Worker& w) {
+            w.set_registry(registry);
+            return true;
+        },
+        [done = std::move(done)](auto) { done(); });
 }
 
 void Server::apply_logging(const Config& c) {
@@ -218,167 +173,7 @@ void Server::apply_logging(const Config& c) {
 }
 
 std::vector<pm::Endpoint> Server::bound() const {
-    std::vector<pm::Endpoint> out;
-    for (const auto& l : listeners_) {
-        out.push_back(l.endpoint);
-    }
-    return out;
-}
-
-std::optional<Server::Listener> Server::open_listener(const pm::Endpoint& ep,
-                                                      boost::system::error_code& ec) {
-    const auto n = static_cast<unsigned>(workers_.size());
-    Listener l;
-    l.endpoint = ep;
-    if (n > 1) {
-        // SO_REUSEPORT would let this group join sockets another process of
-        // this user already has on the address: bind once without it first,
-        // so that an address in use fails as it does with one worker (and a
-        // port 0 gets a port nobody has).
-        auto probe = UdpSocket::open(workers_[0]->io(), ep, ec);
-        if (!probe) {
-            return std::nullopt;
-        }
-        l.endpoint = probe->endpoint();
-        probe->close();
-    }
-    for (unsigned i = 0; i < n; ++i) {
-        auto s = UdpSocket::open(workers_[i]->io(), l.endpoint, ec, n > 1);
-        if (!s) {
-            for (auto& o : l.sockets) {
-                o->close();
-            }
-            return std::nullopt;
-        }
-        l.endpoint = s->endpoint();
-        l.sockets.push_back(std::move(s));
-    }
-    steer(l);
-    return l;
-}
-
-void Server::steer(Listener& l) {
-    if (l.sockets.size() < 2) {
-        return;
-    }
-    auto error = attach_source_steering(l.sockets.front()->socket().native_handle(),
-                                        static_cast<unsigned>(l.sockets.size()), steering_seed_);
-    if (!error) {
-        l.steered = true;
-        return;
-    }
-    if (!steering_warned_) {
-        steering_warned_ = true;
-        log::warning("UDP " + l.endpoint.to_string() + ": cannot steer by source address (" +
-                     *error +
-                     "); the kernel spreads datagrams by address and port, so limits.per_source "
-                     "and limits.source_quench apply per worker, up to " +
-                     std::to_string(l.sockets.size()) + " times the configured rate");
-    }
-}
-
-Server::Listener Server::adopt_listener(std::shared_ptr<UdpSocket> s) {
-    Listener l;
-    l.endpoint = s->endpoint();
-    l.sockets.push_back(s);
-    const auto n = static_cast<unsigned>(workers_.size());
-    if (n < 2) {
-        return l;
-    }
-    if (!has_reuseport(s->socket().native_handle())) {
-        log::notice("inherited UDP socket " + l.endpoint.to_string() +
-                    " has no SO_REUSEPORT (ReusePort=yes): served by worker 0 only");
-        return l;
-    }
-    for (unsigned i = 1; i < n; ++i) {
-        boost::system::error_code ec;
-        auto sib = UdpSocket::sibling(workers_[i]->io(), *s, ec);
-        if (!sib) {
-            log::notice("inherited UDP socket " + l.endpoint.to_string() +
-                        ": cannot open a socket for worker " + std::to_string(i) + " (" +
-                        ec.message() + "); served by worker 0 only");
-            for (std::size_t k = 1; k < l.sockets.size(); ++k) {
-                l.sockets[k]->close();
-            }
-            l.sockets.resize(1);
-            return l;
-        }
-        l.sockets.push_back(std::move(sib));
-    }
-    steer(l);
-    return l;
-}
-
-void Server::attach_listener(const Listener& l) {
-    for (std::size_t i = 0; i < l.sockets.size(); ++i) {
-        Worker& w = *workers_[i];
-        auto s = l.sockets[i];
-        if (workers_running_) {
-            w.post([&w, s] { w.add_socket(s); });
-        } else {
-            w.add_socket(s);
-        }
-    }
-}
-
-void Server::detach_listener(const Listener& l) {
-    for (std::size_t i = 0; i < l.sockets.size(); ++i) {
-        auto s = l.sockets[i];
-        Worker& w = *workers_[i];
-        if (workers_running_) {
-            w.post([&w, s] { w.remove_socket(s); });
-        } else {
-            w.remove_socket(s);
-        }
-    }
-}
-
-std::optional<Server::ListenerList> Server::open_listeners(const std::vector<pm::Endpoint>& listen,
-                                                           const ListenerList& reuse) {
-    ListenerList out;
-    std::vector<bool> reused;
-    bool skipped_v6 = false;
-    auto close_new = [&] {
-        for (std::size_t i = 0; i < out.size(); ++i) {
-            if (!reused[i]) {
-                for (auto& s : out[i].sockets) {
-                    s->close();
-                }
-            }
-        }
-    };
-    for (const auto& ep : listen) {
-        const Listener* old = nullptr;
-        for (const auto& o : reuse) {
-            if (ep.port != 0 && o.endpoint == ep) {
-                old = &o;
-            }
-        }
-        if (old) {
-            out.push_back(*old);
-            reused.push_back(true);
-            continue;
-        }
-        boost::system::error_code ec;
-        auto l = open_listener(ep, ec);
-        if (!l) {
-            if (ec == boost::system::errc::address_family_not_supported && ep.address.is_v6()) {
-                log::warning("IPv6 is not available, not listening on UDP " + ep.to_string());
-                skipped_v6 = true;
-                continue;
-            }
-            log::err("cannot bind UDP " + ep.to_string() + ": " + ec.message());
-            close_new();
-            return std::nullopt;
-        }
-        out.push_back(std::move(*l));
-        reused.push_back(false);
-    }
-    if (out.empty()) {
-        log::err(skipped_v6 ? "no listen address could be bound" : "no listen address configured");
-        return std::nullopt;
-    }
-    return out;
+    return listeners_.bound();
 }
 
 bool Server::bind() {
@@ -402,31 +197,14 @@ bool Server::bind() {
                     " inherited from the service manager; listen: from the "
                     "configuration (" +
                     join(config_.listen) + ") is ignored");
-        for (auto& s : adopted) {
-            listeners_.push_back(adopt_listener(std::move(s)));
-            log::notice("listening on UDP " + listeners_.back().endpoint.to_string() +
-                        " (inherited)");
-        }
-    } else {
-        auto listeners = open_listeners(config_.listen, {});
-        if (!listeners) {
-            return false;
-        }
-        listeners_ = std::move(*listeners);
-        for (const auto& l : listeners_) {
-            log::notice("listening on UDP " + l.endpoint.to_string());
-        }
-    }
-    for (const auto& l : listeners_) {
-        attach_listener(l);
+        listeners_.adopt(std::move(adopted));
+    } else if (!listeners_.open(config_.listen)) {
+        return false;
     }
     if (workers_.size() > 1) {
-        std::size_t steered = 0;
-        for (const auto& l : listeners_) {
-            steered += l.steered ? 1 : 0;
-        }
-        log::notice(std::to_string(workers_.size()) + " workers; " + std::to_string(steered) +
-                    " of " + std::to_string(listeners_.size()) +
+        log::notice(std::to_string(workers_.size()) + " workers; " +
+                    std::to_string(listeners_.steered()) + " of " +
+                    std::to_string(listeners_.size()) +
                     " listen addresses steered by source address");
     }
     load_state();
@@ -454,8 +232,12 @@ bool Server::bind() {
         log::notice("control socket " + config_.control.socket);
     }
     if (config_.metrics) {
-        metrics_ = std::make_unique<MetricsServer>(
-            io_, [this] { return prometheus_text(metric_values()); });
+        metrics_ =
+            std::make_unique<MetricsServer>(io_, [this](std::function<void(std::string)> done) {
+                metric_values([done = std::move(done)](std::vector<MetricValue> v) {
+                    done(prometheus_text(v));
+                });
+            });
         if (auto error = metrics_->bind(*config_.metrics)) {
             log::err("metrics: " + *error);
             return false;
@@ -467,7 +249,7 @@ bool Server::bind() {
 
 std::shared_ptr<const Registry> Server::make_registry(const std::vector<Service>& statics) const {
     std::vector<Service> all = statics;
-    for (const Registration& r : registrations_) {
+    for (const Registration& r : store_.registrations()) {
         all.push_back(r.service);
     }
     // Services keep their counts across reloads and registrations.
@@ -488,38 +270,23 @@ void Server::load_state() {
                  "; starting without dynamic registrations");
         return;
     }
-    const auto now = WallClock::now();
-    std::vector<Registration> kept;
-    for (Registration& r : loaded.registrations) {
-        if (r.expired(now)) {
-            log::notice("registration \"" + r.service.name + "\" expired while stopped, dropped");
-            ++leases_expired_;
-            continue;
-        }
-        if (auto conflict = find_conflict(r, config_.services, kept)) {
-            log::warning("registration \"" + r.service.name +
-                         "\" from the state file dropped: " + *conflict);
-            continue;
-        }
-        auto same = std::find_if(kept.begin(), kept.end(), [&](const Registration& k) {
-            return k.service.name == r.service.name;
-        });
-        if (same != kept.end()) {
-            *same = std::move(r);
+    const auto change =
+        store_.load(std::move(loaded.registrations), config_.services, WallClock::now());
+    for (const auto& removed : change.removed) {
+        const std::string& name = removed.registration.service.name;
+        if (removed.conflict) {
+            log::warning("registration \"" + name +
+                         "\" from the state file dropped: " + *removed.conflict);
         } else {
-            kept.push_back(std::move(r));
+            log::notice("registration \"" + name + "\" expired while stopped, dropped");
         }
     }
-    std::sort(kept.begin(), kept.end(),
-              [](const auto& a, const auto& b) { return a.service.name < b.service.name; });
-    const bool changed = kept.size() != loaded.registrations.size();
-    registrations_ = std::move(kept);
     if (!loaded.missing) {
-        log::notice("state file " + path + ": " + std::to_string(registrations_.size()) +
+        log::notice("state file " + path + ": " + std::to_string(store_.size()) +
                     " dynamic registrations");
     }
     publish(make_registry(config_.services));
-    if (changed) {
+    if (change.changed) {
         if (auto error = persist()) {
             log::err("state file: " + *error);
         }
@@ -527,29 +294,23 @@ void Server::load_state() {
 }
 
 std::optional<std::string> Server::persist() {
-    auto error = write_state_file(config_.state_file, registrations_);
+    auto error = write_state_file(config_.state_file, store_.registrations());
     if (error) {
         ++state_write_errors_;
     }
     return error;
 }
 
-void Server::arm_lease_timer() {
+void Server::arm_lease_timer(std::optional<WallClock::time_point> deadline) {
     if (stopping_) {
         return;
     }
-    std::optional<WallClock::time_point> next;
-    for (const Registration& r : registrations_) {
-        if (r.expires && (!next || *r.expires < *next)) {
-            next = r.expires;
-        }
-    }
-    if (!next) {
+    if (!deadline) {
         lease_timer_.cancel();
         return;
     }
     // Re-checked at least once a minute in case the wall clock jumps.
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*next - WallClock::now());
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - WallClock::now());
     wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(60'000));
     lease_timer_.expires_after(wait + std::chrono::milliseconds(1));
     lease_timer_.async_wait([this](const boost::system::error_code& ec) {
@@ -560,32 +321,43 @@ void Server::arm_lease_timer() {
     });
 }
 
-void Server::expire_leases() {
-    const auto now = WallClock::now();
-    const auto before = registrations_.size();
-    std::erase_if(registrations_, [&](const Registration& r) {
-        if (r.expired(now)) {
-            log::notice("registration \"" + r.service.name + "\" lease expired, removed");
-            return true;
-        }
-        return false;
-    });
-    if (registrations_.size() != before) {
-        leases_expired_ += before - registrations_.size();
-        ++registrations_changed_;
-        publish(make_registry(config_.services));
-        if (auto error = persist()) {
-            log::err("state file: " + *error);
+void Server::log_removed(const RegistrationStore::Change& change, std::string_view context) {
+    for (const auto& removed : change.removed) {
+        const std::string& name = removed.registration.service.name;
+        if (removed.conflict) {
+            log::warning(std::string(context) + "registration \"" + name +
+                         "\" removed: " + *removed.conflict);
+        } else {
+            log::notice("registration \"" + name + "\" lease expired, removed");
         }
     }
-    arm_lease_timer();
+}
+
+void Server::apply_change(const RegistrationStore::Change& change, std::string_view context) {
+    log_removed(change, context);
+    if (!change.changed) {
+        return;
+    }
+    publish(make_registry(config_.services));
+    if (auto error = persist()) {
+        log::err("state file: " + *error);
+    }
+}
+
+void Server::expire_leases() {
+    const auto change = store_.expire(WallClock::now());
+    apply_change(change, "");
+    arm_lease_timer(change.next_deadline);
 }
 
 void Server::start() {
+    // Before the workers run: their counters are read directly.
+    metric_values([this](std::vector<MetricValue> v) { last_status_ = status_line(v); });
     for (auto& w : workers_) {
         w->start();
     }
     workers_running_ = true;
+    listeners_.set_running(true);
     wait_signal();
     arm_log_flush();
     if (control_) {
@@ -594,8 +366,7 @@ void Server::start() {
     if (metrics_) {
         metrics_->start();
     }
-    arm_lease_timer();
-    last_status_ = status_line();
+    arm_lease_timer(store_.next_deadline());
     notify("READY=1\nSTATUS=" + last_status_);
     arm_status_timer();
     if (auto timeout = watchdog_timeout()) {
@@ -635,7 +406,9 @@ void Server::stop(std::string_view why) {
     // then read directly, once, for the final line.
     stop_workers();
     log::logger().flush_suppressed(log::Clock::now(), true);
-    log::notice("stopping (" + std::string(why) + "); " + counters_line());
+    metric_values([why = std::string(why)](std::vector<MetricValue> v) {
+        log::notice("stopping (" + why + "); " + counters_line(v));
+    });
 }
 
 void Server::arm_log_flush() {
@@ -669,10 +442,10 @@ void Server::wait_signal() {
 void Server::on_signal(int signo) {
     switch (signo) {
         case SIGHUP:
-            reload();
+            reload([](bool) {});
             break;
         case SIGUSR1:
-            log::notice(counters_line());
+            metric_values([](std::vector<MetricValue> v) { log::notice(counters_line(v)); });
             break;
         default:
             stop(std::string(signal_name(signo)));
@@ -687,14 +460,6 @@ void Server::notify(const std::string& state) {
     }
 }
 
-std::string Server::status_line() const {
-    const Aggregate a = aggregate();
-    return std::to_string(config_.services.size() + registrations_.size()) + " services, " +
-           std::to_string(a.total.transactions) + " transactions, " +
-           std::to_string(a.total.counters.requests) + " requests" +
-           (workers_.size() > 1 ? ", " + std::to_string(workers_.size()) + " workers" : "");
-}
-
 void Server::arm_status_timer() {
     if (stopping_ || !notify_socket_set()) {
         return;
@@ -704,12 +469,17 @@ void Server::arm_status_timer() {
         if (ec == asio::error::operation_aborted || stopping_) {
             return;
         }
-        std::string line = status_line();
-        if (line != last_status_) {
-            notify("STATUS=" + line);
-            last_status_ = std::move(line);
-        }
-        arm_status_timer();
+        metric_values([this](std::vector<MetricValue> v) {
+            if (stopping_) {
+                return;
+            }
+            std::string line = status_line(v);
+            if (line != last_status_) {
+                notify("STATUS=" + line);
+                last_status_ = std::move(line);
+            }
+            arm_status_timer();
+        });
     });
 }
 
@@ -751,16 +521,22 @@ void Server::arm_watchdog() {
     });
 }
 
-bool Server::reload() {
+void Server::reload(std::function<void(bool)> done) {
     notify(reloading_state());
-    const bool applied = apply_reload();
-    // READY=1 in every case: the service manager leaves the reloading state.
-    last_status_ = std::string(applied ? "reloaded: " : "reload failed: ") + status_line();
-    notify("READY=1\nSTATUS=" + last_status_);
-    return applied;
+    auto finish = [this, done = std::move(done)](bool applied) {
+        metric_values([this, applied, done](std::vector<MetricValue> v) {
+            // READY=1 in every case: the service manager leaves the reloading state.
+            last_status_ = std::string(applied ? "reloaded: " : "reload failed: ") + status_line(v);
+            notify("READY=1\nSTATUS=" + last_status_);
+            done(applied);
+        });
+    };
+    if (!apply_reload([finish] { finish(true); })) {
+        finish(false);
+    }
 }
 
-bool Server::apply_reload() {
+bool Server::apply_reload(std::function<void()> then) {
     namespace fs = std::filesystem;
     std::error_code fec;
     if (config_optional_ && !fs::exists(config_path_, fec)) {
@@ -791,9 +567,9 @@ bool Server::apply_reload() {
     }
     next.workers = config_.workers;
     next.workers_from_command_line = config_.workers_from_command_line;
-    std::optional<ListenerList> listeners;
+    std::optional<ListenSet::Prepared> listeners;
     if (next.listen != config_.listen) {
-        listeners = open_listeners(next.listen, listeners_);
+        listeners = listeners_.prepare(next.listen);
         if (!listeners) {
             ++shell_.reload_failures;
             last_reload_error_ = "cannot listen on " + join(next.listen);
@@ -804,18 +580,9 @@ bool Server::apply_reload() {
     }
     // Dynamic registrations persist across a reload, unless a static service
     // of the new file now claims their name or Conventional Address.
-    const auto before = registrations_.size();
-    std::vector<Registration> kept;
-    for (Registration& r : registrations_) {
-        if (auto conflict = find_conflict(r, next.services, {})) {
-            log::warning("reload: registration \"" + r.service.name + "\" removed: " + *conflict);
-        } else {
-            kept.push_back(std::move(r));
-        }
-    }
-    registrations_ = std::move(kept);
-    if (registrations_.size() != before) {
-        ++registrations_changed_;
+    const auto change = store_.restrict_to(next.services);
+    log_removed(change, "reload: ");
+    if (change.changed) {
         if (auto error = persist()) {
             log::err("state file: " + *error);
         }
@@ -832,8 +599,10 @@ bool Server::apply_reload() {
         control_->set_groups(next.control);
     }
 
-    // Every shard gets the new snapshot and its limits in one posted step,
-    // then the main thread waits (bounded) for all of them.
+    // Every shard gets the new snapshot and its limits in one posted step
+    // (below); `then` runs once all of them have it. Everything else applies
+    // now, so that what comes next (a registration) builds on the new
+    // configuration.
     auto registry = make_registry(next.services);
     registry_ = registry;
     const auto n = static_cast<unsigned>(workers_.size());
@@ -841,445 +610,23 @@ bool Server::apply_reload() {
     for (unsigned i = 0; i < n; ++i) {
         limits->push_back(shard_limits(next, i, n));
     }
-    on_workers<bool>([registry, limits](Worker& w) {
-        w.set_registry(registry);
-        w.set_limits((*limits)[w.index()]);
-        return true;
-    });
     apply_logging(next);
     if (listeners) {
-        auto same = [](const Listener& a, const Listener& b) { return a.sockets == b.sockets; };
-        for (const auto& old : listeners_) {
-            if (std::none_of(listeners->begin(), listeners->end(),
-                             [&](const Listener& l) { return same(l, old); })) {
-                log::notice("no longer listening on UDP " + old.endpoint.to_string());
-                detach_listener(old);
-            }
-        }
-        for (const auto& l : *listeners) {
-            if (std::none_of(listeners_.begin(), listeners_.end(),
-                             [&](const Listener& o) { return same(l, o); })) {
-                log::notice("listening on UDP " + l.endpoint.to_string());
-                attach_listener(l);
-            }
-        }
-        listeners_ = std::move(*listeners);
+        listeners_.commit(std::move(*listeners));
     }
     config_ = std::move(next);
     config_optional_ = false;
     ++shell_.reloads;
     log::notice("reloaded configuration from " + config_path_ + ": " +
                 std::to_string(config_.services.size()) + " services");
+    on_workers<bool>(
+        [registry, limits](Worker& w) {
+            w.set_registry(registry);
+            w.set_limits((*limits)[w.index()]);
+            return true;
+        },
+        [then = std::move(then)](auto) { then(); });
     return true;
-}
-
-std::string Server::counters_line() const {
-    const Aggregate a = aggregate();
-    const Counters& c = a.total.counters;
-    std::string out = "counters:";
-    auto add = [&out](std::string_view name, std::uint64_t v) {
-        out += ' ';
-        out += name;
-        out += '=';
-        out += std::to_string(v);
-    };
-    add("datagrams", c.datagrams);
-    add("requests", c.requests);
-    add("iwpm_requests", c.iwpm_requests);
-    for (std::size_t i = 0; i < kOutcomeCount; ++i) {
-        add(to_string(static_cast<Outcome>(i)), c.outcome[i]);
-    }
-    add("superseded", c.superseded);
-    add("timeouts", c.timeouts);
-    add("shed", c.shed);
-    add("released_on_deny", c.released_on_deny);
-    add("quench_events", c.quench_events);
-    add("transactions", a.total.transactions);
-    add("truncated", a.total.shell.truncated);
-    add("receive_errors", a.total.shell.receive_errors);
-    add("send_errors", a.total.shell.send_errors);
-    add("reloads", shell_.reloads);
-    add("reload_failures", shell_.reload_failures);
-    if (workers_.size() > 1) {
-        add("workers", workers_.size());
-        for (std::size_t i = 0; i < a.per_worker.size(); ++i) {
-            if (a.per_worker[i]) {
-                const std::string w = "worker" + std::to_string(i) + "_";
-                add(w + "datagrams", a.per_worker[i]->counters.datagrams);
-                add(w + "transactions", a.per_worker[i]->transactions);
-            }
-        }
-    }
-    if (a.unresponsive > 0) {
-        add("workers_unresponsive", a.unresponsive);
-    }
-    return out;
-}
-
-// --- the control socket's commands --------------------------------------------
-
-namespace {
-
-using nlohmann::json;
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-}  // namespace
-
-json Server::status() {
-    json listen = json::array();
-    for (const auto& e : bound()) {
-        listen.push_back(e.to_string());
-    }
-    json j;
-    j["version"] = SDPPM_VERSION;
-    j["pid"] = ::getpid();
-    j["uptime_seconds"] = std::floor(seconds_since(started_) * 1000.0) / 1000.0;
-    j["listen"] = std::move(listen);
-    j["config"] = config_optional_ && !std::filesystem::exists(config_path_)
-                      ? std::string("built-in defaults")
-                      : config_path_;
-    j["control_socket"] = control_ ? json(control_->path()) : json(nullptr);
-    j["state_file"] = config_.state_file;
-    j["metrics"] = metrics_ ? json(metrics_->endpoint().to_string()) : json(nullptr);
-    j["services"] = config_.services.size() + registrations_.size();
-    j["static_services"] = config_.services.size();
-    j["dynamic_services"] = registrations_.size();
-    j["transactions"] = aggregate().total.transactions;
-    j["workers"] = workers_.size();
-    j["control_connections"] = control_ ? control_->connections() : 0;
-    return j;
-}
-
-json Server::services() {
-    // Live transactions per service, and what each service answered.
-    using LiveMap = std::map<std::string, std::uint64_t, std::less<>>;
-    LiveMap live;
-    for (const auto& part : on_workers<LiveMap>([](Worker& w) {
-             LiveMap m;
-             w.pmsp().for_each_transaction(
-                 [&](const TransactionView& t) { ++m[std::string(t.service)]; });
-             return m;
-         })) {
-        if (part) {
-            for (const auto& [name, n] : *part) {
-                live[name] += n;
-            }
-        }
-    }
-    const auto now = WallClock::now();
-    json list = json::array();
-    // The per-service counts live in the registry snapshot every worker
-    // shares (relaxed atomics): already the sum over all shards.
-    std::map<std::string, ServiceCounts, std::less<>> counts;
-    for (const Service& s : registry_->services()) {
-        counts[s.name] = registry_->counts(s);
-    }
-    auto add = [&](json j) {
-        const auto name = j["name"].get<std::string>();
-        auto it = live.find(name);
-        const ServiceCounts c = counts.count(name) ? counts[name] : ServiceCounts{};
-        j["counters"] = json{{"transactions", it == live.end() ? 0 : it->second},
-                             {"accepted", c.accepted},
-                             {"accepted_duplicate", c.accepted_duplicate},
-                             {"denied", c.denied}};
-        list.push_back(std::move(j));
-    };
-    for (const Service& s : config_.services) {
-        json j = service_json(s);
-        j["owner"] = nullptr;
-        j["lease_expires_in"] = nullptr;
-        add(std::move(j));
-    }
-    for (const Registration& r : registrations_) {
-        add(registration_json(r, now));
-    }
-    return list;
-}
-
-Reply Server::register_service(Registration r) {
-    if (auto conflict = find_conflict(r, config_.services, registrations_)) {
-        return Reply{kResultConflict, "conflict: " + *conflict, nullptr};
-    }
-    auto it = std::find_if(registrations_.begin(), registrations_.end(),
-                           [&](const Registration& o) { return o.service.name == r.service.name; });
-    const bool renewal = it != registrations_.end();
-    if (!renewal && registrations_.size() >= kMaxRegistrations) {
-        return Reply{kResultError,
-                     "too many registrations (" + std::to_string(kMaxRegistrations) + ")", nullptr};
-    }
-    std::vector<Registration> previous = registrations_;
-    if (renewal) {
-        *it = r;
-    } else {
-        registrations_.insert(std::upper_bound(registrations_.begin(), registrations_.end(), r,
-                                               [](const auto& a, const auto& b) {
-                                                   return a.service.name < b.service.name;
-                                               }),
-                              r);
-    }
-    if (auto error = persist()) {
-        registrations_ = std::move(previous);
-        log::err("register \"" + r.service.name + "\" failed: state file: " + *error);
-        return Reply{kResultError, "cannot save the registration: " + *error, nullptr};
-    }
-    ++registrations_changed_;
-    publish(make_registry(config_.services));
-    arm_lease_timer();
-    log::notice(std::string(renewal ? "renewed" : "registered") + " \"" + r.service.name + "\" " +
-                conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner));
-    json j = registration_json(r, WallClock::now());
-    j["counters"] = json{{"transactions", 0}};
-    return Reply{kResultOk, std::string(renewal ? "renewed " : "registered ") + r.service.name,
-                 std::move(j)};
-}
-
-Reply Server::unregister_service(const std::string& name) {
-    auto it = std::find_if(registrations_.begin(), registrations_.end(),
-                           [&](const Registration& o) { return o.service.name == name; });
-    if (it == registrations_.end()) {
-        const bool is_static = std::any_of(config_.services.begin(), config_.services.end(),
-                                           [&](const Service& s) { return s.name == name; });
-        if (is_static) {
-            return Reply{kResultConflict,
-                         "\"" + name + "\" is a static service; edit the config file and reload",
-                         nullptr};
-        }
-        std::string shown;
-        for (unsigned char c : name.substr(0, 64)) {
-            shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-        }
-        return Reply{kResultNotFound, "no dynamic service \"" + shown + "\"", nullptr};
-    }
-    Registration removed = *it;
-    registrations_.erase(it);
-    if (auto error = persist()) {
-        registrations_.insert(
-            std::upper_bound(
-                registrations_.begin(), registrations_.end(), removed,
-                [](const auto& a, const auto& b) { return a.service.name < b.service.name; }),
-            removed);
-        return Reply{kResultError, "cannot save the change: " + *error, nullptr};
-    }
-    ++registrations_changed_;
-    publish(make_registry(config_.services));
-    arm_lease_timer();
-    log::notice("unregistered \"" + name + "\"");
-    return Reply{kResultOk, "unregistered " + name, nullptr};
-}
-
-json Server::transactions(std::size_t limit) {
-    struct Part {
-        json list = json::array();
-        std::size_t total = 0;
-    };
-    const auto parts = on_workers<Part>([limit](Worker& w) {
-        Part p;
-        const auto now = std::chrono::steady_clock::now();
-        w.pmsp().for_each_transaction([&](const TransactionView& t) {
-            ++p.total;
-            if (p.list.size() >= limit) {
-                return;
-            }
-            char handle[19];
-            std::snprintf(handle, sizeof handle, "0x%016llx",
-                          static_cast<unsigned long long>(t.request.assoc_handle));
-            const auto left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(t.expires - now);
-            p.list.push_back(json{
-                {"service", std::string(t.service)},
-                {"client", pm::Endpoint{t.request.cp_addr, t.request.cp_port}.to_string()},
-                {"conventional", pm::Endpoint{t.request.ap_addr, t.request.ap_port}.to_string()},
-                {"sdp", t.sdp.to_string()},
-                {"assoc_handle", handle},
-                {"expires_in_ms", std::max<std::int64_t>(0, left.count())},
-            });
-        });
-        return p;
-    });
-    json list = json::array();
-    std::size_t total = 0;
-    for (const auto& p : parts) {
-        if (!p) {
-            continue;
-        }
-        total += p->total;
-        for (const auto& t : p->list) {
-            if (list.size() < limit) {
-                list.push_back(t);
-            }
-        }
-    }
-    return json{{"transactions", std::move(list)}, {"total", total}};
-}
-
-std::vector<MetricValue> Server::metric_values() const {
-    const Aggregate a = aggregate();
-    const Counters& c = a.total.counters;
-    std::vector<MetricValue> v;
-    auto counter = [&v](std::string stat, std::string prom, std::string help, std::uint64_t n,
-                        std::string label = {}) {
-        v.push_back(MetricValue{std::move(stat), std::move(prom), std::move(label), std::move(help),
-                                false, static_cast<double>(n)});
-    };
-    auto gauge = [&v](std::string stat, std::string prom, std::string help, double n,
-                      std::string label = {}) {
-        v.push_back(MetricValue{std::move(stat), std::move(prom), std::move(label), std::move(help),
-                                true, n});
-    };
-    counter("datagrams", "sdp_pmd_datagrams_total", "UDP datagrams received.", c.datagrams);
-    counter("requests", "sdp_pmd_requests_total", "PMReq decoded, new and duplicate.", c.requests);
-    counter("iwpm_requests", "sdp_pmd_iwpm_requests_total",
-            "PMReq in rdma-core iwpmd's 64-byte format.", c.iwpm_requests);
-    for (std::size_t i = 0; i < kOutcomeCount; ++i) {
-        const std::string name(to_string(static_cast<Outcome>(i)));
-        counter(name, "sdp_pmd_outcomes_total", "Datagrams by outcome.", c.outcome[i],
-                "outcome=\"" + name + "\"");
-    }
-    counter("superseded", "sdp_pmd_superseded_total",
-            "Transactions replaced by a PMReq with a new AssocHandle.", c.superseded);
-    counter("timeouts", "sdp_pmd_timeouts_total", "Transactions released without PMAck.",
-            c.timeouts);
-    counter("shed", "sdp_pmd_shed_total", "Transactions dropped at max_transactions.", c.shed);
-    counter("released_on_deny", "sdp_pmd_released_on_deny_total",
-            "Transactions released when a duplicate PMReq was denied.", c.released_on_deny);
-    counter("quench_events", "sdp_pmd_quench_events_total",
-            "Sources quenched for leaving PMAccepts un-acknowledged.", c.quench_events);
-    counter("truncated", "sdp_pmd_truncated_total", "Datagrams longer than the receive buffer.",
-            a.total.shell.truncated);
-    counter("receive_errors", "sdp_pmd_receive_errors_total", "UDP receive errors.",
-            a.total.shell.receive_errors);
-    counter("send_errors", "sdp_pmd_send_errors_total", "UDP send errors.",
-            a.total.shell.send_errors);
-    counter("reloads", "sdp_pmd_reloads_total", "Configuration reloads applied.", shell_.reloads);
-    counter("reload_failures", "sdp_pmd_reload_failures_total", "Configuration reloads refused.",
-            shell_.reload_failures);
-    counter("registration_changes", "sdp_pmd_registration_changes_total",
-            "Dynamic registrations added, renewed, removed or expired.", registrations_changed_);
-    counter("leases_expired", "sdp_pmd_leases_expired_total", "Dynamic registrations expired.",
-            leases_expired_);
-    counter("state_write_errors", "sdp_pmd_state_write_errors_total",
-            "Failed writes of the state file.", state_write_errors_);
-    const ControlCounters cc = control_ ? control_->counters() : ControlCounters{};
-    counter("control_connections", "sdp_pmd_control_connections_total",
-            "Control socket connections accepted.", cc.connections);
-    counter("control_rejected_connections", "sdp_pmd_control_rejected_connections_total",
-            "Control socket connections refused (too many open).", cc.rejected_connections);
-    counter("control_requests", "sdp_pmd_control_requests_total", "Control requests answered.",
-            cc.requests);
-    counter("control_errors", "sdp_pmd_control_errors_total",
-            "Control requests answered with result 1 or 2.", cc.errors);
-    counter("control_denied", "sdp_pmd_control_denied_total",
-            "Control requests refused by peer credentials.", cc.denied);
-    counter("control_timeouts", "sdp_pmd_control_timeouts_total",
-            "Control connections closed when idle.", cc.timeouts);
-    counter("control_oversized", "sdp_pmd_control_oversized_total",
-            "Control requests over the size limit.", cc.oversized);
-    gauge("transactions", "sdp_pmd_transactions", "Live transactions waiting for PMAck.",
-          static_cast<double>(a.total.transactions));
-    gauge("workers", "sdp_pmd_workers", "UDP worker shards.", static_cast<double>(workers_.size()));
-    gauge("workers_unresponsive", "sdp_pmd_workers_unresponsive",
-          "Workers that did not answer this query in time.", static_cast<double>(a.unresponsive));
-    counter("watchdog_withheld", "sdp_pmd_watchdog_withheld_total",
-            "WATCHDOG=1 pings withheld because a worker did not answer.", watchdog_withheld_);
-    // Per worker, so an operator sees how the sources spread over the shards.
-    // One metric family at a time: Prometheus wants each family's samples
-    // together.
-    auto per_worker = [&](const std::string& stat, const std::string& prom, const std::string& help,
-                          bool is_gauge, const std::function<double(const WorkerSnapshot&)>& get) {
-        for (std::size_t i = 0; i < a.per_worker.size(); ++i) {
-            const WorkerSnapshot w = a.per_worker[i].value_or(WorkerSnapshot{});
-            v.push_back(MetricValue{"worker" + std::to_string(i) + "_" + stat, prom,
-                                    "worker=\"" + std::to_string(i) + "\"", help, is_gauge,
-                                    get(w)});
-        }
-    };
-    auto n = [](std::uint64_t x) { return static_cast<double>(x); };
-    per_worker("datagrams", "sdp_pmd_worker_datagrams_total", "UDP datagrams received, per worker.",
-               false, [&](const WorkerSnapshot& w) { return n(w.counters.datagrams); });
-    per_worker("requests", "sdp_pmd_worker_requests_total", "PMReq decoded, per worker.", false,
-               [&](const WorkerSnapshot& w) { return n(w.counters.requests); });
-    per_worker("accepted", "sdp_pmd_worker_accepted_total",
-               "New transactions accepted, per worker.", false,
-               [&](const WorkerSnapshot& w) { return n(w.counters[Outcome::accepted]); });
-    per_worker("acked", "sdp_pmd_worker_acked_total", "PMAcks matched, per worker.", false,
-               [&](const WorkerSnapshot& w) { return n(w.counters[Outcome::acked]); });
-    per_worker("drop_rate_limited", "sdp_pmd_worker_rate_limited_total",
-               "PMReqs over their source's token bucket, per worker.", false,
-               [&](const WorkerSnapshot& w) { return n(w.counters[Outcome::drop_rate_limited]); });
-    per_worker("transactions", "sdp_pmd_worker_transactions",
-               "Live transactions waiting for PMAck, per worker.", true,
-               [&](const WorkerSnapshot& w) { return n(w.transactions); });
-    gauge("static_services", "sdp_pmd_services", "Services by kind.",
-          static_cast<double>(config_.services.size()), "kind=\"static\"");
-    gauge("dynamic_services", "sdp_pmd_services", "Services by kind.",
-          static_cast<double>(registrations_.size()), "kind=\"dynamic\"");
-    gauge("uptime_seconds", "sdp_pmd_uptime_seconds", "Seconds since the daemon started.",
-          std::floor(seconds_since(started_)));
-    return v;
-}
-
-json Server::stats() {
-    json j = json::object();
-    for (const MetricValue& m : metric_values()) {
-        if (m.gauge) {
-            j[m.stat] = m.value;
-        } else {
-            j[m.stat] = static_cast<std::uint64_t>(m.value);
-        }
-    }
-    return j;
-}
-
-void Server::reset_stats() {
-    on_workers<bool>([](Worker& w) {
-        w.reset_counters();
-        return true;
-    });
-    shell_ = {};
-    watchdog_withheld_ = 0;
-    registrations_changed_ = 0;
-    leases_expired_ = 0;
-    state_write_errors_ = 0;
-    if (control_) {
-        control_->reset_counters();
-    }
-    log::notice("counters reset through the control socket");
-}
-
-Reply Server::reload_config() {
-    const auto failures = shell_.reload_failures;
-    last_reload_error_.clear();
-    if (reload()) {
-        return Reply{kResultOk, "reloaded " + config_path_, nullptr};
-    }
-    if (shell_.reload_failures == failures) {
-        return Reply{kResultOk, "no config file " + config_path_ + ", configuration unchanged",
-                     nullptr};
-    }
-    return Reply{kResultError, "reload failed: " + last_reload_error_, nullptr};
-}
-
-std::string prometheus_text(const std::vector<MetricValue>& values) {
-    std::string out;
-    std::vector<std::string> seen;
-    for (const MetricValue& m : values) {
-        if (std::find(seen.begin(), seen.end(), m.prom) == seen.end()) {
-            seen.push_back(m.prom);
-            out += "# HELP " + m.prom + " " + m.help + "\n";
-            out += "# TYPE " + m.prom + (m.gauge ? " gauge\n" : " counter\n");
-        }
-        out += m.prom;
-        if (!m.label.empty()) {
-            out += "{" + m.label + "}";
-        }
-        char num[64];
-        std::snprintf(num, sizeof num, " %.17g\n", m.value);
-        out += num;
-    }
-    return out;
 }
 
 }  // namespace pmd::io

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,8 +34,12 @@
 
 #include "config/config.hpp"
 #include "core/pmsp.hpp"
+#include "core/registrations.hpp"
 #include "io/control_handler.hpp"
 #include "io/control_socket.hpp"
+#include "io/gather.hpp"
+#include "io/listen_set.hpp"
+#include "io/metrics.hpp"
 #include "io/metrics_http.hpp"
 #include "io/state_file.hpp"
 #include "io/udp_socket.hpp"
@@ -45,10 +50,6 @@ namespace pmd::io {
 // How often STATUS= is refreshed (only sent when the text changed).
 inline constexpr std::chrono::seconds kStatusInterval{10};
 
-// How long the main thread waits for a worker to answer (counters, a new
-// registry); a worker that does not answer in time is reported as such.
-inline constexpr std::chrono::milliseconds kWorkerReplyTimeout{1000};
-
 Limits limits_from(const Config& config);
 // The limits of shard `index` of `workers`: the memory bounds
 // max_transactions and limits.*.max_sources are totals for the daemon, split
@@ -56,20 +57,6 @@ Limits limits_from(const Config& config);
 Limits shard_limits(const Config& config, unsigned index, unsigned workers);
 // `workers:` resolved: "auto" (0) is the CPUs of the affinity mask.
 unsigned resolve_workers(unsigned configured);
-
-// One counter or gauge, named for both `stats` (stat) and Prometheus (prom,
-// with an optional label).
-struct MetricValue {
-    std::string stat;
-    std::string prom;
-    std::string label;  // e.g. outcome="accepted"; empty: none
-    std::string help;
-    bool gauge = false;
-    double value = 0;
-};
-
-// Prometheus text exposition 0.0.4 of the values (HELP/TYPE once per name).
-std::string prometheus_text(const std::vector<MetricValue>& values);
 
 class Server final : public ControlBackend {
   public:
@@ -91,67 +78,60 @@ class Server final : public ControlBackend {
     // Closes the sockets and cancels every wait so that io_context::run()
     // returns; logs the final counters.
     void stop(std::string_view why);
-    // What SIGHUP does. Returns true when a new configuration was applied.
-    bool reload();
+    // What SIGHUP does. done(true) when a new configuration was applied,
+    // once every worker has it (or kWorkerReplyTimeout passed).
+    void reload(std::function<void(bool)> done);
 
-    std::string counters_line() const;
     // The endpoints actually bound (a configured port 0 replaced by the real one).
     std::vector<pm::Endpoint> bound() const;
-    std::vector<MetricValue> metric_values() const;
+    // Every counter and gauge (io/metrics.hpp), once the workers answered.
+    void metric_values(std::function<void(std::vector<MetricValue>)> done);
     unsigned workers() const { return static_cast<unsigned>(workers_.size()); }
 
-    // ControlBackend (docs/control-protocol.md).
-    nlohmann::json status() override;
-    nlohmann::json services() override;
-    Reply register_service(Registration r) override;
-    Reply unregister_service(const std::string& name) override;
-    nlohmann::json transactions(std::size_t limit) override;
-    nlohmann::json stats() override;
-    void reset_stats() override;
-    Reply reload_config() override;
+    // ControlBackend (docs/control-protocol.md), in server_control.cpp.
+    void status(Done<nlohmann::json> done) override;
+    void services(Done<nlohmann::json> done) override;
+    void register_service(Registration r, Done<Reply> done) override;
+    void unregister_service(const std::string& name, Done<Reply> done) override;
+    void transactions(std::size_t limit, Done<nlohmann::json> done) override;
+    void stats(Done<nlohmann::json> done) override;
+    void reset_stats(std::function<void()> done) override;
+    void reload_config(Done<Reply> done) override;
 
   private:
-    // One listen endpoint: sockets[i] belongs to workers_[i] (a reuseport
-    // group bound in worker order), or a single socket on worker 0.
-    struct Listener {
-        pm::Endpoint endpoint;
-        std::vector<std::shared_ptr<UdpSocket>> sockets;
-        bool steered = false;  // source-address steering attached
-    };
-    using ListenerList = std::vector<Listener>;
-    // Every worker's counters, aggregated, and each worker's own.
-    struct Aggregate {
-        WorkerSnapshot total;
-        std::vector<std::optional<WorkerSnapshot>> per_worker;  // nullopt: no answer
-        std::size_t unresponsive = 0;
-    };
-
-    std::optional<ListenerList> open_listeners(const std::vector<pm::Endpoint>& listen,
-                                               const ListenerList& reuse);
-    std::optional<Listener> open_listener(const pm::Endpoint& ep, boost::system::error_code& ec);
-    Listener adopt_listener(std::shared_ptr<UdpSocket> s);
-    void steer(Listener& l);
-    void attach_listener(const Listener& l);
-    void detach_listener(const Listener& l);
-    // Runs f on every worker's thread (directly when the workers are not
-    // running) and waits at most kWorkerReplyTimeout for all of them.
+    // Runs f on every worker's thread (io/gather.hpp); done on this thread.
     template <class R>
-    std::vector<std::optional<R>> on_workers(std::function<R(Worker&)> f) const;
-    Aggregate aggregate() const;
-    void publish(std::shared_ptr<const Registry> registry);
+    void on_workers(std::function<R(Worker&)> f,
+                    std::function<void(std::vector<std::optional<R>>)> done) {
+        gather<R>(io_, workers_, workers_running_, std::move(f), std::move(done));
+    }
+    // Every worker's counters, aggregated.
+    void aggregate_workers(std::function<void(Aggregate)> done);
+    MetricSources metric_sources(Aggregate workers) const;
+    // Live transactions per service name.
+    using LiveMap = std::map<std::string, std::uint64_t, std::less<>>;
+    nlohmann::json status_json(std::size_t transactions) const;
+    nlohmann::json services_json(const LiveMap& live) const;
+    // Hands `registry` to every worker; done once all have it.
+    void publish(
+        std::shared_ptr<const Registry> registry, std::function<void()> done = [] {});
     void stop_workers();
     void arm_log_flush();
     void wait_signal();
     void on_signal(int signo);
     void apply_logging(const Config& c);
-    bool apply_reload();
+    // Applies the config file, or returns false and changes nothing; `then`
+    // runs once every worker has the new registry and limits.
+    bool apply_reload(std::function<void()> then);
     void notify(const std::string& state);
-    std::string status_line() const;
     void load_state();
     std::shared_ptr<const Registry> make_registry(const std::vector<Service>& statics) const;
     std::optional<std::string> persist();
+    void log_removed(const RegistrationStore::Change& change, std::string_view context);
+    // After the store changed: logs what it removed, publishes and saves.
+    void apply_change(const RegistrationStore::Change& change, std::string_view context);
     void expire_leases();
-    void arm_lease_timer();
+    void arm_lease_timer(std::optional<WallClock::time_point> deadline);
     void arm_status_timer();
     void arm_watchdog();
 
@@ -162,22 +142,18 @@ class Server final : public ControlBackend {
     std::shared_ptr<const Registry> registry_;  // the snapshot every worker has
     std::vector<std::unique_ptr<Worker>> workers_;
     bool workers_running_ = false;
-    std::uint32_t steering_seed_ = 0;
-    bool steering_warned_ = false;
-    ListenerList listeners_;
+    ListenSet listeners_;
     boost::asio::steady_timer log_timer_;
     boost::asio::signal_set signals_;
     bool stopping_ = false;
     ShellCounters shell_;
     std::string last_reload_error_;
 
-    std::vector<Registration> registrations_;  // dynamic, sorted by name
+    RegistrationStore store_;  // the dynamic registrations
     boost::asio::steady_timer lease_timer_;
     std::unique_ptr<ControlServer> control_;
     std::unique_ptr<MetricsServer> metrics_;
     std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-    std::uint64_t registrations_changed_ = 0;
-    std::uint64_t leases_expired_ = 0;
     std::uint64_t state_write_errors_ = 0;
 
     // Socket activation: which sockets came from the service manager.

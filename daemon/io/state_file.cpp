@@ -77,10 +77,6 @@ bool printable(std::string_view s) {
 
 }  // namespace
 
-std::string conventional_text(const Service& s) {
-    return service_fields(s).conventional;
-}
-
 std::variant<Registration, std::string> parse_registration(const json& args, bool from_state,
                                                            WallClock::time_point now) {
     if (!args.is_object()) {
@@ -185,32 +181,6 @@ json registration_json(const Registration& r, WallClock::time_point now) {
         j["lease_expires_in"] = nullptr;
     }
     return j;
-}
-
-std::optional<std::string> find_conflict(const Registration& r, std::span<const Service> statics,
-                                         std::span<const Registration> dynamic) {
-    const Service& s = r.service;
-    for (const Service& o : statics) {
-        if (o.name == s.name) {
-            return "a static service is named \"" + s.name + "\"";
-        }
-        if (o.conventional_port == s.conventional_port &&
-            o.conventional_address == s.conventional_address) {
-            return "conventional address " + conventional_text(s) +
-                   " is used by static service \"" + o.name + "\"";
-        }
-    }
-    for (const Registration& d : dynamic) {
-        if (d.service.name == s.name) {
-            continue;  // a renewal
-        }
-        if (d.service.conventional_port == s.conventional_port &&
-            d.service.conventional_address == s.conventional_address) {
-            return "conventional address " + conventional_text(s) + " is used by service \"" +
-                   d.service.name + "\"";
-        }
-    }
-    return std::nullopt;
 }
 
 std::string state_text(std::span<const Registration> registrations) {

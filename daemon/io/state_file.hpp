@@ -1,5 +1,6 @@
-// Dynamic registrations (control socket `register`) and the state file that
-// keeps them across restarts.
+// Dynamic registrations (control socket `register`) as JSON, and the state
+// file that keeps them across restarts. The registrations themselves live in
+// core/registrations.hpp.
 //
 // A registration is a Service (dynamic = true) plus an owner and an optional
 // lease. Leases are wall-clock deadlines so that they keep their meaning
@@ -20,26 +21,13 @@
 #include <variant>
 #include <vector>
 
-#include "core/service.hpp"
+#include "core/registrations.hpp"
 
 namespace pmd::io {
-
-using WallClock = std::chrono::system_clock;
 
 inline constexpr std::chrono::milliseconds kMinLease{1000};
 inline constexpr std::chrono::milliseconds kMaxLease = std::chrono::hours{24 * 365};
 inline constexpr std::size_t kMaxOwner = 256;
-inline constexpr std::size_t kMaxRegistrations = 10'000;
-
-struct Registration {
-    Service service;  // dynamic = true
-    std::string owner;
-    std::optional<std::chrono::milliseconds> lease;  // nullopt: until unregistered
-    std::optional<WallClock::time_point> expires;    // set when lease is
-
-    bool expired(WallClock::time_point now) const { return expires && *expires <= now; }
-};
-
 // Reads `register` arguments (or, with from_state, a state file entry, which
 // may carry "expires_at"). The lease starts at `now`. On error returns one
 // line naming the argument at fault.
@@ -50,12 +38,6 @@ std::variant<Registration, std::string> parse_registration(const nlohmann::json&
 // The service as listed by `services` and `register` (without counters).
 nlohmann::json service_json(const Service& s);
 nlohmann::json registration_json(const Registration& r, WallClock::time_point now);
-
-// Name or Conventional Address clash with a static service or another
-// registration (one of the same name is a renewal, not a clash). Returns the
-// reason.
-std::optional<std::string> find_conflict(const Registration& r, std::span<const Service> statics,
-                                         std::span<const Registration> dynamic);
 
 struct StateLoad {
     std::vector<Registration> registrations;
@@ -74,8 +56,5 @@ std::optional<std::string> write_state_file(const std::string& path,
 // Renames a corrupt file to PATH.corrupt-YYYYmmddTHHMMSS (UTC); returns the
 // new name, or an error text in `error`.
 std::optional<std::string> move_aside(const std::string& path, std::string& error);
-
-// "IP:PORT" / "*:PORT" of the service's Conventional Address.
-std::string conventional_text(const Service& s);
 
 }  // namespace pmd::io

@@ -6,11 +6,6 @@
 // Exit codes (docs/sdp-pmctl.md): 0 ok, 1 refused by the daemon (error, not
 // found, conflict) or PMDeny, 2 usage, 3 daemon unreachable or no PM reply,
 // 4 permission denied.
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <chrono>
@@ -29,6 +24,8 @@
 #include "config/config.hpp"
 #include "pmclient/pm_time.hpp"
 #include "pmclient/resolver.hpp"
+#include "pmctl/client.hpp"
+#include "pmctl/commands.hpp"
 
 namespace po = boost::program_options;
 using nlohmann::json;
@@ -41,8 +38,11 @@ constexpr int kExitUsage = 2;
 constexpr int kExitUnreachable = 3;
 constexpr int kExitDenied = 4;
 
-constexpr const char* kDefaultSocket = "/run/sdp-pmd/control.sock";
-constexpr std::size_t kMaxResponse = 64 * 1024 * 1024;
+// Where the daemon is and how long to wait for it.
+struct Target {
+    std::string socket;
+    std::chrono::milliseconds timeout;
+};
 
 struct Failure {
     int code;
@@ -53,140 +53,70 @@ struct Failure {
     throw Failure{code, message};
 }
 
-const char* kUsage =
-    "Usage: sdp-pmctl [--socket PATH] [--json] COMMAND [ARGS]\n"
-    "\n"
-    "Commands:\n"
-    "  status                         daemon uptime, addresses and counts\n"
-    "  services                       static and dynamic services\n"
-    "  register NAME CONVENTIONAL SDP... [--policy P] [--pm-time T] [--allow PREFIX]...\n"
-    "           [--lease DURATION] [--owner TEXT]\n"
-    "                                 add or renew a dynamic mapping\n"
-    "  unregister NAME                remove a dynamic mapping\n"
-    "  transactions [--limit N]       live transactions\n"
-    "  stats [--reset]                every counter (or reset them)\n"
-    "  reload                         re-read the configuration file (as SIGHUP)\n"
-    "  check-config FILE              validate a configuration file (no daemon needed)\n"
-    "  query HOST[:PORT] --service IP:PORT [--from IP:PORT] [--timeout DURATION]\n"
-    "                                 ask a Port Mapper, print the reply and its RTT\n"
-    "  version                        versions of sdp-pmctl and of the daemon\n"
-    "\n"
-    "Exit codes: 0 ok, 1 refused or not found (PMDeny for query), 2 usage,\n"
-    "3 daemon unreachable (no reply for query), 4 permission denied.\n";
+// sdp-pmctl's own commands, next to those of the daemon (pmctl::kCommands).
+struct LocalCommand {
+    std::string_view usage;
+    std::string_view summary;
+};
+constexpr LocalCommand kLocalCommands[] = {
+    {"check-config FILE", "validate a configuration file (no daemon needed)"},
+    {"query HOST[:PORT] --service IP:PORT [--from IP:PORT] [--timeout DURATION]",
+     "ask a Port Mapper, print the reply and its RTT"},
+};
+
+// Every command word sdp-pmctl takes.
+std::vector<std::string> command_words() {
+    std::vector<std::string> out;
+    for (const auto& c : pmctl::kCommands) {
+        const std::string word(pmctl::cli_word(c.usage));
+        if (!word.empty() && std::find(out.begin(), out.end(), word) == out.end()) {
+            out.push_back(word);
+        }
+    }
+    for (const auto& c : kLocalCommands) {
+        out.emplace_back(pmctl::cli_word(c.usage));
+    }
+    return out;
+}
+
+std::string usage_text() {
+    std::string out =
+        "Usage: sdp-pmctl [--socket PATH] [--json] COMMAND [ARGS]\n"
+        "\n"
+        "Commands:\n";
+    for (const auto& c : pmctl::kCommands) {
+        if (!c.usage.empty()) {
+            out += pmctl::help_line(c.usage, c.summary);
+        }
+    }
+    for (const auto& c : kLocalCommands) {
+        out += pmctl::help_line(c.usage, c.summary);
+    }
+    out +=
+        "\n"
+        "Exit codes: 0 ok, 1 refused or not found (PMDeny for query), 2 usage,\n"
+        "3 daemon unreachable (no reply for query), 4 permission denied.\n";
+    return out;
+}
 
 // --- the control socket --------------------------------------------------------
 
-class Control {
-  public:
-    Control(const std::string& path, std::chrono::milliseconds timeout)
-        : path_(path), timeout_(timeout) {}
-    ~Control() {
-        if (fd_ >= 0) {
-            ::close(fd_);
+// The daemon's reply, or the failure as an exit code.
+pmctl::Reply call(const Target& target, std::string_view command, const json& arguments = nullptr) {
+    pmctl::Answer a = pmctl::call(target.socket, command, arguments, target.timeout);
+    if (!a.ok()) {
+        switch (a.error().code) {
+            case pmctl::Errc::invalid_request:
+                fail(kExitUsage, a.error().message);
+            case pmctl::Errc::permission_denied:
+                fail(kExitDenied, a.error().message);
+            case pmctl::Errc::unreachable:
+                break;
         }
+        fail(kExitUnreachable, a.error().message);
     }
-
-    json call(const std::string& command, const json& arguments = nullptr) {
-        connect();
-        json request{{"command", command}};
-        if (!arguments.is_null()) {
-            request["arguments"] = arguments;
-        }
-        std::string line = request.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-        if (line.size() > 64 * 1024) {
-            fail(kExitUsage, "request too long (the daemon takes at most 64 KiB)");
-        }
-        send_all(line);
-        std::string reply = receive_line();
-        json response = json::parse(reply, nullptr, false);
-        if (response.is_discarded() || !response.is_object() || !response.contains("result") ||
-            !response["result"].is_number_integer()) {
-            fail(kExitUnreachable, "bad answer from the daemon on " + path_);
-        }
-        return response;
-    }
-
-  private:
-    void connect() {
-        if (fd_ >= 0) {
-            return;
-        }
-        sockaddr_un a{};
-        a.sun_family = AF_UNIX;
-        if (path_.size() >= sizeof a.sun_path) {
-            fail(kExitUsage, "socket path too long: " + path_);
-        }
-        std::memcpy(a.sun_path, path_.c_str(), path_.size() + 1);
-        fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd_ < 0) {
-            fail(kExitUnreachable, std::string("cannot create a socket: ") + std::strerror(errno));
-        }
-        if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-            const int err = errno;
-            if (err == EACCES || err == EPERM) {
-                fail(kExitDenied, "permission denied: cannot connect to " + path_);
-            }
-            fail(kExitUnreachable, "cannot connect to " + path_ + ": " + std::strerror(err) +
-                                       " (is sdp-pmd running?)");
-        }
-    }
-
-    bool wait(short events) {
-        pollfd p{fd_, events, 0};
-        int n = 0;
-        do {
-            n = ::poll(&p, 1, static_cast<int>(timeout_.count()));
-        } while (n < 0 && errno == EINTR);
-        return n > 0;
-    }
-
-    void send_all(const std::string& s) {
-        std::size_t off = 0;
-        while (off < s.size()) {
-            if (!wait(POLLOUT)) {
-                fail(kExitUnreachable, "timed out sending to " + path_);
-            }
-            ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-            if (n < 0) {
-                if (errno == EINTR || errno == EAGAIN) {
-                    continue;
-                }
-                fail(kExitUnreachable, "cannot send to " + path_ + ": " + std::strerror(errno));
-            }
-            off += static_cast<std::size_t>(n);
-        }
-    }
-
-    std::string receive_line() {
-        for (;;) {
-            if (auto nl = buffer_.find('\n'); nl != std::string::npos) {
-                std::string line = buffer_.substr(0, nl);
-                buffer_.erase(0, nl + 1);
-                return line;
-            }
-            if (!wait(POLLIN)) {
-                fail(kExitUnreachable, "no answer from the daemon on " + path_);
-            }
-            char buf[65536];
-            ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-            if (n < 0 && errno == EINTR) {
-                continue;
-            }
-            if (n <= 0) {
-                fail(kExitUnreachable, "the daemon closed the connection on " + path_);
-            }
-            buffer_.append(buf, static_cast<std::size_t>(n));
-            if (buffer_.size() > kMaxResponse) {
-                fail(kExitUnreachable, "answer too long from the daemon on " + path_);
-            }
-        }
-    }
-
-    std::string path_;
-    std::chrono::milliseconds timeout_;
-    int fd_ = -1;
-    std::string buffer_;
-};
+    return a.reply();
+}
 
 int exit_for_result(int result) {
     switch (result) {
@@ -478,7 +408,7 @@ int run_check_config(const po::variables_map& vm, bool as_json) {
 // --- the daemon commands --------------------------------------------------------
 
 int run_daemon_command(const std::string& command, const po::variables_map& vm, bool as_json,
-                       Control& control) {
+                       const Target& target) {
     const std::vector<std::string> operands = vm.count("operand")
                                                   ? vm["operand"].as<std::vector<std::string>>()
                                                   : std::vector<std::string>{};
@@ -520,8 +450,9 @@ int run_daemon_command(const std::string& command, const po::variables_map& vm, 
             wire = "stats-reset";
         }
     }
-    json response = control.call(wire, args);
-    const int result = response["result"].get<int>();
+    const pmctl::Reply reply = call(target, wire, args);
+    const json& response = reply.document;
+    const int result = reply.result;
     if (as_json) {
         std::cout << response.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
     } else if (result == 0) {
@@ -583,7 +514,7 @@ int main(int argc, char** argv) {
             return kExitUsage;
         }
         if (vm.count("help")) {
-            std::cout << kUsage << '\n' << global << '\n' << specific;
+            std::cout << usage_text() << '\n' << global << '\n' << specific;
             return kExitOk;
         }
         if (vm.count("version") && !vm.count("command")) {
@@ -607,10 +538,8 @@ int main(int argc, char** argv) {
             {"lease", {"register"}},  {"owner", {"register"}},   {"limit", {"transactions"}},
             {"reset", {"stats"}},     {"service", {"query"}},    {"from", {"query"}},
         };
-        static const std::vector<std::string> kCommands = {
-            "status", "services", "register",     "unregister", "transactions",
-            "stats",  "reload",   "check-config", "query",      "version"};
-        if (std::find(kCommands.begin(), kCommands.end(), command) == kCommands.end()) {
+        const std::vector<std::string> words = command_words();
+        if (std::find(words.begin(), words.end(), command) == words.end()) {
             std::cerr << "sdp-pmctl: unknown command \"" << command
                       << "\" (try 'sdp-pmctl --help')\n";
             return kExitUsage;
@@ -631,7 +560,7 @@ int main(int argc, char** argv) {
             return run_query(vm, as_json);
         }
 
-        std::string socket = kDefaultSocket;
+        std::string socket = pmctl::kDefaultSocket;
         if (const char* env = std::getenv("SDP_PMD_SOCKET"); env && *env) {
             socket = env;
         }
@@ -647,9 +576,9 @@ int main(int argc, char** argv) {
             }
             timeout = *d;
         }
-        Control control(socket, timeout);
+        const Target target{socket, timeout};
         if (command == "version") {
-            json response = control.call("version");
+            const json response = call(target, "version").document;
             if (as_json) {
                 std::cout << response.dump(2) << '\n';
             } else {
@@ -664,7 +593,7 @@ int main(int argc, char** argv) {
             }
             return exit_for_result(result);
         }
-        return run_daemon_command(command, vm, as_json, control);
+        return run_daemon_command(command, vm, as_json, target);
     } catch (const Failure& f) {
         std::cerr << "sdp-pmctl: " << f.message << '\n';
         return f.code;

@@ -13,42 +13,43 @@
 namespace {
 
 using nlohmann::json;
+using namespace pmd;
 using namespace pmd::io;
 
 class FakeBackend final : public ControlBackend {
   public:
-    json status() override { return json{{"services", regs_.size()}}; }
-    json services() override {
+    void status(Done<json> done) override { done(json{{"services", regs_.size()}}); }
+    void services(Done<json> done) override {
         json list = json::array();
         for (const auto& r : regs_) {
             list.push_back(registration_json(r, wall_now()));
         }
-        return list;
+        done(std::move(list));
     }
-    Reply register_service(Registration r) override {
+    void register_service(Registration r, Done<Reply> done) override {
         if (auto c = find_conflict(r, {}, regs_)) {
-            return Reply{kResultConflict, *c, nullptr};
+            return done(Reply{kResultConflict, *c, nullptr});
         }
         if (regs_.size() < 16) {
             regs_.push_back(r);
         }
-        return Reply{kResultOk, "registered", registration_json(r, wall_now())};
+        done(Reply{kResultOk, "registered", registration_json(r, wall_now())});
     }
-    Reply unregister_service(const std::string& name) override {
+    void unregister_service(const std::string& name, Done<Reply> done) override {
         for (auto it = regs_.begin(); it != regs_.end(); ++it) {
             if (it->service.name == name) {
                 regs_.erase(it);
-                return Reply{kResultOk, "unregistered", nullptr};
+                return done(Reply{kResultOk, "unregistered", nullptr});
             }
         }
-        return Reply{kResultNotFound, "not found", nullptr};
+        done(Reply{kResultNotFound, "not found", nullptr});
     }
-    json transactions(std::size_t) override {
-        return json{{"transactions", json::array()}, {"total", 0}};
+    void transactions(std::size_t, Done<json> done) override {
+        done(json{{"transactions", json::array()}, {"total", 0}});
     }
-    json stats() override { return json{{"requests", 0}}; }
-    void reset_stats() override {}
-    Reply reload_config() override { return Reply{kResultOk, "reloaded", nullptr}; }
+    void stats(Done<json> done) override { done(json{{"requests", 0}}); }
+    void reset_stats(std::function<void()> done) override { done(); }
+    void reload_config(Done<Reply> done) override { done(Reply{kResultOk, "reloaded", nullptr}); }
     WallClock::time_point wall_now() override { return WallClock::time_point{}; }
 
   private:
@@ -64,7 +65,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         Peer peer;
         peer.uid = 1000;  // config-test only reads what uid 1000 could
         peer.access = a;
-        Handled h = handle_control_line(text, peer, backend);
+        // The fake backend answers at once: exactly one answer, now.
+        int answers = 0;
+        Handled h;
+        handle_control_line(text, peer, backend, [&](Handled got) {
+            ++answers;
+            h = std::move(got);
+        });
+        if (answers != 1) {
+            std::abort();
+        }
         if (h.response.empty() || h.response.back() != '\n' ||
             h.response.find('\n') != h.response.size() - 1) {
             std::abort();  // exactly one line

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string>
 #include <variant>
@@ -548,6 +549,55 @@ TEST_F(SystemdTest, WatchdogWithheldWhileAWorkerIsStuck) {
 
     ASSERT_TRUE(daemon.signal(SIGTERM));
     EXPECT_TRUE(next_containing(manager, "STOPPING=1")) << log();
+    EXPECT_EQ(daemon.wait_exit(5000ms), std::optional<int>(0)) << log();
+}
+
+// A stuck worker delays only the answers that need it: `stats` waits for it
+// (bounded, then reports it unresponsive) while the main loop keeps serving
+// other control requests at once.
+TEST_F(SystemdTest, StuckWorkerDoesNotBlockOtherControlRequests) {
+    auto port = pmtest::free_udp_port(false);
+    ASSERT_TRUE(port);
+    pmtest::write_file(config_, "workers: 2\n" + config_text(*port, dir_.path()));
+    Process daemon({SDPPM_PMD_BIN, "--config", config_.string()}, dir_.path() / "stdout.log", log_);
+    ASSERT_TRUE(daemon.started());
+    const fs::path control = dir_.path() / "config-control.sock";
+    ASSERT_TRUE(pmtest::wait_until([&] { return fs::exists(control); })) << log();
+    ASSERT_TRUE(wait_log("ready:")) << log();
+
+    std::vector<pid_t> w1;
+    ASSERT_TRUE(pmtest::wait_until([&] {
+        w1 = threads_named(daemon.pid(), "sdp-pmd-w1");
+        return w1.size() == 1;
+    })) << log();
+    auto stuck = std::make_unique<ThreadStop>(w1[0]);
+    if (stuck->error() == EPERM || stuck->error() == EACCES || stuck->error() == ENOSYS) {
+        GTEST_SKIP() << "ptrace is not permitted here: " << std::strerror(stuck->error());
+    }
+    ASSERT_TRUE(stuck->stopped()) << std::strerror(stuck->error());
+
+    // `stats` asks both workers: it waits for worker 1 up to the reply timeout.
+    const auto asked = std::chrono::steady_clock::now();
+    auto stats = std::async(std::launch::async,
+                            [&] { return control_request(control, "{\"command\": \"stats\"}\n"); });
+    std::this_thread::sleep_for(100ms);  // let the daemon take `stats` first
+    const auto before = std::chrono::steady_clock::now();
+    auto version = control_request(control, "{\"command\": \"version\"}\n");
+    const auto version_took = std::chrono::steady_clock::now() - before;
+    ASSERT_TRUE(version) << log();
+    EXPECT_NE(version->find("\"result\":0"), std::string::npos) << *version;
+    EXPECT_LT(version_took, 500ms) << "version waited for the stuck worker\n" << log();
+
+    auto stats_reply = stats.get();
+    const auto stats_took = std::chrono::steady_clock::now() - asked;
+    ASSERT_TRUE(stats_reply) << log();
+    EXPECT_NE(stats_reply->find("\"workers_unresponsive\":1.0"), std::string::npos) << *stats_reply;
+    EXPECT_GE(stats_took, 900ms);
+    EXPECT_NE(log().find("worker 1 did not answer within"), std::string::npos) << log();
+
+    ASSERT_TRUE(stuck->resume());
+    stuck.reset();
+    ASSERT_TRUE(daemon.signal(SIGTERM));
     EXPECT_EQ(daemon.wait_exit(5000ms), std::optional<int>(0)) << log();
 }
 

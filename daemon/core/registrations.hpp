@@ -1,0 +1,123 @@
+// The dynamic registrations (control socket `register`) without I/O: a
+// sorted set of Registration values with their leases. Every operation takes
+// the time as an argument (`now`, wall clock, because a lease must keep its
+// meaning across a restart) and reports what changed and when the next lease
+// runs out, so the shell only arms one timer, and saves and publishes when
+// told that something changed. Reading and writing the state file, and
+// building the registry snapshot the workers answer from, stay in the shell
+// (io/state_file.hpp, io/server.hpp).
+//
+// The store never persists by itself: the shell saves registrations() after
+// a change and, when the save fails, rolls back with restore(save_point()).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/service.hpp"
+
+namespace pmd {
+
+using WallClock = std::chrono::system_clock;
+
+inline constexpr std::size_t kMaxRegistrations = 10'000;
+
+struct Registration {
+    Service service;  // dynamic = true
+    std::string owner;
+    std::optional<std::chrono::milliseconds> lease;  // nullopt: until unregistered
+    std::optional<WallClock::time_point> expires;    // set when lease is
+
+    bool expired(WallClock::time_point now) const { return expires && *expires <= now; }
+};
+
+// "IP:PORT" / "*:PORT" of the service's Conventional Address.
+std::string conventional_text(const Service& s);
+
+// Name or Conventional Address clash with a static service or another
+// registration (one of the same name is a renewal, not a clash). Returns the
+// reason.
+std::optional<std::string> find_conflict(const Registration& r, std::span<const Service> statics,
+                                         std::span<const Registration> dynamic);
+
+class RegistrationStore {
+  public:
+    // How the registrations changed, for the registration_changes and
+    // leases_expired counters.
+    struct Counts {
+        std::uint64_t changes = 0;  // added, renewed, removed or expired (one per operation)
+        std::uint64_t expired = 0;  // leases run out (one per registration)
+    };
+
+    // What one operation did. `changed`: the set differs, so the shell
+    // publishes a new registry and saves the state. `removed`: registrations
+    // that left the store without being asked to (lease expired, conflict),
+    // for the log. `next_deadline`: the earliest lease expiry left, to arm
+    // the lease timer for (nullopt: no lease).
+    struct Removed {
+        Registration registration;
+        std::optional<std::string> conflict;  // nullopt: the lease ran out
+    };
+    struct Change {
+        bool changed = false;
+        std::vector<Removed> removed;
+        std::optional<WallClock::time_point> next_deadline;
+    };
+
+    enum class Refusal : std::uint8_t { none, conflict, full, not_found, is_static };
+    struct Outcome {
+        Refusal refusal = Refusal::none;
+        std::string reason;    // conflict: the clash
+        bool renewal = false;  // register: a registration of that name was replaced
+        Change change;
+        bool ok() const { return refusal == Refusal::none; }
+    };
+
+    // The registrations, sorted by name.
+    std::span<const Registration> registrations() const { return regs_; }
+    std::size_t size() const { return regs_.size(); }
+    const Counts& counts() const { return counts_; }
+    void reset_counts() { counts_ = {}; }
+    std::optional<WallClock::time_point> next_deadline() const;
+
+    // Takes the registrations read from the state file at start: drops those
+    // whose lease ran out while stopped (counted expired, in `removed`) and
+    // those that clash with a static service or an earlier entry (in
+    // `removed` too, not counted); a later entry of the same name replaces
+    // an earlier one. `changed`: something was dropped, so the file needs
+    // rewriting.
+    Change load(std::vector<Registration> loaded, std::span<const Service> statics,
+                WallClock::time_point now);
+    // Registers or renews `r` against the static services `statics`.
+    Outcome add(Registration r, std::span<const Service> statics);
+    // Removes the registration `name`; a static service of that name is
+    // refused as is_static, an unknown name as not_found.
+    Outcome remove(std::string_view name, std::span<const Service> statics);
+    // Removes every registration whose lease ran out by `now`.
+    Change expire(WallClock::time_point now);
+    // A reload: removes the registrations a static service of the new
+    // configuration now claims (by name or Conventional Address).
+    Change restrict_to(std::span<const Service> statics);
+
+    // Rolling back an operation whose result could not be saved.
+    struct SavePoint {
+        std::vector<Registration> regs;
+        Counts counts;
+    };
+    SavePoint save_point() const { return SavePoint{regs_, counts_}; }
+    void restore(SavePoint p);
+
+  private:
+    Change made(bool changed, std::vector<Removed> removed = {}) const;
+
+    std::vector<Registration> regs_;  // sorted by name
+    Counts counts_;
+};
+
+}  // namespace pmd

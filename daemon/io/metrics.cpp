@@ -1,0 +1,273 @@
+#include "io/metrics.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace pmd::io {
+
+namespace {
+
+double n(std::uint64_t x) {
+    return static_cast<double>(x);
+}
+
+MetricDef counter(std::string stat, std::string prom, std::string help, InLine line,
+                  std::function<double(const MetricSources&)> value, std::string label = {}) {
+    return MetricDef{std::move(stat),  std::move(prom),  std::move(help), MetricKind::counter, line,
+                     std::move(label), std::move(value), nullptr};
+}
+
+MetricDef gauge(std::string stat, std::string prom, std::string help, InLine line,
+                std::function<double(const MetricSources&)> value, std::string label = {}) {
+    return MetricDef{std::move(stat),  std::move(prom),  std::move(help), MetricKind::gauge, line,
+                     std::move(label), std::move(value), nullptr};
+}
+
+// One sample per worker, labelled worker="N".
+MetricDef per_worker(std::string stat, std::string prom, std::string help, MetricKind kind,
+                     InLine line, std::function<double(const WorkerSnapshot&)> value) {
+    return MetricDef{std::move(stat), std::move(prom), std::move(help), kind, line, {},
+                     nullptr,         std::move(value)};
+}
+
+std::vector<MetricDef> make_defs() {
+    using S = const MetricSources&;
+    using W = const WorkerSnapshot&;
+    std::vector<MetricDef> d;
+    d.push_back(counter("datagrams", "sdp_pmd_datagrams_total", "UDP datagrams received.",
+                        InLine::yes, [](S s) { return n(s.workers.total.counters.datagrams); }));
+    d.push_back(counter("requests", "sdp_pmd_requests_total", "PMReq decoded, new and duplicate.",
+                        InLine::yes, [](S s) { return n(s.workers.total.counters.requests); }));
+    d.push_back(counter("iwpm_requests", "sdp_pmd_iwpm_requests_total",
+                        "PMReq in rdma-core iwpmd's 64-byte format.", InLine::yes,
+                        [](S s) { return n(s.workers.total.counters.iwpm_requests); }));
+    for (std::size_t i = 0; i < kOutcomeCount; ++i) {
+        const std::string name(to_string(static_cast<Outcome>(i)));
+        d.push_back(counter(
+            name, "sdp_pmd_outcomes_total", "Datagrams by outcome.", InLine::yes,
+            [i](S s) { return n(s.workers.total.counters.outcome[i]); },
+            "outcome=\"" + name + "\""));
+    }
+    d.push_back(counter("superseded", "sdp_pmd_superseded_total",
+                        "Transactions replaced by a PMReq with a new AssocHandle.", InLine::yes,
+                        [](S s) { return n(s.workers.total.counters.superseded); }));
+    d.push_back(counter("timeouts", "sdp_pmd_timeouts_total",
+                        "Transactions released without PMAck.", InLine::yes,
+                        [](S s) { return n(s.workers.total.counters.timeouts); }));
+    d.push_back(counter("shed", "sdp_pmd_shed_total", "Transactions dropped at max_transactions.",
+                        InLine::yes, [](S s) { return n(s.workers.total.counters.shed); }));
+    d.push_back(counter("released_on_deny", "sdp_pmd_released_on_deny_total",
+                        "Transactions released when a duplicate PMReq was denied.", InLine::yes,
+                        [](S s) { return n(s.workers.total.counters.released_on_deny); }));
+    d.push_back(counter("quench_events", "sdp_pmd_quench_events_total",
+                        "Sources quenched for leaving PMAccepts un-acknowledged.", InLine::yes,
+                        [](S s) { return n(s.workers.total.counters.quench_events); }));
+    d.push_back(counter("truncated", "sdp_pmd_truncated_total",
+                        "Datagrams longer than the receive buffer.", InLine::yes,
+                        [](S s) { return n(s.workers.total.shell.truncated); }));
+    d.push_back(counter("receive_errors", "sdp_pmd_receive_errors_total", "UDP receive errors.",
+                        InLine::yes, [](S s) { return n(s.workers.total.shell.receive_errors); }));
+    d.push_back(counter("send_errors", "sdp_pmd_send_errors_total", "UDP send errors.", InLine::yes,
+                        [](S s) { return n(s.workers.total.shell.send_errors); }));
+    d.push_back(counter("reloads", "sdp_pmd_reloads_total", "Configuration reloads applied.",
+                        InLine::yes, [](S s) { return n(s.shell.reloads); }));
+    d.push_back(counter("reload_failures", "sdp_pmd_reload_failures_total",
+                        "Configuration reloads refused.", InLine::yes,
+                        [](S s) { return n(s.shell.reload_failures); }));
+    d.push_back(counter("registration_changes", "sdp_pmd_registration_changes_total",
+                        "Dynamic registrations added, renewed, removed or expired.", InLine::no,
+                        [](S s) { return n(s.registrations.changes); }));
+    d.push_back(counter("leases_expired", "sdp_pmd_leases_expired_total",
+                        "Dynamic registrations expired.", InLine::no,
+                        [](S s) { return n(s.registrations.expired); }));
+    d.push_back(counter("state_write_errors", "sdp_pmd_state_write_errors_total",
+                        "Failed writes of the state file.", InLine::no,
+                        [](S s) { return n(s.state_write_errors); }));
+    d.push_back(counter("control_connections", "sdp_pmd_control_connections_total",
+                        "Control socket connections accepted.", InLine::no,
+                        [](S s) { return n(s.control.connections); }));
+    d.push_back(counter("control_rejected_connections",
+                        "sdp_pmd_control_rejected_connections_total",
+                        "Control socket connections refused (too many open).", InLine::no,
+                        [](S s) { return n(s.control.rejected_connections); }));
+    d.push_back(counter("control_requests", "sdp_pmd_control_requests_total",
+                        "Control requests answered.", InLine::no,
+                        [](S s) { return n(s.control.requests); }));
+    d.push_back(counter("control_errors", "sdp_pmd_control_errors_total",
+                        "Control requests answered with result 1 or 2.", InLine::no,
+                        [](S s) { return n(s.control.errors); }));
+    d.push_back(counter("control_denied", "sdp_pmd_control_denied_total",
+                        "Control requests refused by peer credentials.", InLine::no,
+                        [](S s) { return n(s.control.denied); }));
+    d.push_back(counter("control_timeouts", "sdp_pmd_control_timeouts_total",
+                        "Control connections closed when idle.", InLine::no,
+                        [](S s) { return n(s.control.timeouts); }));
+    d.push_back(counter("control_oversized", "sdp_pmd_control_oversized_total",
+                        "Control requests over the size limit.", InLine::no,
+                        [](S s) { return n(s.control.oversized); }));
+    d.push_back(gauge("transactions", "sdp_pmd_transactions",
+                      "Live transactions waiting for PMAck.", InLine::yes,
+                      [](S s) { return n(s.workers.total.transactions); }));
+    d.push_back(gauge("workers", "sdp_pmd_workers", "UDP worker shards.", InLine::several_workers,
+                      [](S s) { return n(s.workers.per_worker.size()); }));
+    d.push_back(gauge("workers_unresponsive", "sdp_pmd_workers_unresponsive",
+                      "Workers that did not answer this query in time.", InLine::nonzero,
+                      [](S s) { return n(s.workers.unresponsive); }));
+    d.push_back(counter("watchdog_withheld", "sdp_pmd_watchdog_withheld_total",
+                        "WATCHDOG=1 pings withheld because a worker did not answer.", InLine::no,
+                        [](S s) { return n(s.watchdog_withheld); }));
+    // Per worker, so an operator sees how the sources spread over the shards.
+    d.push_back(per_worker("datagrams", "sdp_pmd_worker_datagrams_total",
+                           "UDP datagrams received, per worker.", MetricKind::counter,
+                           InLine::several_workers, [](W w) { return n(w.counters.datagrams); }));
+    d.push_back(per_worker("requests", "sdp_pmd_worker_requests_total",
+                           "PMReq decoded, per worker.", MetricKind::counter, InLine::no,
+                           [](W w) { return n(w.counters.requests); }));
+    d.push_back(per_worker("accepted", "sdp_pmd_worker_accepted_total",
+                           "New transactions accepted, per worker.", MetricKind::counter,
+                           InLine::no, [](W w) { return n(w.counters[Outcome::accepted]); }));
+    d.push_back(per_worker("acked", "sdp_pmd_worker_acked_total", "PMAcks matched, per worker.",
+                           MetricKind::counter, InLine::no,
+                           [](W w) { return n(w.counters[Outcome::acked]); }));
+    d.push_back(per_worker("drop_rate_limited", "sdp_pmd_worker_rate_limited_total",
+                           "PMReqs over their source's token bucket, per worker.",
+                           MetricKind::counter, InLine::no,
+                           [](W w) { return n(w.counters[Outcome::drop_rate_limited]); }));
+    d.push_back(per_worker("transactions", "sdp_pmd_worker_transactions",
+                           "Live transactions waiting for PMAck, per worker.", MetricKind::gauge,
+                           InLine::several_workers, [](W w) { return n(w.transactions); }));
+    d.push_back(gauge(
+        "static_services", "sdp_pmd_services", "Services by kind.", InLine::no,
+        [](S s) { return n(s.static_services); }, "kind=\"static\""));
+    d.push_back(gauge(
+        "dynamic_services", "sdp_pmd_services", "Services by kind.", InLine::no,
+        [](S s) { return n(s.dynamic_services); }, "kind=\"dynamic\""));
+    d.push_back(gauge("uptime_seconds", "sdp_pmd_uptime_seconds",
+                      "Seconds since the daemon started.", InLine::no,
+                      [](S s) { return s.uptime_seconds; }));
+    return d;
+}
+
+const MetricValue* find(const std::vector<MetricValue>& values, std::string_view stat) {
+    auto it = std::find_if(values.begin(), values.end(),
+                           [&](const MetricValue& v) { return v.stat == stat; });
+    return it == values.end() ? nullptr : &*it;
+}
+
+std::uint64_t count(const std::vector<MetricValue>& values, std::string_view stat) {
+    const MetricValue* v = find(values, stat);
+    return v ? static_cast<std::uint64_t>(v->value) : 0;
+}
+
+}  // namespace
+
+Aggregate aggregate(std::vector<std::optional<WorkerSnapshot>> per_worker) {
+    Aggregate a;
+    a.per_worker = std::move(per_worker);
+    for (const auto& s : a.per_worker) {
+        if (!s) {
+            ++a.unresponsive;
+            continue;
+        }
+        a.total.counters += s->counters;
+        a.total.shell.receive_errors += s->shell.receive_errors;
+        a.total.shell.send_errors += s->shell.send_errors;
+        a.total.shell.truncated += s->shell.truncated;
+        a.total.transactions += s->transactions;
+        a.total.sockets += s->sockets;
+    }
+    return a;
+}
+
+const std::vector<MetricDef>& metric_defs() {
+    static const std::vector<MetricDef> defs = make_defs();
+    return defs;
+}
+
+std::vector<MetricValue> metric_values(const MetricSources& s) {
+    const std::size_t workers = s.workers.per_worker.size();
+    std::vector<MetricValue> out;
+    for (const MetricDef& d : metric_defs()) {
+        const bool gauge = d.kind == MetricKind::gauge;
+        if (d.worker_value) {
+            for (std::size_t i = 0; i < workers; ++i) {
+                const auto& w = s.workers.per_worker[i];
+                const bool in_line = d.line == InLine::several_workers && workers > 1 && w;
+                out.push_back(MetricValue{"worker" + std::to_string(i) + "_" + d.stat, d.prom,
+                                          "worker=\"" + std::to_string(i) + "\"", d.help, gauge,
+                                          in_line, d.worker_value(w.value_or(WorkerSnapshot{}))});
+            }
+            continue;
+        }
+        const double value = d.value(s);
+        bool in_line = false;
+        switch (d.line) {
+            case InLine::no:
+                break;
+            case InLine::yes:
+                in_line = true;
+                break;
+            case InLine::several_workers:
+                in_line = workers > 1;
+                break;
+            case InLine::nonzero:
+                in_line = value != 0;
+                break;
+        }
+        out.push_back(MetricValue{d.stat, d.prom, d.label, d.help, gauge, in_line, value});
+    }
+    return out;
+}
+
+std::string prometheus_text(const std::vector<MetricValue>& values) {
+    std::string out;
+    std::vector<std::string> seen;
+    for (const MetricValue& m : values) {
+        if (std::find(seen.begin(), seen.end(), m.prom) == seen.end()) {
+            seen.push_back(m.prom);
+            out += "# HELP " + m.prom + " " + m.help + "\n";
+            out += "# TYPE " + m.prom + (m.gauge ? " gauge\n" : " counter\n");
+        }
+        out += m.prom;
+        if (!m.label.empty()) {
+            out += "{" + m.label + "}";
+        }
+        char num[64];
+        std::snprintf(num, sizeof num, " %.17g\n", m.value);
+        out += num;
+    }
+    return out;
+}
+
+nlohmann::json stats_json(const std::vector<MetricValue>& values) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const MetricValue& m : values) {
+        if (m.gauge) {
+            j[m.stat] = m.value;
+        } else {
+            j[m.stat] = static_cast<std::uint64_t>(m.value);
+        }
+    }
+    return j;
+}
+
+std::string counters_line(const std::vector<MetricValue>& values) {
+    std::string out = "counters:";
+    for (const MetricValue& m : values) {
+        if (m.in_line) {
+            out += ' ' + m.stat + '=' + std::to_string(static_cast<std::uint64_t>(m.value));
+        }
+    }
+    return out;
+}
+
+std::string status_line(const std::vector<MetricValue>& values) {
+    const std::uint64_t workers = count(values, "workers");
+    return std::to_string(count(values, "static_services") + count(values, "dynamic_services")) +
+           " services, " + std::to_string(count(values, "transactions")) + " transactions, " +
+           std::to_string(count(values, "requests")) + " requests" +
+           (workers > 1 ? ", " + std::to_string(workers) + " workers" : "");
+}
+
+}  // namespace pmd::io

@@ -1,0 +1,282 @@
+// The control socket's commands (the ControlBackend side of Server, see
+// server.hpp): each answers on the main thread once the workers it asks
+// have answered (io/gather.hpp), never blocking the loop.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "io/log.hpp"
+#include "io/server.hpp"
+
+namespace pmd::io {
+
+using nlohmann::json;
+
+namespace {
+
+using nlohmann::json;
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+void Server::status(Done<json> done) {
+    aggregate_workers(
+        [this, done = std::move(done)](Aggregate a) { done(status_json(a.total.transactions)); });
+}
+
+json Server::status_json(std::size_t transactions) const {
+    json listen = json::array();
+    for (const auto& e : bound()) {
+        listen.push_back(e.to_string());
+    }
+    json j;
+    j["version"] = SDPPM_VERSION;
+    j["pid"] = ::getpid();
+    j["uptime_seconds"] = std::floor(seconds_since(started_) * 1000.0) / 1000.0;
+    j["listen"] = std::move(listen);
+    j["config"] = config_optional_ && !std::filesystem::exists(config_path_)
+                      ? std::string("built-in defaults")
+                      : config_path_;
+    j["control_socket"] = control_ ? json(control_->path()) : json(nullptr);
+    j["state_file"] = config_.state_file;
+    j["metrics"] = metrics_ ? json(metrics_->endpoint().to_string()) : json(nullptr);
+    j["services"] = config_.services.size() + store_.size();
+    j["static_services"] = config_.services.size();
+    j["dynamic_services"] = store_.size();
+    j["transactions"] = transactions;
+    j["workers"] = workers_.size();
+    j["control_connections"] = control_ ? control_->connections() : 0;
+    return j;
+}
+
+void Server::services(Done<json> done) {
+    on_workers<LiveMap>(
+        [](Worker& w) {
+            LiveMap m;
+            w.pmsp().for_each_transaction(
+                [&](const TransactionView& t) { ++m[std::string(t.service)]; });
+            return m;
+        },
+        [this, done = std::move(done)](std::vector<std::optional<LiveMap>> parts) {
+            LiveMap live;
+            for (const auto& part : parts) {
+                if (part) {
+                    for (const auto& [name, n] : *part) {
+                        live[name] += n;
+                    }
+                }
+            }
+            done(services_json(live));
+        });
+}
+
+json Server::services_json(const LiveMap& live) const {
+    // Live transactions per service, and what each service answered.
+    const auto now = WallClock::now();
+    json list = json::array();
+    // The per-service counts live in the registry snapshot every worker
+    // shares (relaxed atomics): already the sum over all shards.
+    std::map<std::string, ServiceCounts, std::less<>> counts;
+    for (const Service& s : registry_->services()) {
+        counts[s.name] = registry_->counts(s);
+    }
+    auto add = [&](json j) {
+        const auto name = j["name"].get<std::string>();
+        auto it = live.find(name);
+        const ServiceCounts c = counts.count(name) ? counts[name] : ServiceCounts{};
+        j["counters"] = json{{"transactions", it == live.end() ? 0 : it->second},
+                             {"accepted", c.accepted},
+                             {"accepted_duplicate", c.accepted_duplicate},
+                             {"denied", c.denied}};
+        list.push_back(std::move(j));
+    };
+    for (const Service& s : config_.services) {
+        json j = service_json(s);
+        j["owner"] = nullptr;
+        j["lease_expires_in"] = nullptr;
+        add(std::move(j));
+    }
+    for (const Registration& r : store_.registrations()) {
+        add(registration_json(r, now));
+    }
+    return list;
+}
+
+void Server::register_service(Registration r, Done<Reply> done) {
+    auto before = store_.save_point();
+    const std::string name = r.service.name;
+    const std::string text =
+        conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner);
+    json j = registration_json(r, WallClock::now());
+    auto outcome = store_.add(std::move(r), config_.services);
+    switch (outcome.refusal) {
+        case RegistrationStore::Refusal::none:
+            break;
+        case RegistrationStore::Refusal::conflict:
+            return done(Reply{kResultConflict, "conflict: " + outcome.reason, nullptr});
+        default:
+            return done(Reply{kResultError,
+                              "too many registrations (" + std::to_string(kMaxRegistrations) + ")",
+                              nullptr});
+    }
+    if (auto error = persist()) {
+        store_.restore(std::move(before));
+        log::err("register \"" + name + "\" failed: state file: " + *error);
+        return done(Reply{kResultError, "cannot save the registration: " + *error, nullptr});
+    }
+    arm_lease_timer(outcome.change.next_deadline);
+    log::notice(std::string(outcome.renewal ? "renewed" : "registered") + " \"" + name + "\" " +
+                text);
+    j["counters"] = json{{"transactions", 0}};
+    Reply reply{kResultOk, std::string(outcome.renewal ? "renewed " : "registered ") + name,
+                std::move(j)};
+    publish(make_registry(config_.services),
+            [done = std::move(done), reply = std::move(reply)] { done(reply); });
+}
+
+void Server::unregister_service(const std::string& name, Done<Reply> done) {
+    auto before = store_.save_point();
+    auto outcome = store_.remove(name, config_.services);
+    switch (outcome.refusal) {
+        case RegistrationStore::Refusal::none:
+            break;
+        case RegistrationStore::Refusal::is_static:
+            return done(Reply{
+                kResultConflict,
+                "\"" + name + "\" is a static service; edit the config file and reload", nullptr});
+        default: {
+            std::string shown;
+            for (unsigned char c : name.substr(0, 64)) {
+                shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+            }
+            return done(Reply{kResultNotFound, "no dynamic service \"" + shown + "\"", nullptr});
+        }
+    }
+    if (auto error = persist()) {
+        store_.restore(std::move(before));
+        return done(Reply{kResultError, "cannot save the change: " + *error, nullptr});
+    }
+    arm_lease_timer(outcome.change.next_deadline);
+    log::notice("unregistered \"" + name + "\"");
+    publish(make_registry(config_.services), [done = std::move(done), name] {
+        done(Reply{kResultOk, "unregistered " + name, nullptr});
+    });
+}
+
+namespace {
+
+// One worker's transactions, for `transactions`.
+struct TransactionsPart {
+    json list = json::array();
+    std::size_t total = 0;
+};
+
+}  // namespace
+
+void Server::transactions(std::size_t limit, Done<json> done) {
+    using Part = TransactionsPart;
+    auto merge = [limit, done = std::move(done)](std::vector<std::optional<Part>> parts) {
+        json list = json::array();
+        std::size_t total = 0;
+        for (const auto& p : parts) {
+            if (!p) {
+                continue;
+            }
+            total += p->total;
+            for (const auto& t : p->list) {
+                if (list.size() < limit) {
+                    list.push_back(t);
+                }
+            }
+        }
+        done(json{{"transactions", std::move(list)}, {"total", total}});
+    };
+    on_workers<Part>(
+        [limit](Worker& w) {
+            Part p;
+            const auto now = std::chrono::steady_clock::now();
+            w.pmsp().for_each_transaction([&](const TransactionView& t) {
+                ++p.total;
+                if (p.list.size() >= limit) {
+                    return;
+                }
+                char handle[19];
+                std::snprintf(handle, sizeof handle, "0x%016llx",
+                              static_cast<unsigned long long>(t.request.assoc_handle));
+                const auto left =
+                    std::chrono::duration_cast<std::chrono::milliseconds>(t.expires - now);
+                p.list.push_back(json{
+                    {"service", std::string(t.service)},
+                    {"client", pm::Endpoint{t.request.cp_addr, t.request.cp_port}.to_string()},
+                    {"conventional",
+                     pm::Endpoint{t.request.ap_addr, t.request.ap_port}.to_string()},
+                    {"sdp", t.sdp.to_string()},
+                    {"assoc_handle", handle},
+                    {"expires_in_ms", std::max<std::int64_t>(0, left.count())},
+                });
+            });
+            return p;
+        },
+        std::move(merge));
+}
+
+MetricSources Server::metric_sources(Aggregate workers) const {
+    MetricSources s;
+    s.workers = std::move(workers);
+    s.shell = shell_;
+    s.control = control_ ? control_->counters() : ControlCounters{};
+    s.registrations = store_.counts();
+    s.state_write_errors = state_write_errors_;
+    s.watchdog_withheld = watchdog_withheld_;
+    s.static_services = config_.services.size();
+    s.dynamic_services = store_.size();
+    s.uptime_seconds = std::floor(seconds_since(started_));
+    return s;
+}
+
+void Server::stats(Done<json> done) {
+    metric_values([done = std::move(done)](std::vector<MetricValue> v) { done(stats_json(v)); });
+}
+
+void Server::reset_stats(std::function<void()> done) {
+    on_workers<bool>(
+        [](Worker& w) {
+            w.reset_counters();
+            return true;
+        },
+        [done = std::move(done)](auto) { done(); });
+    shell_ = {};
+    watchdog_withheld_ = 0;
+    store_.reset_counts();
+    state_write_errors_ = 0;
+    if (control_) {
+        control_->reset_counters();
+    }
+    log::notice("counters reset through the control socket");
+}
+
+void Server::reload_config(Done<Reply> done) {
+    const auto failures = shell_.reload_failures;
+    last_reload_error_.clear();
+    reload([this, failures, done = std::move(done)](bool applied) {
+        if (applied) {
+            return done(Reply{kResultOk, "reloaded " + config_path_, nullptr});
+        }
+        if (shell_.reload_failures == failures) {
+            return done(Reply{kResultOk,
+                              "no config file " + config_path_ + ", configuration unchanged",
+                              nullptr});
+        }
+        done(Reply{kResultError, "reload failed: " + last_reload_error_, nullptr});
+    });
+}
+
+}  // namespace pmd::io
