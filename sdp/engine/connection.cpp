@@ -322,7 +322,7 @@ void Connection::on_credit_only(std::span<const std::uint8_t> bytes) {
     // An AbortConn waits for credit: only the credit information matters.
     if (!take_buffer()) {
         // The peer overran our buffers even now: give up on AbortConn.
-        step(SendEvent::give_up);
+        step(send_, SendEvent::give_up);
         qp_.disconnect(false);
         return;
     }
@@ -376,12 +376,12 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 ++stats_.ignored;
                 deliver(Payload{v.payload.size(), v.payload, Placement{}}, 0);
             } else if constexpr (std::is_same_v<T, w::DisConn>) {
-                if (!step(RecvEvent::disconn))
+                if (!step(recv_, RecvEvent::disconn))
                     return false;  // a second DisConn
                 deliver(none, 0);
                 teardown_if_done();
             } else if constexpr (std::is_same_v<T, w::AbortConn>) {
-                if (!step(RecvEvent::abort_conn))
+                if (!step(recv_, RecvEvent::abort_conn))
                     return false;
                 error_ = Error::peer_abort;
                 state_ = State::reset;
@@ -444,9 +444,9 @@ void Connection::deliver(const Payload& p, std::uint8_t flags) {
 }
 
 void Connection::on_llp_closed() {
-    if (!step(RecvEvent::llp_closed))
-        return;                // already closed
-    step(SendEvent::give_up);  // an AbortConn still waiting for credit
+    if (!step(recv_, RecvEvent::llp_closed))
+        return;                       // already closed
+    step(send_, SendEvent::give_up);  // an AbortConn still waiting for credit
     switch (state_) {
         case State::idle:
         case State::connecting:
@@ -570,7 +570,7 @@ bool Connection::eof() const {
 void Connection::shutdown_write() {
     if (state_ != State::connecting && state_ != State::established)
         return;
-    step(SendEvent::shutdown);  // rejected when already shut: nothing changes
+    step(send_, SendEvent::shutdown);  // rejected when already shut: nothing changes
     pump();
 }
 
@@ -587,7 +587,7 @@ void Connection::go_reset(Error e) {
     drop_queues();
     if (llp_closed())
         return;
-    if (was_established && !abort_received(recv_) && step(SendEvent::abort)) {
+    if (was_established && !abort_received(recv_) && step(send_, SendEvent::abort)) {
         // 8.2.2: after a DisConn, AbortConn, then the normal LLP teardown.
         pump();
     } else {
@@ -605,38 +605,18 @@ void Connection::drop_queues() {
     rx_bytes_ = 0;
 }
 
-bool Connection::step(SendEvent e) {
-    const auto to = next(send_, e);
-    if (to)
-        send_ = *to;
-    return to.has_value();
-}
-
-bool Connection::step(RecvEvent e) {
-    const auto to = next(recv_, e);
-    if (to)
-        recv_ = *to;
-    return to.has_value();
-}
-
 std::string Connection::describe() const {
     std::string s(to_string(state_));
-    if (error_ != Error::none) {
-        s += " (";
-        s += to_string(error_);
-        s += ")";
-    }
-    s += ", send ";
-    s += to_string(send_);
-    s += ", recv ";
-    s += to_string(recv_);
-    return s;
+    if (error_ != Error::none)
+        s += " (" + std::string(to_string(error_)) + ")";
+    return s + ", send " + std::string(to_string(send_)) + ", recv " +
+           std::string(to_string(recv_));
 }
 
 void Connection::teardown_if_done() {
     // Whoever has both sent and received DisConn closes the LLP gracefully
     // (8.2.1 Remote Peer step 4; both do on a simultaneous close).
-    if (recv_ == RecvTeardown::disconn && step(SendEvent::llp_teardown))
+    if (recv_ == RecvTeardown::disconn && step(send_, SendEvent::llp_teardown))
         qp_.disconnect(true);
 }
 
@@ -741,7 +721,7 @@ void Connection::pump() {
     if (send_ == SendTeardown::abort_pending) {
         const std::uint32_t c = send_credits();
         if (c >= 2 || (c == 1 && local_bufs() > peer_credit_estimate())) {
-            step(SendEvent::abort_conn);
+            step(send_, SendEvent::abort_conn);
             send(w::AbortConn{});
             qp_.disconnect(true);  // after the AbortConn completes (8.2.2)
         }
@@ -802,7 +782,7 @@ void Connection::pump() {
         }
         if (send_ == SendTeardown::draining && send_queued() == 0 && may_control) {
             send(w::DisConn{}, take_pend_flag(false));
-            step(SendEvent::disconn);
+            step(send_, SendEvent::disconn);
             teardown_if_done();
             if (send_ == SendTeardown::closing)
                 return;

@@ -228,10 +228,6 @@ class Connection {
     void fail_setup(Error e);
     std::uint8_t take_pend_flag(bool carries_oob_byte);
     void drop_queues();
-    // The teardown transitions (teardown.cpp): false, state unchanged, if
-    // the table has none for the event.
-    bool step(SendEvent e);
-    bool step(RecvEvent e);
     bool llp_closed() const { return engine::llp_closed(recv_); }
     bool writable() const;
 

@@ -56,6 +56,16 @@ enum class RecvEvent : std::uint8_t {
 std::optional<SendTeardown> next(SendTeardown s, SendEvent e);
 std::optional<RecvTeardown> next(RecvTeardown s, RecvEvent e);
 
+// Takes the transition for `e` if the table has one: true if it did; false,
+// with `s` unchanged, if the event was rejected.
+template <class State, class Event>
+bool step(State& s, Event e) {
+    const auto to = next(s, e);
+    if (to)
+        s = *to;
+    return to.has_value();
+}
+
 std::string_view to_string(SendTeardown s);
 std::string_view to_string(SendEvent e);
 std::string_view to_string(RecvTeardown s);

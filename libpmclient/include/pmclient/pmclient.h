@@ -165,8 +165,11 @@ PMCLIENT_API int pmc_connect(pmc_resolver* r, const char* ap_ip, uint16_t ap_por
  * The sockets: at most PMC_MAX_FDS UDP sockets (one per address family),
  * opened by pmc_resolve_start on first use of a family and kept until
  * pmc_resolver_free, so the set only changes inside pmc_resolve_start. Watch
- * each for readability (POLLIN); the library only reads from and sends on
- * them (it never blocks: they are non-blocking), the caller must not. */
+ * each for readability (POLLIN), level-triggered; the library only reads from
+ * and sends on them (it never blocks: they are non-blocking), the caller must
+ * not. A loop re-reads pmc_fds and pmc_timeout_ms after each
+ * pmc_resolve_start; when another thread starts a resolution, wake the loop
+ * (an eventfd, a pipe) so that it does. */
 
 #define PMC_MAX_FDS 2
 

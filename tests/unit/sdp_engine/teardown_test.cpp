@@ -125,6 +125,17 @@ TEST(SdpTeardownRecv, RejectedTransitionsOfNote) {
     }
 }
 
+TEST(SdpTeardown, StepTakesLegalAndKeepsStateOnRejected) {
+    SendTeardown s = SendTeardown::open;
+    EXPECT_FALSE(e::step(s, SendEvent::disconn));
+    EXPECT_EQ(s, SendTeardown::open);
+    EXPECT_TRUE(e::step(s, SendEvent::shutdown));
+    EXPECT_EQ(s, SendTeardown::draining);
+    RecvTeardown r = RecvTeardown::closed;
+    EXPECT_FALSE(e::step(r, RecvEvent::llp_closed));
+    EXPECT_EQ(r, RecvTeardown::closed);
+}
+
 TEST(SdpTeardown, Predicates) {
     std::set<SendTeardown> sent;
     for (auto s : kSendStates) {
