@@ -859,3 +859,48 @@ TEST_F(SdpAsyncPortMapper, PmTimeoutFallsBackAndNoFallbackRefuses) {
 }
 
 }  // namespace
+
+namespace {
+
+// The async API carries SDP over the soft provider only: iwarp_provider rdma
+// is an unusable provider for the 7.5.1 procedure, as it is for
+// stream::connect without a device: TCP to the Conventional Address with no
+// Port Mapper question, or no_such_device without fallback.
+TEST(SdpAsyncProvider, RdmaIsUnusableHereAndFallsBackWithoutAsking) {
+    sdptest::TcpListener conv;
+    auto o = opts();
+    o.iwarp_provider = sdp::provider::rdma;
+    o.pmsp = *pm::Endpoint::parse("127.0.0.1:9");  // never asked
+    asio::io_context io;
+    std::thread srv(tcp_pong(conv));
+    sdp::async_stream s(io);
+    bool done = false;
+    error_code ec;
+    s.async_connect(conv.endpoint(), o, [&](error_code e) {
+        ec = e;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return done; }));
+    EXPECT_FALSE(ec) << ec.message() << " " << s.info().reason;
+    EXPECT_EQ(s.used(), sdp::transport::tcp);
+    EXPECT_EQ(s.info().provider, "tcp");
+    EXPECT_EQ(s.info().resolution, "") << "no Port Mapper question";
+    EXPECT_NE(s.info().reason.find("soft provider only"), std::string::npos) << s.info().reason;
+    EXPECT_NE(s.info().reason.find("fell back to TCP"), std::string::npos) << s.info().reason;
+    s.close();
+    srv.join();
+
+    o.fallback = false;
+    sdp::async_stream t(io);
+    done = false;
+    t.async_connect(conv.endpoint(), o, [&](error_code e) {
+        ec = e;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return done; }));
+    EXPECT_EQ(ec, asio::error::no_such_device) << ec.message();
+    EXPECT_EQ(t.info().provider, "rdma");
+    EXPECT_FALSE(t.is_open());
+}
+
+}  // namespace
