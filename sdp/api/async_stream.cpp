@@ -348,7 +348,8 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
             case Step::done:
             case Step::failed: {
                 const pm::Endpoint peer = proc->peer();
-                im->info = detail::procedure_info(*proc, "soft");
+                im->info = detail::procedure_info(
+                    *proc, im->opts.iwarp_provider == provider::rdma ? "rdma" : "soft");
                 if (a.step == Step::failed) {
                     finish(proc->error());
                 } else if (a.sdp) {

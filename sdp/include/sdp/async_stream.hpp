@@ -14,7 +14,9 @@
 // async_connect() resolves the Conventional Address with libpmclient's async
 // Resolver (section 7.5.1), TCP-connects to the SDP Address, runs the MPA
 // startup and SDP Hello/HelloAck from Asio completions, and falls back to
-// plain TCP exactly like sdp::stream::connect() (same connect_info).
+// plain TCP exactly like sdp::stream::connect() (the same 7.5.1 procedure,
+// same connect_info). SDP goes over the soft provider only: iwarp_provider
+// rdma counts as an unusable provider (TCP fallback, or no_such_device).
 //
 // async_read_some / async_write_some meet Asio's AsyncReadStream and
 // AsyncWriteStream requirements, so boost::asio::async_read / async_write /
@@ -143,7 +145,8 @@ class async_stream {
     // Signature void(boost::system::error_code). Errors: invalid_argument
     // (bad address, pmclient configuration), connection_refused (no
     // fallback), the errors of the fallback TCP connect, protocol_error
-    // (not an SDP peer), operation_aborted (cancel()/close()).
+    // (not an SDP peer), no_such_device (iwarp_provider rdma without
+    // fallback), operation_aborted (cancel()/close()).
     template <typename Token>
     auto async_connect(const pm::Endpoint& conventional, const stream_options& opts,
                        Token&& token) {

@@ -12,7 +12,9 @@
 // (section 7.5.1), connects to the SDP Address over the soft iWARP provider
 // (MPA with the SDP Hello as private data), and falls back to plain TCP to
 // the Conventional Address on PMDeny, PM timeout, or when the SDP Address
-// refuses, resets or times out (TCP connect or SDP/MPA startup).
+// does not take the connection: refused, reset, aborted, unreachable or
+// timed out, at the TCP connect or in the SDP/MPA startup (one procedure
+// for every front end; the rule is in docs/protocol-notes.md, 7.5.1).
 // connect_info() says which path was used and why. See docs/sdp.md.
 // stream_options::iwarp_provider selects the rdma-core provider (an RNIC or
 // Linux siw) instead of the soft one; see docs/rdma.md.

@@ -57,6 +57,18 @@ bool run_until(asio::io_context& io, const std::function<bool()>& pred,
     return true;
 }
 
+// async_connect, run until it completes: its error, or nullopt (no
+// completion within run_until's bound).
+std::optional<error_code> connect_and_wait(asio::io_context& io, sdp::async_stream& s,
+                                           const pm::Endpoint& to, const sdp::stream_options& o) {
+    std::optional<error_code> got;
+    s.async_connect(to, o, [&](error_code e) { got = e; });
+    if (!run_until(io, [&] { return got.has_value(); })) {
+        return std::nullopt;
+    }
+    return got;
+}
+
 std::vector<std::uint8_t> make_pattern(std::size_t n, std::uint32_t seed) {
     std::vector<std::uint8_t> v(n);
     pattern(v, 0, seed);
@@ -847,15 +859,42 @@ TEST_F(SdpAsyncPortMapper, PmTimeoutFallsBackAndNoFallbackRefuses) {
     o.fallback = false;
     asio::io_context io;
     sdp::async_stream s(io);
-    bool done = false;
-    error_code ec;
-    s.async_connect(conv.endpoint(), o, [&](error_code e) {
-        ec = e;
-        done = true;
-    });
-    ASSERT_TRUE(run_until(io, [&] { return done; }));
-    EXPECT_EQ(ec, asio::error::connection_refused) << ec.message();
+    const auto ec = connect_and_wait(io, s, conv.endpoint(), o);
+    ASSERT_TRUE(ec.has_value());
+    EXPECT_EQ(*ec, asio::error::connection_refused) << ec->message();
     EXPECT_FALSE(s.is_open());
+}
+
+// The async API carries SDP over the soft provider only: iwarp_provider rdma
+// is an unusable provider for the 7.5.1 procedure, as it is for
+// stream::connect without a device: TCP to the Conventional Address with no
+// Port Mapper question, or no_such_device without fallback.
+TEST(SdpAsyncProvider, RdmaIsUnusableHereAndFallsBackWithoutAsking) {
+    sdptest::TcpListener conv;
+    auto o = opts();
+    o.iwarp_provider = sdp::provider::rdma;
+    o.pmsp = *pm::Endpoint::parse("127.0.0.1:9");  // never asked
+    asio::io_context io;
+    std::thread srv(tcp_pong(conv));
+    sdp::async_stream s(io);
+    const auto ec = connect_and_wait(io, s, conv.endpoint(), o);
+    ASSERT_TRUE(ec.has_value());
+    EXPECT_FALSE(*ec) << ec->message() << " " << s.info().reason;
+    EXPECT_EQ(s.used(), sdp::transport::tcp);
+    EXPECT_EQ(s.info().provider, "tcp");
+    EXPECT_EQ(s.info().resolution, "") << "no Port Mapper question";
+    EXPECT_NE(s.info().reason.find("soft provider only"), std::string::npos) << s.info().reason;
+    EXPECT_NE(s.info().reason.find("fell back to TCP"), std::string::npos) << s.info().reason;
+    s.close();
+    srv.join();
+
+    o.fallback = false;
+    sdp::async_stream t(io);
+    const auto ec2 = connect_and_wait(io, t, conv.endpoint(), o);
+    ASSERT_TRUE(ec2.has_value());
+    EXPECT_EQ(*ec2, asio::error::no_such_device) << ec2->message();
+    EXPECT_EQ(t.info().provider, "rdma");
+    EXPECT_FALSE(t.is_open());
 }
 
 }  // namespace
