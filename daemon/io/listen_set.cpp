@@ -1,6 +1,7 @@
 #include "io/listen_set.hpp"
 
 #include <algorithm>
+#include <random>
 #include <string>
 
 #include "core/listen_plan.hpp"
@@ -9,8 +10,8 @@
 
 namespace pmd::io {
 
-ListenSet::ListenSet(std::vector<std::unique_ptr<Worker>>& workers, std::uint32_t steering_seed)
-    : workers_(workers), steering_seed_(steering_seed) {}
+ListenSet::ListenSet(std::vector<std::unique_ptr<Worker>>& workers)
+    : workers_(workers), steering_seed_(std::random_device{}()) {}
 
 ListenSet::~ListenSet() = default;
 

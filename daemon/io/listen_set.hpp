@@ -34,9 +34,9 @@ class ListenSet {
         std::vector<std::size_t> close;  // running listeners next does not keep
     };
 
-    // `workers` outlives the set; `running()` tells whether the workers'
+    // `workers` outlives the set. set_running() tells whether the workers'
     // threads run (sockets are then handed over by post()).
-    ListenSet(std::vector<std::unique_ptr<Worker>>& workers, std::uint32_t steering_seed);
+    explicit ListenSet(std::vector<std::unique_ptr<Worker>>& workers);
     ~ListenSet();
     ListenSet(const ListenSet&) = delete;
     ListenSet& operator=(const ListenSet&) = delete;

@@ -28,11 +28,6 @@ namespace {
 
 constexpr auto kLogFlushInterval = std::chrono::seconds(1);
 
-std::uint64_t random_seed() {
-    std::random_device rd;
-    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-}
-
 std::string join(const std::vector<pm::Endpoint>& eps) {
     std::string out;
     for (const auto& e : eps) {
@@ -61,49 +56,14 @@ const char* signal_name(int signo) {
 
 }  // namespace
 
-Limits limits_from(const Config& c) {
-    Limits l;
-    l.ack_timeout = c.ack_timeout;
-    l.max_transactions = c.max_transactions;
-    l.deny_ap_port = c.deny_ap_port;
-    l.accept_iwpm_request = c.accept_iwpm_request;
-    l.per_source = c.per_source;
-    l.quench = c.quench;
-    return l;
-}
-
-namespace {
-
-// `total` split over `n` shards; shard `i` gets its share (at least 1).
-std::size_t share(std::size_t total, unsigned i, unsigned n) {
-    const std::size_t q = total / n;
-    const std::size_t r = total % n;
-    return std::max<std::size_t>(1, q + (i < r ? 1 : 0));
-}
-
-}  // namespace
-
-Limits shard_limits(const Config& c, unsigned index, unsigned workers) {
-    Limits l = limits_from(c);
-    if (workers > 1) {
-        l.max_transactions = share(c.max_transactions, index, workers);
-        l.per_source.max_sources = share(c.per_source.max_sources, index, workers);
-        l.quench.max_sources = share(c.quench.max_sources, index, workers);
-    }
-    return l;
-}
-
-unsigned resolve_workers(unsigned configured) {
-    return configured == 0 ? available_cpus(kMaxWorkers) : std::min(configured, kMaxWorkers);
-}
-
 Server::Server(asio::io_context& io, Config config, std::string config_path, bool config_optional)
     : io_(io),
       config_(std::move(config)),
       config_path_(std::move(config_path)),
       config_optional_(config_optional),
       registry_(std::make_shared<const Registry>(config_.services)),
-      listeners_(workers_, static_cast<std::uint32_t>(random_seed())),
+      shards_(io, config_, registry_),
+      listeners_(shards_.workers()),
       log_timer_(io),
       signals_(io),
       lease_timer_(io),
@@ -116,11 +76,6 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
     signals_.add(SIGTERM);
     signals_.add(SIGINT);
     signals_.add(SIGUSR1);
-    const unsigned n = resolve_workers(config_.workers);
-    for (unsigned i = 0; i < n; ++i) {
-        workers_.push_back(
-            std::make_unique<Worker>(i, shard_limits(config_, i, n), registry_, random_seed()));
-    }
 }
 
 Server::~Server() {
@@ -130,27 +85,13 @@ Server::~Server() {
     if (metrics_) {
         metrics_->stop();
     }
-    stop_workers();
+    shards_.stop();
     // The sockets belong to the workers' io_contexts: gone before them.
     listeners_.clear();
 }
 
-void Server::stop_workers() {
-    for (auto& w : workers_) {
-        w->stop();
-    }
-    workers_running_ = false;
-    listeners_.set_running(false);
-}
-
-void Server::aggregate_workers(std::function<void(Aggregate)> done) {
-    on_workers<WorkerSnapshot>(
-        [](Worker& w) { return w.snapshot(); },
-        [done = std::move(done)](auto answers) { done(aggregate(std::move(answers))); });
-}
-
 void Server::metric_values(std::function<void(std::vector<MetricValue>)> done) {
-    aggregate_workers([this, done = std::move(done)](Aggregate a) {
+    shards_.snapshots([this, done = std::move(done)](Aggregate a) {
         done(io::metric_values(metric_sources(std::move(a))));
     });
 }
@@ -159,12 +100,7 @@ void Server::publish(std::shared_ptr<const Registry> registry, std::function<voi
     registry_ = registry;
     // Done once every shard answers from the new snapshot, so a `register`
     // reply means every worker knows the service.
-    on_workers<bool>(
-        [registry](Worker& w) {
-            w.set_registry(registry);
-            return true;
-        },
-        [done = std::move(done)](auto) { done(); });
+    shards_.publish(std::move(registry), nullptr, std::move(done));
 }
 
 void Server::apply_logging(const Config& c) {
@@ -184,7 +120,7 @@ bool Server::bind() {
         std::vector<std::shared_ptr<UdpSocket>> adopted;
         for (int fd : inherited.udp) {
             boost::system::error_code ec;
-            auto s = UdpSocket::adopt(workers_[0]->io(), fd, ec);
+            auto s = UdpSocket::adopt(shards_.workers()[0]->io(), fd, ec);
             if (!s) {
                 log::err("inherited UDP socket (fd " + std::to_string(fd) + "): " + ec.message());
                 return false;
@@ -201,8 +137,8 @@ bool Server::bind() {
     } else if (!listeners_.open(config_.listen)) {
         return false;
     }
-    if (workers_.size() > 1) {
-        log::notice(std::to_string(workers_.size()) + " workers; " +
+    if (shards_.size() > 1) {
+        log::notice(std::to_string(shards_.size()) + " workers; " +
                     std::to_string(listeners_.steered()) + " of " +
                     std::to_string(listeners_.size()) +
                     " listen addresses steered by source address");
@@ -247,116 +183,10 @@ bool Server::bind() {
     return true;
 }
 
-std::shared_ptr<const Registry> Server::make_registry(const std::vector<Service>& statics) const {
-    std::vector<Service> all = statics;
-    for (const Registration& r : store_.registrations()) {
-        all.push_back(r.service);
-    }
-    // Services keep their counts across reloads and registrations.
-    return std::make_shared<const Registry>(std::move(all), registry_.get());
-}
-
-void Server::load_state() {
-    const std::string& path = config_.state_file;
-    StateLoad loaded = read_state_file(path, WallClock::now());
-    if (loaded.error) {
-        std::string error;
-        auto moved = move_aside(path, error);
-        log::err("state file " + path + " is corrupt (" + *loaded.error + "); " +
-                 (moved ? "moved aside to " + *moved
-                        : "could not move it aside: " + error +
-                              "; it will be overwritten on the "
-                              "next change") +
-                 "; starting without dynamic registrations");
-        return;
-    }
-    const auto change =
-        store_.load(std::move(loaded.registrations), config_.services, WallClock::now());
-    for (const auto& removed : change.removed) {
-        const std::string& name = removed.registration.service.name;
-        if (removed.conflict) {
-            log::warning("registration \"" + name +
-                         "\" from the state file dropped: " + *removed.conflict);
-        } else {
-            log::notice("registration \"" + name + "\" expired while stopped, dropped");
-        }
-    }
-    if (!loaded.missing) {
-        log::notice("state file " + path + ": " + std::to_string(store_.size()) +
-                    " dynamic registrations");
-    }
-    publish(make_registry(config_.services));
-    if (change.changed) {
-        if (auto error = persist()) {
-            log::err("state file: " + *error);
-        }
-    }
-}
-
-std::optional<std::string> Server::persist() {
-    auto error = write_state_file(config_.state_file, store_.registrations());
-    if (error) {
-        ++state_write_errors_;
-    }
-    return error;
-}
-
-void Server::arm_lease_timer(std::optional<WallClock::time_point> deadline) {
-    if (stopping_) {
-        return;
-    }
-    if (!deadline) {
-        lease_timer_.cancel();
-        return;
-    }
-    // Re-checked at least once a minute in case the wall clock jumps.
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - WallClock::now());
-    wait = std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(60'000));
-    lease_timer_.expires_after(wait + std::chrono::milliseconds(1));
-    lease_timer_.async_wait([this](const boost::system::error_code& ec) {
-        if (ec || stopping_) {
-            return;
-        }
-        expire_leases();
-    });
-}
-
-void Server::log_removed(const RegistrationStore::Change& change, std::string_view context) {
-    for (const auto& removed : change.removed) {
-        const std::string& name = removed.registration.service.name;
-        if (removed.conflict) {
-            log::warning(std::string(context) + "registration \"" + name +
-                         "\" removed: " + *removed.conflict);
-        } else {
-            log::notice("registration \"" + name + "\" lease expired, removed");
-        }
-    }
-}
-
-void Server::apply_change(const RegistrationStore::Change& change, std::string_view context) {
-    log_removed(change, context);
-    if (!change.changed) {
-        return;
-    }
-    publish(make_registry(config_.services));
-    if (auto error = persist()) {
-        log::err("state file: " + *error);
-    }
-}
-
-void Server::expire_leases() {
-    const auto change = store_.expire(WallClock::now());
-    apply_change(change, "");
-    arm_lease_timer(change.next_deadline);
-}
-
 void Server::start() {
     // Before the workers run: their counters are read directly.
     metric_values([this](std::vector<MetricValue> v) { last_status_ = status_line(v); });
-    for (auto& w : workers_) {
-        w->start();
-    }
-    workers_running_ = true;
+    shards_.start();
     listeners_.set_running(true);
     wait_signal();
     arm_log_flush();
@@ -404,7 +234,8 @@ void Server::stop(std::string_view why) {
     notify("STOPPING=1\nSTATUS=stopping");
     // Every worker closes its sockets and is joined; their counters are
     // then read directly, once, for the final line.
-    stop_workers();
+    shards_.stop();
+    listeners_.set_running(false);
     log::logger().flush_suppressed(log::Clock::now(), true);
     metric_values([why = std::string(why)](std::vector<MetricValue> v) {
         log::notice("stopping (" + why + "); " + counters_line(v));
@@ -494,12 +325,7 @@ void Server::arm_watchdog() {
         }
         // Every worker must have run the ping posted one interval ago: a
         // worker stuck in a loop withholds WATCHDOG=1 and systemd restarts us.
-        std::vector<unsigned> stuck;
-        for (const auto& w : workers_) {
-            if (w->last_pong() != watchdog_seq_) {
-                stuck.push_back(w->index());
-            }
-        }
+        const std::vector<unsigned> stuck = shards_.ping();
         if (stuck.empty()) {
             notify("WATCHDOG=1");
         } else {
@@ -511,11 +337,6 @@ void Server::arm_watchdog() {
                 }
                 return "worker " + list + " did not answer the watchdog ping; WATCHDOG=1 withheld";
             });
-        }
-        const std::uint64_t seq = ++watchdog_seq_;
-        for (auto& w : workers_) {
-            Worker* worker = w.get();
-            w->post([worker, seq] { worker->pong(seq); });
         }
         arm_watchdog();
     });
@@ -561,9 +382,9 @@ bool Server::apply_reload(std::function<void()> then) {
             "manager");
         next.listen = config_.listen;
     }
-    if (!config_.workers_from_command_line && resolve_workers(next.workers) != workers_.size()) {
+    if (!config_.workers_from_command_line && resolve_workers(next.workers) != shards_.size()) {
         log::notice("reload: workers: takes effect at the next start (running " +
-                    std::to_string(workers_.size()) + ")");
+                    std::to_string(shards_.size()) + ")");
     }
     next.workers = config_.workers;
     next.workers_from_command_line = config_.workers_from_command_line;
@@ -605,11 +426,6 @@ bool Server::apply_reload(std::function<void()> then) {
     // configuration.
     auto registry = make_registry(next.services);
     registry_ = registry;
-    const auto n = static_cast<unsigned>(workers_.size());
-    auto limits = std::make_shared<std::vector<Limits>>();
-    for (unsigned i = 0; i < n; ++i) {
-        limits->push_back(shard_limits(next, i, n));
-    }
     apply_logging(next);
     if (listeners) {
         listeners_.commit(std::move(*listeners));
@@ -619,13 +435,7 @@ bool Server::apply_reload(std::function<void()> then) {
     ++shell_.reloads;
     log::notice("reloaded configuration from " + config_path_ + ": " +
                 std::to_string(config_.services.size()) + " services");
-    on_workers<bool>(
-        [registry, limits](Worker& w) {
-            w.set_registry(registry);
-            w.set_limits((*limits)[w.index()]);
-            return true;
-        },
-        [then = std::move(then)](auto) { then(); });
+    shards_.publish(registry, &config_, std::move(then));
     return true;
 }
 

@@ -1,16 +1,33 @@
-// The sdp-pmd I/O shell: N UDP worker shards (io/worker.hpp), each with its
-// own sans-I/O pmd::Pmsp, and around them on the main thread the signals,
-// configuration reloads, the control socket, the metrics endpoint, the state
-// file and the service manager notifications.
+// The sdp-pmd controller: the main thread's loop around the UDP worker
+// shards. It owns the configuration and starts, reloads and stops
+// everything; the jobs themselves live in their own units (the split of
+// ISC Kea's d2 on its process library):
 //
-// The main thread never touches a shard's state: it posts work to the
-// workers (a new registry snapshot, new limits, sockets) and collects their
-// counters with a bounded wait (kWorkerReplyTimeout). Signals are delivered
-// through asio::signal_set, so no work ever happens in a real signal handler. The service manager
-// is told READY=1 once every socket is bound, RELOADING=1 / READY=1 around a reload, STATUS= with
-// live counts (at most every kStatusInterval, when they changed), WATCHDOG=1 at half of
-// $WATCHDOG_USEC from the main loop, only while every worker answered the previous round's ping (so
-// a stuck worker stops the pings), and STOPPING=1.
+//   io/shards.hpp          the worker shards (io/worker.hpp), each with its
+//                          own sans-I/O pmd::Pmsp; asked without blocking
+//                          (io/gather.hpp)
+//   io/listen_set.hpp      the UDP listen sockets and their reload diff
+//                          (core/listen_plan.hpp)
+//   core/registrations.hpp the dynamic registrations and their leases,
+//                          wired to the state file and the lease timer in
+//                          server_registrations.cpp
+//   io/metrics.hpp         every counter, declared once, rendered for
+//                          stats, logs, Prometheus and STATUS=
+//   server_control.cpp     the control commands (ControlBackend); their
+//                          table is pmctl::kCommands (control/)
+//   server.cpp             this controller: bind, start, signals, reload,
+//                          timers, service manager notifications, stop
+//
+// The main thread never touches a shard's state and never waits for one:
+// it posts work (a new registry snapshot, new limits, sockets, a counter
+// snapshot) and continues when the answers come back, or after
+// kWorkerReplyTimeout with the silent worker reported. Signals are
+// delivered through asio::signal_set, so no work ever happens in a real
+// signal handler. The service manager is told READY=1 once every socket is
+// bound, RELOADING=1 / READY=1 around a reload, STATUS= with live counts (at
+// most every kStatusInterval, when they changed), WATCHDOG=1 at half of
+// $WATCHDOG_USEC from the main loop, only while every worker answered the
+// previous round's ping (so a stuck worker stops the pings), and STOPPING=1.
 //
 // Sockets inherited from the service manager (socket activation) replace
 // `listen:` (UDP) and `control.socket` (a listening Unix stream socket).
@@ -37,10 +54,10 @@
 #include "core/registrations.hpp"
 #include "io/control_handler.hpp"
 #include "io/control_socket.hpp"
-#include "io/gather.hpp"
 #include "io/listen_set.hpp"
 #include "io/metrics.hpp"
 #include "io/metrics_http.hpp"
+#include "io/shards.hpp"
 #include "io/state_file.hpp"
 #include "io/udp_socket.hpp"
 #include "io/worker.hpp"
@@ -49,14 +66,6 @@ namespace pmd::io {
 
 // How often STATUS= is refreshed (only sent when the text changed).
 inline constexpr std::chrono::seconds kStatusInterval{10};
-
-Limits limits_from(const Config& config);
-// The limits of shard `index` of `workers`: the memory bounds
-// max_transactions and limits.*.max_sources are totals for the daemon, split
-// evenly (at least 1 each).
-Limits shard_limits(const Config& config, unsigned index, unsigned workers);
-// `workers:` resolved: "auto" (0) is the CPUs of the affinity mask.
-unsigned resolve_workers(unsigned configured);
 
 class Server final : public ControlBackend {
   public:
@@ -86,7 +95,7 @@ class Server final : public ControlBackend {
     std::vector<pm::Endpoint> bound() const;
     // Every counter and gauge (io/metrics.hpp), once the workers answered.
     void metric_values(std::function<void(std::vector<MetricValue>)> done);
-    unsigned workers() const { return static_cast<unsigned>(workers_.size()); }
+    unsigned workers() const { return static_cast<unsigned>(shards_.size()); }
 
     // ControlBackend (docs/control-protocol.md), in server_control.cpp.
     void status(Done<nlohmann::json> done) override;
@@ -99,14 +108,6 @@ class Server final : public ControlBackend {
     void reload_config(Done<Reply> done) override;
 
   private:
-    // Runs f on every worker's thread (io/gather.hpp); done on this thread.
-    template <class R>
-    void on_workers(std::function<R(Worker&)> f,
-                    std::function<void(std::vector<std::optional<R>>)> done) {
-        gather<R>(io_, workers_, workers_running_, std::move(f), std::move(done));
-    }
-    // Every worker's counters, aggregated.
-    void aggregate_workers(std::function<void(Aggregate)> done);
     MetricSources metric_sources(Aggregate workers) const;
     // Live transactions per service name.
     using LiveMap = std::map<std::string, std::uint64_t, std::less<>>;
@@ -115,7 +116,6 @@ class Server final : public ControlBackend {
     // Hands `registry` to every worker; done once all have it.
     void publish(
         std::shared_ptr<const Registry> registry, std::function<void()> done = [] {});
-    void stop_workers();
     void arm_log_flush();
     void wait_signal();
     void on_signal(int signo);
@@ -140,8 +140,7 @@ class Server final : public ControlBackend {
     std::string config_path_;
     bool config_optional_;
     std::shared_ptr<const Registry> registry_;  // the snapshot every worker has
-    std::vector<std::unique_ptr<Worker>> workers_;
-    bool workers_running_ = false;
+    Shards shards_;
     ListenSet listeners_;
     boost::asio::steady_timer log_timer_;
     boost::asio::signal_set signals_;
@@ -164,7 +163,6 @@ class Server final : public ControlBackend {
     std::string last_status_;  // the last STATUS= text sent
     boost::asio::steady_timer watchdog_timer_;
     std::chrono::microseconds watchdog_interval_{0};  // 0: no watchdog
-    std::uint64_t watchdog_seq_ = 0;                  // last ping posted to the workers
     std::uint64_t watchdog_withheld_ = 0;             // WATCHDOG=1 not sent: a worker stuck
 };
 

@@ -28,7 +28,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 void Server::status(Done<json> done) {
-    aggregate_workers(
+    shards_.snapshots(
         [this, done = std::move(done)](Aggregate a) { done(status_json(a.total.transactions)); });
 }
 
@@ -52,13 +52,13 @@ json Server::status_json(std::size_t transactions) const {
     j["static_services"] = config_.services.size();
     j["dynamic_services"] = store_.size();
     j["transactions"] = transactions;
-    j["workers"] = workers_.size();
+    j["workers"] = shards_.size();
     j["control_connections"] = control_ ? control_->connections() : 0;
     return j;
 }
 
 void Server::services(Done<json> done) {
-    on_workers<LiveMap>(
+    shards_.ask<LiveMap>(
         [](Worker& w) {
             LiveMap m;
             w.pmsp().for_each_transaction(
@@ -199,7 +199,7 @@ void Server::transactions(std::size_t limit, Done<json> done) {
         }
         done(json{{"transactions", std::move(list)}, {"total", total}});
     };
-    on_workers<Part>(
+    shards_.ask<Part>(
         [limit](Worker& w) {
             Part p;
             const auto now = std::chrono::steady_clock::now();
@@ -247,12 +247,7 @@ void Server::stats(Done<json> done) {
 }
 
 void Server::reset_stats(std::function<void()> done) {
-    on_workers<bool>(
-        [](Worker& w) {
-            w.reset_counters();
-            return true;
-        },
-        [done = std::move(done)](auto) { done(); });
+    shards_.reset_counters(std::move(done));
     shell_ = {};
     watchdog_withheld_ = 0;
     store_.reset_counts();
