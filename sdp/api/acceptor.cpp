@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,7 +14,10 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "internal.hpp"
+#include "pmctl/client.hpp"
 #include "sdp/stream.hpp"
 
 #if SDPPM_HAVE_RDMA
@@ -48,124 +50,35 @@ int connect_with_timeout(int fd, const pm::Endpoint& to, std::chrono::millisecon
 
 }  // namespace detail
 
+namespace detail {
+
 namespace {
 
-std::string json_escape(const std::string& s) {
-    std::string o;
-    for (char c : s) {
-        if (c == '"' || c == '\\') {
-            o += '\\';
-            o += c;
-        } else if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
-            o += buf;
-        } else {
-            o += c;
-        }
+// The error of a registration call: the daemon's result codes
+// (docs/control-protocol.md, "Results"), or connection_refused when the
+// control socket could not be used.
+std::error_code control_error(const pmctl::Answer& a, const std::string& what,
+                              std::string& reg_error) {
+    if (!a.ok()) {
+        reg_error = "sdp-pmd control socket: " + a.error().message;
+        return std::make_error_code(std::errc::connection_refused);
     }
-    return o;
-}
-
-// The value of a top-level "key": string or integer in a one-line JSON
-// object (enough for the daemon's {"result", "text", ...} answers).
-std::optional<std::string> json_field(const std::string& line, const std::string& key) {
-    const std::string k = "\"" + key + "\"";
-    auto pos = line.find(k);
-    if (pos == std::string::npos) {
-        return std::nullopt;
+    const auto& r = a.reply();
+    reg_error =
+        "sdp-pmd refused the " + what + " (result " + std::to_string(r.result) + "): " + r.text;
+    switch (r.result) {
+        case 2:
+            return std::make_error_code(std::errc::operation_not_supported);
+        case 4:
+            return std::make_error_code(std::errc::address_in_use);
+        case 5:
+            return std::make_error_code(std::errc::permission_denied);
+        default:
+            return std::make_error_code(std::errc::invalid_argument);
     }
-    pos = line.find(':', pos + k.size());
-    if (pos == std::string::npos) {
-        return std::nullopt;
-    }
-    ++pos;
-    while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) {
-        ++pos;
-    }
-    if (pos >= line.size()) {
-        return std::nullopt;
-    }
-    if (line[pos] == '"') {
-        std::string v;
-        for (++pos; pos < line.size() && line[pos] != '"'; ++pos) {
-            if (line[pos] == '\\' && pos + 1 < line.size()) {
-                ++pos;
-            }
-            v += line[pos];
-        }
-        return v;
-    }
-    std::string v;
-    while (pos < line.size() && (line[pos] == '-' || (line[pos] >= '0' && line[pos] <= '9'))) {
-        v += line[pos++];
-    }
-    return v.empty() ? std::nullopt : std::optional<std::string>(v);
 }
 
 }  // namespace
-
-int control_request(const std::string& socket_path, const std::string& json_line, std::string& text,
-                    std::chrono::milliseconds timeout) {
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    if (socket_path.size() >= sizeof a.sun_path) {
-        text = "control socket path too long: " + socket_path;
-        return -1;
-    }
-    std::memcpy(a.sun_path, socket_path.c_str(), socket_path.size() + 1);
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        text = std::string("socket: ") + std::strerror(errno);
-        return -1;
-    }
-    struct Closer {
-        int fd;
-        ~Closer() { ::close(fd); }
-    } closer{fd};
-    timeval tv{};
-    tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        text = "cannot connect to the sdp-pmd control socket " + socket_path + ": " +
-               std::strerror(errno) + " (is sdp-pmd running with control socket support?)";
-        return -1;
-    }
-    std::string req = json_line + "\n";
-    std::size_t off = 0;
-    while (off < req.size()) {
-        ssize_t n = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
-        if (n <= 0) {
-            text = std::string("control socket send: ") + std::strerror(errno);
-            return -1;
-        }
-        off += static_cast<std::size_t>(n);
-    }
-    std::string line;
-    char buf[4096];
-    while (line.find('\n') == std::string::npos && line.size() < 1024 * 1024) {
-        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-        if (n <= 0) {
-            text = n == 0 ? "sdp-pmd closed the control connection without an answer"
-                          : std::string("no answer from the sdp-pmd control socket: ") +
-                                std::strerror(errno);
-            return -1;
-        }
-        line.append(buf, static_cast<std::size_t>(n));
-    }
-    line = line.substr(0, line.find('\n'));
-    auto result = json_field(line, "result");
-    text = json_field(line, "text").value_or(line);
-    if (!result) {
-        text = "unexpected control answer: " + line;
-        return -1;
-    }
-    return std::atoi(result->c_str());
-}
-
-namespace detail {
 
 std::error_code register_service(const acceptor_options& opts, const pm::Endpoint& local,
                                  std::string& reg_name, std::string& reg_error) {
@@ -177,57 +90,61 @@ std::error_code register_service(const acceptor_options& opts, const pm::Endpoin
         reg_error = "registration needs a conventional address";
         return std::make_error_code(std::errc::invalid_argument);
     }
-    std::string json = R"({"command":"register","arguments":{"name":")" + json_escape(reg_name) +
-                       R"(","conventional":")" + json_escape(*opts.conventional) + R"(","sdp":[")" +
-                       json_escape(sdp_addr) + R"("])";
+    nlohmann::json args = {{"name", reg_name},
+                           {"conventional", *opts.conventional},
+                           {"sdp", nlohmann::json::array({sdp_addr})},
+                           {"owner", "sdp::acceptor pid " + std::to_string(::getpid())}};
     if (opts.pm_time) {
-        json += R"(,"pm_time":")" + json_escape(*opts.pm_time) + "\"";
+        args["pm_time"] = *opts.pm_time;
     }
-    json += R"(,"owner":"sdp::acceptor pid )" + std::to_string(::getpid()) + "\"}}";
-    std::string text;
-    int r = control_request(*opts.control_socket, json, text, opts.control_timeout);
-    if (r == 0) {
+    auto answer = pmctl::call(*opts.control_socket, "register", args, opts.control_timeout);
+    if (answer.ok() && answer.reply().result == 0) {
         return {};
     }
-    reg_error =
-        r < 0 ? text
-              : "sdp-pmd refused the registration (result " + std::to_string(r) + "): " + text;
-    switch (r) {
-        case 2:
-            return std::make_error_code(std::errc::operation_not_supported);
-        case 4:
-            return std::make_error_code(std::errc::address_in_use);
-        case 5:
-            return std::make_error_code(std::errc::permission_denied);
-        case -1:
-            return std::make_error_code(std::errc::connection_refused);
-        default:
-            return std::make_error_code(std::errc::invalid_argument);
-    }
+    return control_error(answer, "registration", reg_error);
 }
 
 std::error_code unregister_service(const acceptor_options& opts, const std::string& reg_name,
                                    std::string& reg_error) {
-    std::string text;
-    int r = control_request(
-        *opts.control_socket,
-        R"({"command":"unregister","arguments":{"name":")" + json_escape(reg_name) + "\"}}", text,
-        opts.control_timeout);
-    if (r != 0) {
-        reg_error = "unregister: " + text;
-        return std::make_error_code(std::errc::io_error);
+    auto answer =
+        pmctl::call(*opts.control_socket, "unregister", {{"name", reg_name}}, opts.control_timeout);
+    if (answer.ok() && answer.reply().result == 0) {
+        return {};
     }
-    return {};
+    control_error(answer, "unregistration", reg_error);
+    reg_error = "unregister: " + reg_error;
+    return std::make_error_code(std::errc::io_error);
 }
 
 }  // namespace detail
+
+// The state of an acceptor (pimpl): the listener, the options, the
+// registration and the startups in progress.
+struct acceptor::impl {
+    struct startups;
+    struct rdma_listener;
+
+    void reap();
+    std::error_code open_rdma(const pm::Endpoint& local);
+
+    int fd_ = -1;
+    provider listener_provider_ = provider::soft;
+    std::unique_ptr<rdma_listener> rdma_;
+    pm::Endpoint local_;
+    acceptor_options opts_;
+    bool registered_ = false;
+    std::string reg_name_;
+    std::string reg_error_;
+    std::string open_error_;
+    std::unique_ptr<startups> st_;
+};
 
 // Concurrent MPA/SDP startups of the blocking acceptor: one thread per
 // accepted TCP connection runs SoftChannel::handshake (bounded by
 // handshake_timeout); finished streams queue in `ready`. Each job keeps a
 // dup() of its socket so close() can shut the socket down (the startup then
 // ends at once) without racing the job's own close of its descriptor.
-struct acceptor::startups {
+struct acceptor::impl::startups {
     struct job {
         std::thread th;
         int ctl = -1;
@@ -424,44 +341,74 @@ struct acceptor::startups {
     }
 };
 
-struct acceptor::rdma_listener {
+struct acceptor::impl::rdma_listener {
 #if SDPPM_HAVE_RDMA
     std::unique_ptr<detail::RdmaListener> l;
 #endif
 };
 
-acceptor::acceptor() = default;
+acceptor::acceptor() : impl_(std::make_unique<impl>()) {}
+acceptor::acceptor(acceptor&&) noexcept = default;
+acceptor& acceptor::operator=(acceptor&& other) noexcept {
+    if (this != &other) {
+        close();
+        impl_ = std::move(other.impl_);
+    }
+    return *this;
+}
 
 acceptor::~acceptor() {
-    close();
+    if (impl_) {
+        close();
+    }
+}
+
+provider acceptor::listener_provider() const {
+    return impl_->listener_provider_;
+}
+
+pm::Endpoint acceptor::local_endpoint() const {
+    return impl_->local_;
+}
+
+bool acceptor::registered() const {
+    return impl_->registered_;
+}
+
+const std::string& acceptor::registration_error() const {
+    return impl_->reg_error_;
+}
+
+const std::string& acceptor::open_error() const {
+    return impl_->open_error_;
 }
 
 bool acceptor::is_open() const {
-    return fd_ >= 0 || rdma_ != nullptr;
+    return impl_ && (impl_->fd_ >= 0 || impl_->rdma_ != nullptr);
 }
 
 int acceptor::native_handle() const {
 #if SDPPM_HAVE_RDMA
-    if (rdma_) {
-        return rdma_->l->fd();
+    if (impl_->rdma_) {
+        return impl_->rdma_->l->fd();
     }
 #endif
-    return fd_;
+    return impl_->fd_;
 }
 
 std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options& opts) {
     close();
-    opts_ = opts;
-    reg_error_.clear();
-    open_error_.clear();
+    impl_->opts_ = opts;
+    impl_->reg_error_.clear();
+    impl_->open_error_.clear();
     std::string pwhy;
     const auto prov = detail::choose_provider(opts.stream.iwarp_provider, pwhy);
     if (!prov) {
-        open_error_ = detail::rdma_unusable_reason(pwhy);
+        impl_->open_error_ = detail::rdma_unusable_reason(pwhy);
         return std::make_error_code(std::errc::no_such_device);
     }
     if (*prov == provider::rdma) {
-        if (auto ec = open_rdma(local)) {
+        if (auto ec = impl_->open_rdma(local)) {
             return ec;
         }
     } else {
@@ -482,27 +429,28 @@ std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options
         sockaddr_storage got;
         socklen_t glen = sizeof got;
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &glen);
-        local_ = detail::from_sockaddr(got);
-        fd_ = fd;
-        listener_provider_ = provider::soft;
+        impl_->local_ = detail::from_sockaddr(got);
+        impl_->fd_ = fd;
+        impl_->listener_provider_ = provider::soft;
     }
-    st_ = std::make_unique<startups>();
-    if (st_->wake_fd < 0) {
+    impl_->st_ = std::make_unique<impl::startups>();
+    if (impl_->st_->wake_fd < 0) {
         int e = errno;
         close();
         return {e, std::generic_category()};
     }
     if (opts.control_socket) {
-        if (auto ec = detail::register_service(opts, local_, reg_name_, reg_error_)) {
+        if (auto ec = detail::register_service(opts, impl_->local_, impl_->reg_name_,
+                                               impl_->reg_error_)) {
             close();
             return ec;
         }
-        registered_ = true;
+        impl_->registered_ = true;
     }
     return {};
 }
 
-std::error_code acceptor::open_rdma(const pm::Endpoint& local) {
+std::error_code acceptor::impl::open_rdma(const pm::Endpoint& local) {
 #if SDPPM_HAVE_RDMA
     std::error_code ec;
     std::string why;
@@ -523,7 +471,7 @@ std::error_code acceptor::open_rdma(const pm::Endpoint& local) {
 #endif
 }
 
-void acceptor::reap() {
+void acceptor::impl::reap() {
     std::list<startups::job> done;
     std::deque<std::string> failures;
     {
@@ -553,19 +501,19 @@ void acceptor::reap() {
 }
 
 std::error_code acceptor::accept(stream& out, std::optional<std::chrono::milliseconds> timeout) {
-    if (!is_open() || !st_) {
+    if (!is_open() || !impl_->st_) {
         return std::make_error_code(std::errc::bad_file_descriptor);
     }
     const int lfd = native_handle();
     const auto deadline = timeout ? std::optional(io::Clock::now() + *timeout) : std::nullopt;
     while (true) {
-        reap();
+        impl_->reap();
         {
-            std::lock_guard lk(st_->mu);
-            if (!st_->ready.empty()) {
-                out.impl_ = std::move(st_->ready.front());
-                st_->ready.pop_front();
-                st_->st.ready = st_->ready.size();
+            std::lock_guard lk(impl_->st_->mu);
+            if (!impl_->st_->ready.empty()) {
+                out.impl_ = std::move(impl_->st_->ready.front());
+                impl_->st_->ready.pop_front();
+                impl_->st_->st.ready = impl_->st_->ready.size();
                 return {};
             }
         }
@@ -577,7 +525,7 @@ std::error_code acceptor::accept(stream& out, std::optional<std::chrono::millise
             }
             wait_ms = static_cast<int>(std::min<std::int64_t>(left.count(), 60'000));
         }
-        pollfd p[2] = {{lfd, POLLIN, 0}, {st_->wake_fd, POLLIN, 0}};
+        pollfd p[2] = {{lfd, POLLIN, 0}, {impl_->st_->wake_fd, POLLIN, 0}};
         int n = ::poll(p, 2, wait_ms);
         if (n < 0 && errno != EINTR) {
             return {errno, std::generic_category()};
@@ -587,21 +535,21 @@ std::error_code acceptor::accept(stream& out, std::optional<std::chrono::millise
         }
         if (p[1].revents & POLLIN) {
             std::uint64_t v;
-            (void)!::read(st_->wake_fd, &v, sizeof v);
+            (void)!::read(impl_->st_->wake_fd, &v, sizeof v);
         }
         if (!(p[0].revents & POLLIN)) {
             continue;
         }
 #if SDPPM_HAVE_RDMA
-        if (rdma_) {
+        if (impl_->rdma_) {
             // Take every pending connection request; startups run on their own.
             while (true) {
                 std::error_code ec;
                 std::string why;
-                auto req = rdma_->l->take(opts_.stream, ec, why);
+                auto req = impl_->rdma_->l->take(impl_->opts_.stream, ec, why);
                 if (req) {
                     const pm::Endpoint peer = detail::rdma_peer(*req);
-                    st_->start_rdma(std::move(req), peer, opts_);
+                    impl_->st_->start_rdma(std::move(req), peer, impl_->opts_);
                     continue;
                 }
                 if (ec == std::errc::timed_out) {
@@ -610,9 +558,9 @@ std::error_code acceptor::accept(stream& out, std::optional<std::chrono::millise
                 if (ec == std::errc::no_such_device) {
                     return ec;  // the device went away: the listener is gone
                 }
-                std::lock_guard lk(st_->mu);  // one request failed (e.g. not iWARP)
-                ++st_->st.tcp_accepted;
-                st_->note_failure("rdma connection request: " + why);
+                std::lock_guard lk(impl_->st_->mu);  // one request failed (e.g. not iWARP)
+                ++impl_->st_->st.tcp_accepted;
+                impl_->st_->note_failure("rdma connection request: " + why);
             }
             continue;
         }
@@ -621,7 +569,8 @@ std::error_code acceptor::accept(stream& out, std::optional<std::chrono::millise
         while (true) {
             sockaddr_storage peer;
             socklen_t plen = sizeof peer;
-            int cfd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &plen, SOCK_CLOEXEC);
+            int cfd =
+                ::accept4(impl_->fd_, reinterpret_cast<sockaddr*>(&peer), &plen, SOCK_CLOEXEC);
             if (cfd < 0) {
                 if (errno == EINTR || errno == ECONNABORTED) {
                     continue;
@@ -631,39 +580,42 @@ std::error_code acceptor::accept(stream& out, std::optional<std::chrono::millise
                 }
                 return {errno, std::generic_category()};
             }
-            st_->start(cfd, detail::from_sockaddr(peer), opts_);
+            impl_->st_->start(cfd, detail::from_sockaddr(peer), impl_->opts_);
         }
     }
 }
 
 std::string acceptor::last_error() const {
-    if (!st_) {
+    if (!impl_->st_) {
         return {};
     }
-    std::lock_guard lk(st_->mu);
-    return st_->last_error;
+    std::lock_guard lk(impl_->st_->mu);
+    return impl_->st_->last_error;
 }
 
 acceptor_stats acceptor::stats() const {
-    if (!st_) {
+    if (!impl_->st_) {
         return {};
     }
-    std::lock_guard lk(st_->mu);
-    return st_->st;
+    std::lock_guard lk(impl_->st_->mu);
+    return impl_->st_->st;
 }
 
 std::error_code acceptor::close() {
+    if (!impl_) {
+        return {};  // moved from
+    }
     std::error_code ec;
-    if (registered_ && opts_.control_socket) {
-        ec = detail::unregister_service(opts_, reg_name_, reg_error_);
+    if (impl_->registered_ && impl_->opts_.control_socket) {
+        ec = detail::unregister_service(impl_->opts_, impl_->reg_name_, impl_->reg_error_);
     }
-    registered_ = false;
-    if (fd_ >= 0) {
-        ::close(fd_);
-        fd_ = -1;
+    impl_->registered_ = false;
+    if (impl_->fd_ >= 0) {
+        ::close(impl_->fd_);
+        impl_->fd_ = -1;
     }
-    st_.reset();  // ends running startups, drops unreturned streams
-    rdma_.reset();
+    impl_->st_.reset();  // ends running startups, drops unreturned streams
+    impl_->rdma_.reset();
     return ec;
 }
 

@@ -47,6 +47,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "pmclient/completion.hpp"
 #include "sdp/stream.hpp"
 
 namespace pmclient {
@@ -57,50 +58,10 @@ namespace sdp {
 
 namespace detail {
 
-// A type-erased, move-only completion handler. Invoking it posts the handler
-// with its arguments to the handler's associated executor (keeping that
-// executor busy until then), so it never runs inside the caller.
+// The project's one type-erased completion handler (pmclient/completion.hpp):
+// invoking it posts the handler to its associated executor.
 template <typename Signature>
-class erased_handler;
-
-template <typename... Args>
-class erased_handler<void(Args...)> {
-  public:
-    erased_handler() = default;
-    template <typename Handler, typename Executor>
-    erased_handler(Handler&& h, const Executor& ex)
-        : p_(std::make_unique<impl<std::decay_t<Handler>, Executor>>(std::forward<Handler>(h),
-                                                                     ex)) {}
-    explicit operator bool() const { return p_ != nullptr; }
-    void operator()(Args... args) {
-        auto p = std::move(p_);
-        if (p) {
-            p->post(std::move(args)...);
-        }
-    }
-
-  private:
-    struct base {
-        virtual ~base() = default;
-        virtual void post(Args... args) = 0;
-    };
-    template <typename Handler, typename Executor>
-    struct impl final : base {
-        impl(Handler h, const Executor& ex)
-            : handler(std::move(h)), work(boost::asio::get_associated_executor(handler, ex)) {}
-        void post(Args... args) override {
-            auto ex = work.get_executor();
-            boost::asio::post(ex, [h = std::move(handler), ... a = std::move(args)]() mutable {
-                std::move(h)(std::move(a)...);
-            });
-            work.reset();
-        }
-        Handler handler;
-        boost::asio::executor_work_guard<boost::asio::associated_executor_t<Handler, Executor>>
-            work;
-    };
-    std::unique_ptr<base> p_;
-};
+using erased_handler = pmclient::ErasedHandler<Signature>;
 
 using io_handler = erased_handler<void(boost::system::error_code, std::size_t)>;
 using op_handler = erased_handler<void(boost::system::error_code)>;

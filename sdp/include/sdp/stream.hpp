@@ -199,6 +199,9 @@ class acceptor {
     ~acceptor();  // close()
     acceptor(const acceptor&) = delete;
     acceptor& operator=(const acceptor&) = delete;
+    // A moved-from acceptor is closed: it may be destroyed or assigned to.
+    acceptor(acceptor&&) noexcept;
+    acceptor& operator=(acceptor&&) noexcept;
 
     // Listens (SO_REUSEADDR) and, with a control socket, registers the
     // mapping. A failed registration closes the listener and returns the
@@ -218,41 +221,23 @@ class acceptor {
 
     bool is_open() const;
     // The provider the listener uses (soft or rdma) once open.
-    provider listener_provider() const { return listener_provider_; }
-    pm::Endpoint local_endpoint() const { return local_; }
-    bool registered() const { return registered_; }
-    const std::string& registration_error() const { return reg_error_; }
+    provider listener_provider() const;
+    pm::Endpoint local_endpoint() const;
+    bool registered() const;
+    const std::string& registration_error() const;
     // Why open() failed before registering (no iWARP device for provider
     // rdma, rdma_cm listen errors), empty otherwise.
-    const std::string& open_error() const { return open_error_; }
+    const std::string& open_error() const;
     // The last startup failure ("peer: error: why"), empty if none.
     std::string last_error() const;
     acceptor_stats stats() const;
     // The listening TCP socket (soft), or the rdma_cm event channel (rdma).
     int native_handle() const;
 
-    struct startups;
-    struct rdma_listener;
+    struct impl;
 
   private:
-    void reap();
-    std::error_code open_rdma(const pm::Endpoint& local);
-    int fd_ = -1;
-    provider listener_provider_ = provider::soft;
-    std::unique_ptr<rdma_listener> rdma_;
-    pm::Endpoint local_;
-    acceptor_options opts_;
-    bool registered_ = false;
-    std::string reg_name_;
-    std::string reg_error_;
-    std::string open_error_;
-    std::unique_ptr<startups> st_;
+    std::unique_ptr<impl> impl_;
 };
-
-// The control-socket client used by acceptor (one JSON line each way).
-// Returns the daemon's "result" (0 success) or -1 with `text` set when the
-// socket cannot be used or the answer is not understood.
-int control_request(const std::string& socket_path, const std::string& json_line, std::string& text,
-                    std::chrono::milliseconds timeout);
 
 }  // namespace sdp
