@@ -152,13 +152,9 @@ void Server::unregister_service(const std::string& name, Done<Reply> done) {
             return done(Reply{
                 kResultConflict,
                 "\"" + name + "\" is a static service; edit the config file and reload", nullptr});
-        default: {
-            std::string shown;
-            for (unsigned char c : name.substr(0, 64)) {
-                shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-            }
-            return done(Reply{kResultNotFound, "no dynamic service \"" + shown + "\"", nullptr});
-        }
+        default:
+            return done(
+                Reply{kResultNotFound, "no dynamic service \"" + shown(name) + "\"", nullptr});
     }
     if (auto error = persist()) {
         store_.restore(std::move(before));
