@@ -115,8 +115,10 @@ void Server::register_service(Registration r, Done<Reply> done) {
     const std::string name = r.service.name;
     const std::string text =
         conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner);
-    json j = registration_json(r, WallClock::now());
-    auto outcome = store_.add(std::move(r), config_.services);
+    const auto now = WallClock::now();
+    r.start_lease(now);
+    json j = registration_json(r, now);
+    auto outcome = store_.add(std::move(r), config_.services, now);
     switch (outcome.refusal) {
         case RegistrationStore::Refusal::none:
             break;
