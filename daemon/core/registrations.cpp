@@ -92,9 +92,10 @@ RegistrationStore::Change RegistrationStore::load(std::vector<Registration> load
     return made(regs_.size() != count, std::move(removed));
 }
 
-RegistrationStore::Outcome RegistrationStore::add(Registration r,
-                                                  std::span<const Service> statics) {
+RegistrationStore::Outcome RegistrationStore::add(Registration r, std::span<const Service> statics,
+                                                  WallClock::time_point now) {
     Outcome out;
+    r.start_lease(now);
     if (auto conflict = find_conflict(r, statics, regs_)) {
         out.refusal = Refusal::conflict;
         out.reason = std::move(*conflict);

@@ -35,6 +35,10 @@ struct Registration {
     std::optional<WallClock::time_point> expires;    // set when lease is
 
     bool expired(WallClock::time_point now) const { return expires && *expires <= now; }
+    // (Re)starts the lease, if any, at `now`.
+    void start_lease(WallClock::time_point now) {
+        expires = lease ? std::optional(now + *lease) : std::nullopt;
+    }
 };
 
 // "IP:PORT" / "*:PORT" of the service's Conventional Address.
@@ -94,8 +98,9 @@ class RegistrationStore {
     // rewriting.
     Change load(std::vector<Registration> loaded, std::span<const Service> statics,
                 WallClock::time_point now);
-    // Registers or renews `r` against the static services `statics`.
-    Outcome add(Registration r, std::span<const Service> statics);
+    // Registers or renews `r` against the static services `statics`; its
+    // lease starts at `now`.
+    Outcome add(Registration r, std::span<const Service> statics, WallClock::time_point now);
     // Removes the registration `name`; a static service of that name is
     // refused as is_static, an unknown name as not_found.
     Outcome remove(std::string_view name, std::span<const Service> statics);

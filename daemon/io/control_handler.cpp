@@ -41,15 +41,6 @@ Reply error(int result, std::string text) {
     return Reply{result, std::move(text), nullptr};
 }
 
-// A short, printable rendering of a client-supplied string for a reply.
-std::string shown(std::string_view s) {
-    std::string out;
-    for (unsigned char c : s.substr(0, 64)) {
-        out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-    }
-    return out;
-}
-
 bool only_keys(const json& args, std::initializer_list<std::string_view> keys, Reply& err) {
     for (const auto& item : args.items()) {
         if (std::find(keys.begin(), keys.end(), item.key()) == keys.end()) {
@@ -236,6 +227,14 @@ static_assert(handlers_match_commands(),
               "kHandlers must bind a handler to every entry of pmctl::kCommands, in its order");
 
 }  // namespace
+
+std::string shown(std::string_view s, std::size_t max) {
+    std::string out;
+    for (unsigned char c : s.substr(0, max)) {
+        out += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+    }
+    return out;
+}
 
 int json_depth(std::string_view text, int limit) {
     int depth = 0;

@@ -75,6 +75,10 @@ struct Handled {
     int result = kResultOk;
 };
 
+// A short, printable rendering of a client-supplied string for a reply or
+// a log line: at most `max` bytes, anything outside ASCII 0x20-0x7e as '?'.
+std::string shown(std::string_view s, std::size_t max = 64);
+
 // Max nesting of arrays/objects in `text`, counted without parsing (strings
 // skipped); stops counting past `limit`.
 int json_depth(std::string_view text, int limit);

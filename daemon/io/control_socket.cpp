@@ -197,11 +197,7 @@ struct ControlServer::Session : std::enable_shared_from_this<Session> {
         if (h.result == kResultDenied) {
             ++counters.denied;
             log::logger().limited(LogLevel::warning, "control_denied", [&] {
-                std::string cmd;
-                for (unsigned char c : h.command.substr(0, 32)) {
-                    cmd += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-                }
-                return "control: refused \"" + cmd + "\" from " + who(peer);
+                return "control: refused \"" + shown(h.command, 32) + "\" from " + who(peer);
             });
         } else if (h.result == kResultError || h.result == kResultUnsupported) {
             ++counters.errors;

@@ -346,6 +346,9 @@ void Server::reload(std::function<void(bool)> done) {
     notify(reloading_state());
     auto finish = [this, done = std::move(done)](bool applied) {
         metric_values([this, applied, done](std::vector<MetricValue> v) {
+            if (stopping_) {
+                return done(applied);  // STOPPING=1 was the last word
+            }
             // READY=1 in every case: the service manager leaves the reloading state.
             last_status_ = std::string(applied ? "reloaded: " : "reload failed: ") + status_line(v);
             notify("READY=1\nSTATUS=" + last_status_);

@@ -115,8 +115,10 @@ void Server::register_service(Registration r, Done<Reply> done) {
     const std::string name = r.service.name;
     const std::string text =
         conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner);
-    json j = registration_json(r, WallClock::now());
-    auto outcome = store_.add(std::move(r), config_.services);
+    const auto now = WallClock::now();
+    r.start_lease(now);
+    json j = registration_json(r, now);
+    auto outcome = store_.add(std::move(r), config_.services, now);
     switch (outcome.refusal) {
         case RegistrationStore::Refusal::none:
             break;
@@ -152,13 +154,9 @@ void Server::unregister_service(const std::string& name, Done<Reply> done) {
             return done(Reply{
                 kResultConflict,
                 "\"" + name + "\" is a static service; edit the config file and reload", nullptr});
-        default: {
-            std::string shown;
-            for (unsigned char c : name.substr(0, 64)) {
-                shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
-            }
-            return done(Reply{kResultNotFound, "no dynamic service \"" + shown + "\"", nullptr});
-        }
+        default:
+            return done(
+                Reply{kResultNotFound, "no dynamic service \"" + shown(name) + "\"", nullptr});
     }
     if (auto error = persist()) {
         store_.restore(std::move(before));

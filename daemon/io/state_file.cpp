@@ -144,7 +144,7 @@ std::variant<Registration, std::string> parse_registration(const json& args, boo
             return std::string("lease: out of range (1s to 365 days)");
         }
         r.lease = *d;
-        r.expires = now + *d;
+        r.start_lease(now);
     }
     if (from_state) {
         auto it = args.find("expires_at");

@@ -26,9 +26,7 @@ Registration reg(const char* name, std::uint16_t port,
     Registration r;
     r.service = service(name, port);
     r.lease = lease;
-    if (lease) {
-        r.expires = now + *lease;
-    }
+    r.start_lease(now);  // as the state file has it; add() restarts it
     return r;
 }
 
@@ -42,15 +40,15 @@ std::vector<std::string> names(const RegistrationStore& s) {
 
 TEST(RegistrationStore, AddKeepsNamesSortedAndReportsTheNextDeadline) {
     RegistrationStore store;
-    auto a = store.add(reg("web", 80, 30s), {});
+    auto a = store.add(reg("web", 80, 30s), {}, kT0);
     ASSERT_TRUE(a.ok());
     EXPECT_FALSE(a.renewal);
     EXPECT_TRUE(a.change.changed);
     EXPECT_EQ(a.change.next_deadline, kT0 + 30s);
-    auto b = store.add(reg("api", 81, 10s), {});
+    auto b = store.add(reg("api", 81, 10s), {}, kT0);
     ASSERT_TRUE(b.ok());
     EXPECT_EQ(b.change.next_deadline, kT0 + 10s);
-    auto c = store.add(reg("db", 82), {});
+    auto c = store.add(reg("db", 82), {}, kT0);
     EXPECT_EQ(c.change.next_deadline, kT0 + 10s);
     EXPECT_EQ(names(store), (std::vector<std::string>{"api", "db", "web"}));
     EXPECT_EQ(store.counts().changes, 3u);
@@ -58,8 +56,8 @@ TEST(RegistrationStore, AddKeepsNamesSortedAndReportsTheNextDeadline) {
 
 TEST(RegistrationStore, RenewalReplacesAndMovesTheDeadline) {
     RegistrationStore store;
-    ASSERT_TRUE(store.add(reg("web", 80, 10s), {}).ok());
-    auto renewed = store.add(reg("web", 80, 10s, kT0 + 5s), {});
+    ASSERT_TRUE(store.add(reg("web", 80, 10s), {}, kT0).ok());
+    auto renewed = store.add(reg("web", 80, 10s), {}, kT0 + 5s);
     ASSERT_TRUE(renewed.ok());
     EXPECT_TRUE(renewed.renewal);
     EXPECT_EQ(renewed.change.next_deadline, kT0 + 15s);
@@ -72,9 +70,9 @@ TEST(RegistrationStore, RenewalReplacesAndMovesTheDeadline) {
 
 TEST(RegistrationStore, ExpireRemovesRunOutLeasesOnly) {
     RegistrationStore store;
-    ASSERT_TRUE(store.add(reg("a", 80, 1s), {}).ok());
-    ASSERT_TRUE(store.add(reg("b", 81, 2s), {}).ok());
-    ASSERT_TRUE(store.add(reg("c", 82), {}).ok());
+    ASSERT_TRUE(store.add(reg("a", 80, 1s), {}, kT0).ok());
+    ASSERT_TRUE(store.add(reg("b", 81, 2s), {}, kT0).ok());
+    ASSERT_TRUE(store.add(reg("c", 82), {}, kT0).ok());
     auto none = store.expire(kT0 + 999ms);
     EXPECT_FALSE(none.changed);
     EXPECT_TRUE(none.removed.empty());
@@ -98,14 +96,14 @@ TEST(RegistrationStore, ExpireRemovesRunOutLeasesOnly) {
 TEST(RegistrationStore, ConflictsAndLimits) {
     RegistrationStore store;
     const std::vector<Service> statics{service("static", 80)};
-    auto by_name = store.add(reg("static", 90), statics);
+    auto by_name = store.add(reg("static", 90), statics, kT0);
     EXPECT_EQ(by_name.refusal, RegistrationStore::Refusal::conflict);
     EXPECT_EQ(by_name.reason, "a static service is named \"static\"");
-    auto by_address = store.add(reg("web", 80), statics);
+    auto by_address = store.add(reg("web", 80), statics, kT0);
     EXPECT_EQ(by_address.refusal, RegistrationStore::Refusal::conflict);
     EXPECT_EQ(by_address.reason, "conventional address *:80 is used by static service \"static\"");
-    ASSERT_TRUE(store.add(reg("web", 81), statics).ok());
-    auto dynamic = store.add(reg("other", 81), statics);
+    ASSERT_TRUE(store.add(reg("web", 81), statics, kT0).ok());
+    auto dynamic = store.add(reg("other", 81), statics, kT0);
     EXPECT_EQ(dynamic.reason, "conventional address *:81 is used by service \"web\"");
     EXPECT_FALSE(dynamic.change.changed);
     EXPECT_EQ(store.counts().changes, 1u);
@@ -114,7 +112,7 @@ TEST(RegistrationStore, ConflictsAndLimits) {
 TEST(RegistrationStore, RemoveTellsStaticFromUnknown) {
     RegistrationStore store;
     const std::vector<Service> statics{service("static", 80)};
-    ASSERT_TRUE(store.add(reg("web", 81, 5s), statics).ok());
+    ASSERT_TRUE(store.add(reg("web", 81, 5s), statics, kT0).ok());
     EXPECT_EQ(store.remove("static", statics).refusal, RegistrationStore::Refusal::is_static);
     EXPECT_EQ(store.remove("nope", statics).refusal, RegistrationStore::Refusal::not_found);
     auto gone = store.remove("web", statics);
@@ -126,9 +124,9 @@ TEST(RegistrationStore, RemoveTellsStaticFromUnknown) {
 
 TEST(RegistrationStore, RestoreRollsBackAnUnsavedChange) {
     RegistrationStore store;
-    ASSERT_TRUE(store.add(reg("web", 80), {}).ok());
+    ASSERT_TRUE(store.add(reg("web", 80), {}, kT0).ok());
     auto saved = store.save_point();
-    ASSERT_TRUE(store.add(reg("api", 81), {}).ok());
+    ASSERT_TRUE(store.add(reg("api", 81), {}, kT0).ok());
     ASSERT_TRUE(store.remove("web", {}).ok());
     store.restore(std::move(saved));
     EXPECT_EQ(names(store), (std::vector<std::string>{"web"}));
@@ -158,8 +156,8 @@ TEST(RegistrationStore, LoadDropsExpiredAndConflictingEntries) {
 
 TEST(RegistrationStore, RestrictToANewConfiguration) {
     RegistrationStore store;
-    ASSERT_TRUE(store.add(reg("web", 80), {}).ok());
-    ASSERT_TRUE(store.add(reg("api", 81, 10s), {}).ok());
+    ASSERT_TRUE(store.add(reg("web", 80), {}, kT0).ok());
+    ASSERT_TRUE(store.add(reg("api", 81, 10s), {}, kT0).ok());
     auto unchanged = store.restrict_to(std::vector<Service>{service("x", 90)});
     EXPECT_FALSE(unchanged.changed);
     auto change = store.restrict_to(std::vector<Service>{service("static", 80)});
