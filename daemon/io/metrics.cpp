@@ -63,6 +63,10 @@ std::vector<MetricDef> make_defs() {
     d.push_back(counter("quench_events", "sdp_pmd_quench_events_total",
                         "Sources quenched for leaving PMAccepts un-acknowledged.", InLine::yes,
                         [](S s) { return n(s.workers.total.counters.quench_events); }));
+    // Before truncated: the log line keeps the order scripts grep for.
+    d.push_back(gauge("transactions", "sdp_pmd_transactions",
+                      "Live transactions waiting for PMAck.", InLine::yes,
+                      [](S s) { return n(s.workers.total.transactions); }));
     d.push_back(counter("truncated", "sdp_pmd_truncated_total",
                         "Datagrams longer than the receive buffer.", InLine::yes,
                         [](S s) { return n(s.workers.total.shell.truncated); }));
@@ -106,9 +110,6 @@ std::vector<MetricDef> make_defs() {
     d.push_back(counter("control_oversized", "sdp_pmd_control_oversized_total",
                         "Control requests over the size limit.", InLine::no,
                         [](S s) { return n(s.control.oversized); }));
-    d.push_back(gauge("transactions", "sdp_pmd_transactions",
-                      "Live transactions waiting for PMAck.", InLine::yes,
-                      [](S s) { return n(s.workers.total.transactions); }));
     d.push_back(gauge("workers", "sdp_pmd_workers", "UDP worker shards.", InLine::several_workers,
                       [](S s) { return n(s.workers.per_worker.size()); }));
     d.push_back(gauge("workers_unresponsive", "sdp_pmd_workers_unresponsive",
