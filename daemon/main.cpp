@@ -15,9 +15,9 @@
 #include <string>
 #include <variant>
 
-#include "config/config.hpp"
-#include "io/log.hpp"
-#include "io/server.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/io/log.hpp"
+#include "daemon/io/server.hpp"
 
 namespace po = boost::program_options;
 

@@ -17,8 +17,7 @@ add_library(pmclient_core STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/src/cache.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/machine.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/pmsp_config.cpp)
-target_include_directories(pmclient_core PUBLIC
-  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/src>)
+sdppm_export_headers(pmclient_core PUBLIC libpmclient/src)
 target_link_libraries(pmclient_core PUBLIC pmclient_wire PRIVATE yaml-cpp)
 set_target_properties(pmclient_core PROPERTIES
   POSITION_INDEPENDENT_CODE ON
@@ -30,8 +29,7 @@ add_library(pmclient::core ALIAS pmclient_core)
 # one copy, driven by pmclient::connect and by sdp_api's stream front ends ---
 add_library(pmclient_connect_core STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/src/connect_core/connect_procedure.cpp)
-target_include_directories(pmclient_connect_core PUBLIC
-  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/src/connect_core>)
+sdppm_export_headers(pmclient_connect_core PUBLIC libpmclient/src/connect_core)
 target_link_libraries(pmclient_connect_core PUBLIC pmclient_wire)
 # Its blocking driver (sockets: a separate target, so the core stays pure).
 add_library(pmclient_connect_blocking STATIC
@@ -104,9 +102,10 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/pmclient.pc
 
 # --- example program and benchmark --------------------------------------------
 include(${PROJECT_SOURCE_DIR}/examples/pmclient.cmake)
-if(EXISTS ${PROJECT_SOURCE_DIR}/bench/pmclient/CMakeLists.txt)
-  find_package(benchmark QUIET)
-  if(benchmark_FOUND)
-    add_subdirectory(${PROJECT_SOURCE_DIR}/bench/pmclient ${CMAKE_BINARY_DIR}/bench/pmclient)
-  endif()
+# Google Benchmark is a test dependency (scripts/deps.sh --test).
+find_package(benchmark QUIET)
+if(benchmark_FOUND)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/bench/pmclient ${CMAKE_BINARY_DIR}/bench/pmclient)
+else()
+  message(STATUS "pmclient-bench: Google Benchmark not found, not built (scripts/deps.sh --test)")
 endif()

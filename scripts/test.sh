@@ -20,6 +20,10 @@ scripts/deps.sh --test
 
 echo "== format check"
 git ls-files '*.cpp' '*.hpp' '*.h' '*.c' | xargs -r clang-format --dry-run --Werror
+echo "== layering check (sans-I/O cores: no Asio, sockets, threads, clocks, environment)"
+scripts/check-layering.sh
+echo "== license check (SPDX identifiers)"
+scripts/check-spdx.sh
 
 jobs=$(nproc)
 echo "== build (default preset)"

@@ -24,8 +24,8 @@
 #include <string_view>
 #include <vector>
 
-#include "../common/bench_util.hpp"
-#include "iwarp/crc32c.hpp"
+#include "bench/common/bench_util.hpp"
+#include "sdp/iwarp/crc32c.hpp"
 
 namespace {
 

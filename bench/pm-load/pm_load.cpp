@@ -31,7 +31,7 @@
 #include <variant>
 #include <vector>
 
-#include "../common/bench_util.hpp"
+#include "bench/common/bench_util.hpp"
 #include "pmclient/message.hpp"
 
 namespace {

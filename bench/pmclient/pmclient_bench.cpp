@@ -59,7 +59,7 @@
 #include <thread>
 #include <vector>
 
-#include "machine.hpp"
+#include "libpmclient/src/machine.hpp"
 #include "pmclient/resolver.hpp"
 #include "pmclient/sockaddr.hpp"
 

@@ -23,9 +23,9 @@
 #include <variant>
 #include <vector>
 
-#include "../common/bench_util.hpp"
-#include "core/pmsp.hpp"
-#include "core/service.hpp"
+#include "bench/common/bench_util.hpp"
+#include "daemon/core/pmsp.hpp"
+#include "daemon/core/service.hpp"
 #include "pmclient/message.hpp"
 
 namespace {

@@ -21,7 +21,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "../common/bench_util.hpp"
+#include "bench/common/bench_util.hpp"
 
 namespace {
 

@@ -4,9 +4,9 @@
 // Node::as<T>(), so that every error names the file, line and dotted key,
 // unknown keys are caught at every level, and no exception leaves
 // load_config_*(). The schema is documented in docs/configuration.md.
-#include "config/config.hpp"
+#include "daemon/config/config.hpp"
 
-#include "core/registrations.hpp"
+#include "daemon/core/registrations.hpp"
 
 #include <yaml-cpp/yaml.h>
 

@@ -13,8 +13,8 @@
 #include <variant>
 #include <vector>
 
-#include "core/limiter.hpp"
-#include "core/service.hpp"
+#include "daemon/core/limiter.hpp"
+#include "daemon/core/service.hpp"
 #include "pmclient/address.hpp"
 #include "pmclient/message.hpp"
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string_view>
 
-#include "config/config.hpp"
+#include "daemon/config/config.hpp"
 
 namespace pmd {
 

@@ -1,4 +1,4 @@
-#include "core/limiter.hpp"
+#include "daemon/core/limiter.hpp"
 
 #include <algorithm>
 #include <cstring>

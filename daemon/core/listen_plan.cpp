@@ -1,4 +1,4 @@
-#include "core/listen_plan.hpp"
+#include "daemon/core/listen_plan.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "core/pmsp.hpp"
+#include "daemon/core/pmsp.hpp"
 
 #include <cstring>
 #include <limits>

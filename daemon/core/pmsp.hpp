@@ -20,8 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/limiter.hpp"
-#include "core/service.hpp"
+#include "daemon/core/limiter.hpp"
+#include "daemon/core/service.hpp"
 #include "pmclient/message.hpp"
 
 namespace pmd {

@@ -1,4 +1,4 @@
-#include "core/registrations.hpp"
+#include "daemon/core/registrations.hpp"
 
 #include <algorithm>
 

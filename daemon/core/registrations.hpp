@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/service.hpp"
+#include "daemon/core/service.hpp"
 
 namespace pmd {
 

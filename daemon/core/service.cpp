@@ -1,4 +1,4 @@
-#include "core/service.hpp"
+#include "daemon/core/service.hpp"
 
 namespace pmd {
 

@@ -1,4 +1,4 @@
-#include "io/control_handler.hpp"
+#include "daemon/io/control_handler.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 #include <utility>
 #include <variant>
 
-#include "config/config.hpp"
+#include "daemon/config/config.hpp"
 
 namespace pmd::io {
 

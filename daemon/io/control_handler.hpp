@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "io/state_file.hpp"
+#include "daemon/io/state_file.hpp"
 #include "pmctl/commands.hpp"
 
 namespace pmd::io {

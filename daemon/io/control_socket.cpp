@@ -1,4 +1,4 @@
-#include "io/control_socket.hpp"
+#include "daemon/io/control_socket.hpp"
 
 #include <grp.h>
 #include <sys/socket.h>
@@ -18,7 +18,7 @@
 #include <sstream>
 #include <system_error>
 
-#include "io/log.hpp"
+#include "daemon/io/log.hpp"
 
 #ifndef SO_PEERGROUPS
 #define SO_PEERGROUPS 59

@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "config/config.hpp"
-#include "io/control_handler.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/io/control_handler.hpp"
 
 namespace pmd::io {
 

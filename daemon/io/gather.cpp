@@ -1,4 +1,4 @@
-#include "io/gather.hpp"
+#include "daemon/io/gather.hpp"
 
 namespace pmd::io::detail {
 

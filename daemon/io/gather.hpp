@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "io/log.hpp"
-#include "io/worker.hpp"
+#include "daemon/io/log.hpp"
+#include "daemon/io/worker.hpp"
 
 namespace pmd::io {
 

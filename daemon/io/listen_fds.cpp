@@ -1,4 +1,4 @@
-#include "io/listen_fds.hpp"
+#include "daemon/io/listen_fds.hpp"
 
 #include <sys/socket.h>
 #include <systemd/sd-daemon.h>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "io/log.hpp"
+#include "daemon/io/log.hpp"
 
 namespace pmd::io {
 

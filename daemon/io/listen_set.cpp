@@ -1,12 +1,12 @@
-#include "io/listen_set.hpp"
+#include "daemon/io/listen_set.hpp"
 
 #include <algorithm>
 #include <random>
 #include <string>
 
-#include "core/listen_plan.hpp"
-#include "io/log.hpp"
-#include "io/reuseport.hpp"
+#include "daemon/core/listen_plan.hpp"
+#include "daemon/io/log.hpp"
+#include "daemon/io/reuseport.hpp"
 
 namespace pmd::io {
 

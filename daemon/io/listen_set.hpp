@@ -13,8 +13,8 @@
 #include <optional>
 #include <vector>
 
-#include "io/udp_socket.hpp"
-#include "io/worker.hpp"
+#include "daemon/io/udp_socket.hpp"
+#include "daemon/io/worker.hpp"
 #include "pmclient/address.hpp"
 
 namespace pmd::io {

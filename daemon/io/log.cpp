@@ -1,4 +1,4 @@
-#include "io/log.hpp"
+#include "daemon/io/log.hpp"
 
 #include <unistd.h>
 

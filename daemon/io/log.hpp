@@ -21,7 +21,7 @@
 #include <string>
 #include <string_view>
 
-#include "config/config.hpp"
+#include "daemon/config/config.hpp"
 
 namespace pmd::log {
 

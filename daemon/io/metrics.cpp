@@ -1,4 +1,4 @@
-#include "io/metrics.hpp"
+#include "daemon/io/metrics.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/registrations.hpp"
-#include "io/control_socket.hpp"
-#include "io/worker.hpp"
+#include "daemon/core/registrations.hpp"
+#include "daemon/io/control_socket.hpp"
+#include "daemon/io/worker.hpp"
 
 namespace pmd::io {
 

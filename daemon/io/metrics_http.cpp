@@ -1,11 +1,11 @@
-#include "io/metrics_http.hpp"
+#include "daemon/io/metrics_http.hpp"
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "io/log.hpp"
+#include "daemon/io/log.hpp"
 
 namespace pmd::io {
 

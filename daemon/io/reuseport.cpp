@@ -1,4 +1,4 @@
-#include "io/reuseport.hpp"
+#include "daemon/io/reuseport.hpp"
 
 #include <linux/filter.h>
 #include <sched.h>

@@ -1,4 +1,4 @@
-#include "io/sd_notify.hpp"
+#include "daemon/io/sd_notify.hpp"
 
 #include <systemd/sd-daemon.h>
 #include <time.h>

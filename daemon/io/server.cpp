@@ -1,4 +1,4 @@
-#include "io/server.hpp"
+#include "daemon/io/server.hpp"
 
 #include <signal.h>
 
@@ -15,10 +15,10 @@
 #include <system_error>
 #include <variant>
 
-#include "io/listen_fds.hpp"
-#include "io/log.hpp"
-#include "io/reuseport.hpp"
-#include "io/sd_notify.hpp"
+#include "daemon/io/listen_fds.hpp"
+#include "daemon/io/log.hpp"
+#include "daemon/io/reuseport.hpp"
+#include "daemon/io/sd_notify.hpp"
 
 namespace pmd::io {
 

@@ -49,18 +49,18 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
-#include "core/pmsp.hpp"
-#include "core/registrations.hpp"
-#include "io/control_handler.hpp"
-#include "io/control_socket.hpp"
-#include "io/listen_set.hpp"
-#include "io/metrics.hpp"
-#include "io/metrics_http.hpp"
-#include "io/shards.hpp"
-#include "io/state_file.hpp"
-#include "io/udp_socket.hpp"
-#include "io/worker.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/core/pmsp.hpp"
+#include "daemon/core/registrations.hpp"
+#include "daemon/io/control_handler.hpp"
+#include "daemon/io/control_socket.hpp"
+#include "daemon/io/listen_set.hpp"
+#include "daemon/io/metrics.hpp"
+#include "daemon/io/metrics_http.hpp"
+#include "daemon/io/shards.hpp"
+#include "daemon/io/state_file.hpp"
+#include "daemon/io/udp_socket.hpp"
+#include "daemon/io/worker.hpp"
 
 namespace pmd::io {
 

@@ -10,8 +10,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "io/log.hpp"
-#include "io/server.hpp"
+#include "daemon/io/log.hpp"
+#include "daemon/io/server.hpp"
 
 namespace pmd::io {
 

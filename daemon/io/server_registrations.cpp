@@ -4,8 +4,8 @@
 // deadline.
 #include <algorithm>
 
-#include "io/log.hpp"
-#include "io/server.hpp"
+#include "daemon/io/log.hpp"
+#include "daemon/io/server.hpp"
 
 namespace pmd::io {
 

@@ -1,9 +1,9 @@
-#include "io/shards.hpp"
+#include "daemon/io/shards.hpp"
 
 #include <algorithm>
 #include <random>
 
-#include "io/reuseport.hpp"
+#include "daemon/io/reuseport.hpp"
 
 namespace pmd::io {
 

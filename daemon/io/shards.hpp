@@ -12,11 +12,11 @@
 #include <optional>
 #include <vector>
 
-#include "config/config.hpp"
-#include "core/pmsp.hpp"
-#include "io/gather.hpp"
-#include "io/metrics.hpp"
-#include "io/worker.hpp"
+#include "daemon/config/config.hpp"
+#include "daemon/core/pmsp.hpp"
+#include "daemon/io/gather.hpp"
+#include "daemon/io/metrics.hpp"
+#include "daemon/io/worker.hpp"
 
 namespace pmd::io {
 

@@ -1,4 +1,4 @@
-#include "io/state_file.hpp"
+#include "daemon/io/state_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "config/config.hpp"
+#include "daemon/config/config.hpp"
 
 namespace pmd::io {
 

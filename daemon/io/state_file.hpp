@@ -21,7 +21,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/registrations.hpp"
+#include "daemon/core/registrations.hpp"
 
 namespace pmd::io {
 

@@ -1,4 +1,4 @@
-#include "io/udp_socket.hpp"
+#include "daemon/io/udp_socket.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "io/worker.hpp"
+#include "daemon/io/worker.hpp"
 
 #include <pthread.h>
 #include <signal.h>
@@ -10,7 +10,7 @@
 #include <system_error>
 #include <variant>
 
-#include "io/log.hpp"
+#include "daemon/io/log.hpp"
 
 namespace pmd::io {
 

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/pmsp.hpp"
-#include "io/udp_socket.hpp"
+#include "daemon/core/pmsp.hpp"
+#include "daemon/io/udp_socket.hpp"
 
 namespace pmd::io {
 

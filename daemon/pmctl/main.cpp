@@ -21,7 +21,7 @@
 #include <variant>
 #include <vector>
 
-#include "config/config.hpp"
+#include "daemon/config/config.hpp"
 #include "pmclient/pm_time.hpp"
 #include "pmclient/resolver.hpp"
 #include "pmctl/client.hpp"

@@ -1,7 +1,7 @@
 #include "pmclient/connect.hpp"
 
-#include "blocking_connect.hpp"
-#include "connect_procedure.hpp"
+#include "libpmclient/src/connect_core/blocking_connect.hpp"
+#include "libpmclient/src/connect_core/connect_procedure.hpp"
 
 namespace pmclient {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <system_error>
 
-#include "connect_procedure.hpp"
+#include "libpmclient/src/connect_core/connect_procedure.hpp"
 #include "pmclient/address.hpp"
 #include "pmclient/resolver.hpp"
 #include "pmclient/sockaddr.hpp"

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "rdma/error.hpp"
+#include "sdp/rdma/error.hpp"
 
 namespace sdp::detail {
 

@@ -23,8 +23,8 @@
 #include <thread>
 
 #include "internal.hpp"
-#include "rdma/cm.hpp"
-#include "rdma/session.hpp"
+#include "sdp/rdma/cm.hpp"
+#include "sdp/rdma/session.hpp"
 #include "sdp/stream.hpp"
 
 namespace sdp::detail {

@@ -11,12 +11,12 @@
 #include <cstring>
 #include <mutex>
 
-#include "blocking_connect.hpp"
+#include "libpmclient/src/connect_core/blocking_connect.hpp"
 #include "internal.hpp"
 #include "sdp/io/channel.hpp"
 
 #if SDPPM_HAVE_RDMA
-#include "rdma/device.hpp"
+#include "sdp/rdma/device.hpp"
 #include "rdma_channel.hpp"
 #endif
 

@@ -1,4 +1,4 @@
-#include "iwarp/crc32c.hpp"
+#include "sdp/iwarp/crc32c.hpp"
 
 #include <array>
 #include <cstring>

@@ -1,6 +1,6 @@
-#include "iwarp/ddp_rdmap.hpp"
+#include "sdp/iwarp/ddp_rdmap.hpp"
 
-#include "iwarp/byte_order.hpp"
+#include "sdp/iwarp/byte_order.hpp"
 
 namespace sdp::iwarp {
 

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "iwarp/result.hpp"
+#include "sdp/iwarp/result.hpp"
 
 namespace sdp::iwarp {
 

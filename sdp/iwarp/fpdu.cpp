@@ -1,4 +1,4 @@
-#include "iwarp/fpdu.hpp"
+#include "sdp/iwarp/fpdu.hpp"
 
 #include <algorithm>
 #include <array>

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "iwarp/crc32c.hpp"
+#include "sdp/iwarp/crc32c.hpp"
 
 namespace sdp::iwarp {
 

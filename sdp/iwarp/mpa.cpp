@@ -1,9 +1,9 @@
-#include "iwarp/mpa.hpp"
+#include "sdp/iwarp/mpa.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "iwarp/byte_order.hpp"
+#include "sdp/iwarp/byte_order.hpp"
 
 namespace sdp::iwarp {
 namespace {

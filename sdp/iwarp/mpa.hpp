@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "iwarp/result.hpp"
+#include "sdp/iwarp/result.hpp"
 
 namespace sdp::iwarp {
 

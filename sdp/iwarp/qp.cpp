@@ -1,4 +1,4 @@
-#include "iwarp/qp.hpp"
+#include "sdp/iwarp/qp.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -12,10 +12,10 @@
 #include <span>
 #include <vector>
 
-#include "iwarp/ddp_rdmap.hpp"
-#include "iwarp/fpdu.hpp"
-#include "iwarp/mpa.hpp"
-#include "iwarp/verbs.hpp"
+#include "sdp/iwarp/ddp_rdmap.hpp"
+#include "sdp/iwarp/fpdu.hpp"
+#include "sdp/iwarp/mpa.hpp"
+#include "sdp/iwarp/verbs.hpp"
 
 namespace sdp::iwarp {
 

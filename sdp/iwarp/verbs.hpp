@@ -9,7 +9,7 @@
 #include <optional>
 #include <span>
 
-#include "iwarp/result.hpp"
+#include "sdp/iwarp/result.hpp"
 
 namespace sdp::iwarp {
 

@@ -1,10 +1,10 @@
-#include "rdma/adapter.hpp"
+#include "sdp/rdma/adapter.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "rdma/error.hpp"
-#include "rdma/translate.hpp"
+#include "sdp/rdma/error.hpp"
+#include "sdp/rdma/translate.hpp"
 #include "sdp/wire/message.hpp"
 
 namespace sdp::rdma {

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "iwarp/verbs.hpp"
+#include "sdp/iwarp/verbs.hpp"
 #include "sdp/engine/connection.hpp"
 #include "sdp/engine/qp.hpp"
 

@@ -1,4 +1,4 @@
-#include "rdma/cm.hpp"
+#include "sdp/rdma/cm.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -25,9 +25,9 @@
 #include <system_error>
 #include <vector>
 
-#include "rdma/error.hpp"
-#include "rdma/translate.hpp"
-#include "rdma/verbs_qp.hpp"
+#include "sdp/rdma/error.hpp"
+#include "sdp/rdma/translate.hpp"
+#include "sdp/rdma/verbs_qp.hpp"
 
 namespace sdp::rdma {
 

@@ -1,4 +1,4 @@
-#include "rdma/device.hpp"
+#include "sdp/rdma/device.hpp"
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "rdma/translate.hpp"
+#include "sdp/rdma/translate.hpp"
 
 namespace sdp::rdma {
 

@@ -1,4 +1,4 @@
-#include "rdma/error.hpp"
+#include "sdp/rdma/error.hpp"
 
 namespace sdp::rdma {
 

@@ -1,4 +1,4 @@
-#include "rdma/session.hpp"
+#include "sdp/rdma/session.hpp"
 
 #include <poll.h>
 

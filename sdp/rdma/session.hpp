@@ -17,8 +17,8 @@
 #include <string>
 #include <system_error>
 
-#include "rdma/adapter.hpp"
-#include "rdma/cm.hpp"
+#include "sdp/rdma/adapter.hpp"
+#include "sdp/rdma/cm.hpp"
 #include "sdp/engine/connection.hpp"
 
 namespace sdp::rdma {

@@ -1,4 +1,4 @@
-#include "rdma/translate.hpp"
+#include "sdp/rdma/translate.hpp"
 
 #include <algorithm>
 #include <limits>

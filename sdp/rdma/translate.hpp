@@ -13,9 +13,9 @@
 #include <span>
 #include <string>
 
-#include "iwarp/result.hpp"
-#include "iwarp/verbs.hpp"
-#include "rdma/error.hpp"
+#include "sdp/iwarp/result.hpp"
+#include "sdp/iwarp/verbs.hpp"
+#include "sdp/rdma/error.hpp"
 
 namespace sdp::rdma {
 

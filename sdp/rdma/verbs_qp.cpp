@@ -1,4 +1,4 @@
-#include "rdma/verbs_qp.hpp"
+#include "sdp/rdma/verbs_qp.hpp"
 
 #include <cerrno>
 #include <limits>

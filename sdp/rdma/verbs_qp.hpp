@@ -19,8 +19,8 @@
 #include <optional>
 #include <span>
 
-#include "iwarp/verbs.hpp"
-#include "rdma/translate.hpp"
+#include "sdp/iwarp/verbs.hpp"
+#include "sdp/rdma/translate.hpp"
 
 namespace sdp::rdma {
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "iwarp/mpa.hpp"
-#include "iwarp/qp.hpp"
+#include "sdp/iwarp/mpa.hpp"
+#include "sdp/iwarp/qp.hpp"
 #include "sdp/engine/connection.hpp"
 #include "sdp/engine/qp.hpp"
 

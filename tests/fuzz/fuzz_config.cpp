@@ -5,7 +5,7 @@
 #include <string>
 #include <variant>
 
-#include "config/config.hpp"
+#include "daemon/config/config.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size > 64 * 1024) {

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "core/pmsp.hpp"
+#include "daemon/core/pmsp.hpp"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "io/control_handler.hpp"
-#include "io/state_file.hpp"
+#include "daemon/io/control_handler.hpp"
+#include "daemon/io/state_file.hpp"
 
 namespace {
 

@@ -8,9 +8,9 @@
 #include <span>
 #include <vector>
 
-#include "iwarp/ddp_rdmap.hpp"
-#include "iwarp/fpdu.hpp"
-#include "iwarp/qp.hpp"
+#include "sdp/iwarp/ddp_rdmap.hpp"
+#include "sdp/iwarp/fpdu.hpp"
+#include "sdp/iwarp/qp.hpp"
 
 using namespace sdp::iwarp;
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <span>
 
-#include "iwarp/mpa.hpp"
+#include "sdp/iwarp/mpa.hpp"
 
 using namespace sdp::iwarp;
 

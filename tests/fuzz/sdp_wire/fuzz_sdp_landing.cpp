@@ -24,8 +24,8 @@
 #include <span>
 #include <vector>
 
-#include "iwarp/ddp_rdmap.hpp"
-#include "iwarp/fpdu.hpp"
+#include "sdp/iwarp/ddp_rdmap.hpp"
+#include "sdp/iwarp/fpdu.hpp"
 #include "sdp/soft/soft_session.hpp"
 
 using namespace sdp;

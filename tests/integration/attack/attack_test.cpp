@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "integration/daemon/harness.hpp"
-#include "machine.hpp"
+#include "libpmclient/src/machine.hpp"
 #include "pmclient/message.hpp"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "integration/daemon/harness.hpp"
-#include "resolve_many.hpp"
+#include "tools/resolve_many.hpp"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/harness.hpp"
+#include "integration/daemon/harness.hpp"
 
 namespace sdptest {
 

@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "daemon/harness.hpp"
+#include "integration/daemon/harness.hpp"
 #include "pmd_fixture.hpp"
 #include "sdp/stream.hpp"
 #include "sdp_test_util.hpp"

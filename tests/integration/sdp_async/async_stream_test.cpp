@@ -21,11 +21,11 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/harness.hpp"
-#include "pmd_fixture.hpp"
+#include "integration/daemon/harness.hpp"
+#include "integration/sdp/pmd_fixture.hpp"
 #include "sdp/async_stream.hpp"
 #include "sdp/stream.hpp"
-#include "sdp_test_util.hpp"
+#include "integration/sdp/sdp_test_util.hpp"
 
 namespace {
 

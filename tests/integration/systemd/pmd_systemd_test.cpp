@@ -19,7 +19,7 @@
 #include <variant>
 #include <vector>
 
-#include "../daemon/harness.hpp"
+#include "integration/daemon/harness.hpp"
 #include "pmclient/message.hpp"
 
 namespace {

@@ -1,7 +1,7 @@
 // The connect-and-fall-back procedure (section 7.5.1), driven with scripted
 // action results: every fallback and failure branch, and the actions'
 // arguments.
-#include "connect_procedure.hpp"
+#include "libpmclient/src/connect_core/connect_procedure.hpp"
 
 #include <gtest/gtest.h>
 
