@@ -80,7 +80,7 @@ std::error_code control_error(const pmctl::Answer& a, const std::string& what,
 
 }  // namespace
 
-std::error_code register_service(const acceptor_options& opts, const pm::Endpoint& local,
+std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint& local,
                                  std::string& reg_name, std::string& reg_error) {
     const bool wildcard = local.address == pm::IpAddress::any(local.address.family());
     const std::string sdp_addr =
@@ -104,7 +104,7 @@ std::error_code register_service(const acceptor_options& opts, const pm::Endpoin
     return control_error(answer, "registration", reg_error);
 }
 
-std::error_code unregister_service(const acceptor_options& opts, const std::string& reg_name,
+std::error_code unregister_service(const AcceptorOptions& opts, const std::string& reg_name,
                                    std::string& reg_error) {
     auto answer =
         pmctl::call(*opts.control_socket, "unregister", {{"name", reg_name}}, opts.control_timeout);
@@ -120,23 +120,23 @@ std::error_code unregister_service(const acceptor_options& opts, const std::stri
 
 // The state of an acceptor (pimpl): the listener, the options, the
 // registration and the startups in progress.
-struct acceptor::impl {
-    struct startups;
-    struct rdma_listener;
+struct Acceptor::Impl {
+    struct Startups;
+    struct RdmaHolder;
 
     void reap();
     std::error_code open_rdma(const pm::Endpoint& local);
 
     int fd_ = -1;
-    provider listener_provider_ = provider::soft;
-    std::unique_ptr<rdma_listener> rdma_;
+    Provider listener_provider_ = Provider::soft;
+    std::unique_ptr<RdmaHolder> rdma_;
     pm::Endpoint local_;
-    acceptor_options opts_;
+    AcceptorOptions opts_;
     bool registered_ = false;
     std::string reg_name_;
     std::string reg_error_;
     std::string open_error_;
-    std::unique_ptr<startups> st_;
+    std::unique_ptr<Startups> st_;
 };
 
 // Concurrent MPA/SDP startups of the blocking acceptor: one thread per
@@ -144,30 +144,30 @@ struct acceptor::impl {
 // handshake_timeout); finished streams queue in `ready`. Each job keeps a
 // dup() of its socket so close() can shut the socket down (the startup then
 // ends at once) without racing the job's own close of its descriptor.
-struct acceptor::impl::startups {
-    struct job {
+struct Acceptor::Impl::Startups {
+    struct Job {
         std::thread th;
         int ctl = -1;
         bool done = false;
     };
     mutable std::mutex mu;
     int wake_fd = -1;  // eventfd: a job finished
-    std::list<job> jobs;
-    std::deque<std::unique_ptr<stream::impl>> ready;
+    std::list<Job> jobs;
+    std::deque<std::unique_ptr<Stream::Impl>> ready;
     std::deque<std::string> failures;  // not yet reported (bounded)
     std::string last_error;
-    acceptor_stats st;
+    AcceptorStats st;
     bool stopping = false;
 
-    startups() { wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
-    ~startups() { stop(); }
-    startups(const startups&) = delete;
-    startups& operator=(const startups&) = delete;
+    Startups() { wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+    ~Startups() { stop(); }
+    Startups(const Startups&) = delete;
+    Startups& operator=(const Startups&) = delete;
 
     // Ends every running startup and drops the queued streams.
     void stop() {
-        std::list<job> all;
-        std::deque<std::unique_ptr<stream::impl>> drop;
+        std::list<Job> all;
+        std::deque<std::unique_ptr<Stream::Impl>> drop;
         {
             std::lock_guard lk(mu);
             stopping = true;
@@ -203,7 +203,7 @@ struct acceptor::impl::startups {
         }
     }
 
-    void start(int cfd, const pm::Endpoint& peer, const acceptor_options& opts) {
+    void start(int cfd, const pm::Endpoint& peer, const AcceptorOptions& opts) {
         std::lock_guard lk(mu);
         ++st.tcp_accepted;
         if (stopping ||
@@ -213,10 +213,10 @@ struct acceptor::impl::startups {
             return;
         }
         const int ctl = ::fcntl(cfd, F_DUPFD_CLOEXEC, 0);
-        auto it = jobs.insert(jobs.end(), job{});
+        auto it = jobs.insert(jobs.end(), Job{});
         it->ctl = ctl;
         ++st.pending;
-        const stream_options so = opts.stream;
+        const StreamOptions so = opts.stream;
         try {
             it->th = std::thread([this, it, cfd, peer, so] { run(it, cfd, peer, so); });
         } catch (const std::system_error& e) {
@@ -227,15 +227,15 @@ struct acceptor::impl::startups {
         }
     }
 
-    void run(std::list<job>::iterator it, int cfd, pm::Endpoint peer, stream_options so) {
+    void run(std::list<Job>::iterator it, int cfd, pm::Endpoint peer, StreamOptions so) {
         // Nothing may escape this thread (std::terminate): a failure to
         // allocate or to start the channel's helper thread is a failed
         // startup like any other.
-        std::unique_ptr<stream::impl> im;
+        std::unique_ptr<Stream::Impl> im;
         std::error_code ec;
         std::string why;
         try {
-            im = std::make_unique<stream::impl>();
+            im = std::make_unique<Stream::Impl>();
             im->opts = so;
         } catch (const std::exception& e) {
             ::close(cfd);  // not handed to handshake() yet
@@ -264,7 +264,7 @@ struct acceptor::impl::startups {
     // startup (Hello check, rdma_accept, HelloAck) runs on its own thread,
     // bounded by the handshake timeout.
     void start_rdma(std::unique_ptr<rdma::Connection> req, const pm::Endpoint& peer,
-                    const acceptor_options& opts) {
+                    const AcceptorOptions& opts) {
         std::lock_guard lk(mu);
         ++st.tcp_accepted;
         if (stopping ||
@@ -273,17 +273,17 @@ struct acceptor::impl::startups {
             (void)req->reject();
             return;
         }
-        auto it = jobs.insert(jobs.end(), job{});
+        auto it = jobs.insert(jobs.end(), Job{});
         ++st.pending;
-        const stream_options so = opts.stream;
+        const StreamOptions so = opts.stream;
         auto shared = std::make_shared<std::unique_ptr<rdma::Connection>>(std::move(req));
         try {
             it->th = std::thread([this, it, shared, peer, so] {
-                std::unique_ptr<stream::impl> im;
+                std::unique_ptr<Stream::Impl> im;
                 std::error_code ec;
                 std::string why;
                 try {
-                    im = std::make_unique<stream::impl>();
+                    im = std::make_unique<Stream::Impl>();
                     im->opts = so;
                     im->other = detail::rdma_accept(std::move(*shared), so, ec, why);
                     if (!im->other) {
@@ -310,10 +310,10 @@ struct acceptor::impl::startups {
 #endif
 
     // A startup ended: `im` holds the stream, or null with ec / why.
-    void finish(std::list<job>::iterator it, const pm::Endpoint& peer,
-                std::unique_ptr<stream::impl> im, const std::error_code& ec,
+    void finish(std::list<Job>::iterator it, const pm::Endpoint& peer,
+                std::unique_ptr<Stream::Impl> im, const std::error_code& ec,
                 const std::string& why) {
-        std::unique_ptr<stream::impl> drop;
+        std::unique_ptr<Stream::Impl> drop;
         {
             std::lock_guard lk(mu);
             --st.pending;
@@ -330,7 +330,7 @@ struct acceptor::impl::startups {
                 drop = std::move(im);
             } else {
                 ++st.established;
-                im->info.used = transport::sdp;
+                im->info.used = Transport::sdp;
                 im->info.peer = peer;
                 ready.push_back(std::move(im));
                 st.ready = ready.size();
@@ -341,15 +341,17 @@ struct acceptor::impl::startups {
     }
 };
 
-struct acceptor::impl::rdma_listener {
+// Holds the rdma listener (detail::RdmaListener) when the provider is rdma;
+// empty without SDPPM_HAVE_RDMA.
+struct Acceptor::Impl::RdmaHolder {
 #if SDPPM_HAVE_RDMA
     std::unique_ptr<detail::RdmaListener> l;
 #endif
 };
 
-acceptor::acceptor() : impl_(std::make_unique<impl>()) {}
-acceptor::acceptor(acceptor&&) noexcept = default;
-acceptor& acceptor::operator=(acceptor&& other) noexcept {
+Acceptor::Acceptor() : impl_(std::make_unique<Impl>()) {}
+Acceptor::Acceptor(Acceptor&&) noexcept = default;
+Acceptor& Acceptor::operator=(Acceptor&& other) noexcept {
     if (this != &other) {
         close();
         impl_ = std::move(other.impl_);
@@ -357,37 +359,37 @@ acceptor& acceptor::operator=(acceptor&& other) noexcept {
     return *this;
 }
 
-acceptor::~acceptor() {
+Acceptor::~Acceptor() {
     if (impl_) {
         close();
     }
 }
 
-provider acceptor::listener_provider() const {
+Provider Acceptor::listener_provider() const {
     return impl_->listener_provider_;
 }
 
-pm::Endpoint acceptor::local_endpoint() const {
+pm::Endpoint Acceptor::local_endpoint() const {
     return impl_->local_;
 }
 
-bool acceptor::registered() const {
+bool Acceptor::registered() const {
     return impl_->registered_;
 }
 
-const std::string& acceptor::registration_error() const {
+const std::string& Acceptor::registration_error() const {
     return impl_->reg_error_;
 }
 
-const std::string& acceptor::open_error() const {
+const std::string& Acceptor::open_error() const {
     return impl_->open_error_;
 }
 
-bool acceptor::is_open() const {
+bool Acceptor::is_open() const {
     return impl_ && (impl_->fd_ >= 0 || impl_->rdma_ != nullptr);
 }
 
-int acceptor::native_handle() const {
+int Acceptor::native_handle() const {
 #if SDPPM_HAVE_RDMA
     if (impl_->rdma_) {
         return impl_->rdma_->l->fd();
@@ -396,7 +398,7 @@ int acceptor::native_handle() const {
     return impl_->fd_;
 }
 
-std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options& opts) {
+std::error_code Acceptor::open(const pm::Endpoint& local, const AcceptorOptions& opts) {
     close();
     impl_->opts_ = opts;
     impl_->reg_error_.clear();
@@ -407,7 +409,7 @@ std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options
         impl_->open_error_ = detail::rdma_unusable_reason(pwhy);
         return std::make_error_code(std::errc::no_such_device);
     }
-    if (*prov == provider::rdma) {
+    if (*prov == Provider::rdma) {
         if (auto ec = impl_->open_rdma(local)) {
             return ec;
         }
@@ -431,9 +433,9 @@ std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &glen);
         impl_->local_ = detail::from_sockaddr(got);
         impl_->fd_ = fd;
-        impl_->listener_provider_ = provider::soft;
+        impl_->listener_provider_ = Provider::soft;
     }
-    impl_->st_ = std::make_unique<impl::startups>();
+    impl_->st_ = std::make_unique<Impl::Startups>();
     if (impl_->st_->wake_fd < 0) {
         int e = errno;
         close();
@@ -450,7 +452,7 @@ std::error_code acceptor::open(const pm::Endpoint& local, const acceptor_options
     return {};
 }
 
-std::error_code acceptor::impl::open_rdma(const pm::Endpoint& local) {
+std::error_code Acceptor::Impl::open_rdma(const pm::Endpoint& local) {
 #if SDPPM_HAVE_RDMA
     std::error_code ec;
     std::string why;
@@ -460,9 +462,9 @@ std::error_code acceptor::impl::open_rdma(const pm::Endpoint& local) {
         return ec ? ec : std::make_error_code(std::errc::io_error);
     }
     local_ = pm::Endpoint{local.address, l->port()};
-    rdma_ = std::make_unique<rdma_listener>();
+    rdma_ = std::make_unique<RdmaHolder>();
     rdma_->l = std::move(l);
-    listener_provider_ = provider::rdma;
+    listener_provider_ = Provider::rdma;
     return {};
 #else
     (void)local;
@@ -471,8 +473,8 @@ std::error_code acceptor::impl::open_rdma(const pm::Endpoint& local) {
 #endif
 }
 
-void acceptor::impl::reap() {
-    std::list<startups::job> done;
+void Acceptor::Impl::reap() {
+    std::list<Startups::Job> done;
     std::deque<std::string> failures;
     {
         std::lock_guard lk(st_->mu);
@@ -500,7 +502,7 @@ void acceptor::impl::reap() {
     }
 }
 
-std::error_code acceptor::accept(stream& out, std::optional<std::chrono::milliseconds> timeout) {
+std::error_code Acceptor::accept(Stream& out, std::optional<std::chrono::milliseconds> timeout) {
     if (!is_open() || !impl_->st_) {
         return std::make_error_code(std::errc::bad_file_descriptor);
     }
@@ -585,7 +587,7 @@ std::error_code acceptor::accept(stream& out, std::optional<std::chrono::millise
     }
 }
 
-std::string acceptor::last_error() const {
+std::string Acceptor::last_error() const {
     if (!impl_->st_) {
         return {};
     }
@@ -593,7 +595,7 @@ std::string acceptor::last_error() const {
     return impl_->st_->last_error;
 }
 
-acceptor_stats acceptor::stats() const {
+AcceptorStats Acceptor::stats() const {
     if (!impl_->st_) {
         return {};
     }
@@ -601,7 +603,7 @@ acceptor_stats acceptor::stats() const {
     return impl_->st_->st;
 }
 
-std::error_code acceptor::close() {
+std::error_code Acceptor::close() {
     if (!impl_) {
         return {};  // moved from
     }

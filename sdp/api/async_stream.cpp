@@ -62,13 +62,13 @@ namespace {
 
 using detail::to_boost;
 
-// One pmclient::Resolver per io_context, shared by its async_streams (and
+// One pmclient::Resolver per io_context, shared by its AsyncStreams (and
 // its PmTime cache). Created with the service, dropped at shutdown so its
 // pending resolutions complete (cancelled) while the scheduler still runs.
-class resolver_service final : public asio::execution_context::service {
+class ResolverService final : public asio::execution_context::service {
   public:
     static inline asio::execution_context::id id;
-    explicit resolver_service(asio::io_context& io)
+    explicit ResolverService(asio::io_context& io)
         : asio::execution_context::service(io),
           resolver(std::make_unique<pmclient::Resolver>(io)) {}
     pmclient::Resolver* get() { return resolver.get(); }
@@ -80,16 +80,16 @@ class resolver_service final : public asio::execution_context::service {
 
 }  // namespace
 
-struct connect_op;
+struct ConnectOp;
 
-struct async_stream::impl {
-    explicit impl(asio::io_context& ctx) : io(ctx) {}
+struct AsyncStream::Impl {
+    explicit Impl(asio::io_context& ctx) : io(ctx) {}
     asio::io_context& io;
-    stream_options opts;
-    connect_info info;
+    StreamOptions opts;
+    ConnectInfo info;
     std::shared_ptr<io::AsioChannel> sdp;  // SDP path
     std::unique_ptr<tcp::socket> plain;    // TCP fallback path
-    std::shared_ptr<connect_op> connecting;
+    std::shared_ptr<ConnectOp> connecting;
 
     bool open() const { return (sdp && sdp->is_open()) || (plain && plain->is_open()); }
     void abort() {
@@ -105,20 +105,20 @@ struct async_stream::impl {
 };
 
 // The connect operation. pm_path is an Asio driver of the 7.5.1 procedure
-// (pmclient/src/connect_core, the same decisions as stream::connect); the
+// (pmclient/src/connect_core, the same decisions as Stream::connect); the
 // SDP Address alone (sdp_only) and plain TCP (tcp_only) are direct.
-struct connect_op : std::enable_shared_from_this<connect_op> {
-    enum kind_t { pm_path = 0, sdp_only = 1, tcp_only = 2 };
+struct ConnectOp : std::enable_shared_from_this<ConnectOp> {
+    enum Kind { pm_path = 0, sdp_only = 1, tcp_only = 2 };
     using Proc = pmclient::ConnectProcedure;
     using Step = Proc::Step;
 
-    connect_op(std::shared_ptr<async_stream::impl> s, pmclient::Resolver* r)
+    ConnectOp(std::shared_ptr<AsyncStream::Impl> s, pmclient::Resolver* r)
         : im(std::move(s)), resolver(r), sock(im->io), timer(im->io) {}
 
-    std::shared_ptr<async_stream::impl> im;
+    std::shared_ptr<AsyncStream::Impl> im;
     pmclient::Resolver* resolver;
-    detail::op_handler handler;
-    kind_t kind = pm_path;
+    detail::OpHandler handler;
+    Kind kind = pm_path;
     pm::Endpoint target;  // conventional (pm_path) or the address to connect to
     std::optional<Proc> proc;
     tcp::socket sock;
@@ -220,7 +220,7 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
 
     void connected_sdp(const pm::Endpoint& peer) {
         im->sdp = std::move(channel);
-        im->info.used = transport::sdp;
+        im->info.used = Transport::sdp;
         im->info.peer = peer;
         finish({});
     }
@@ -230,7 +230,7 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
         sock.set_option(tcp::no_delay(true), e);
         im->plain = std::make_unique<tcp::socket>(std::move(sock));
         sock = tcp::socket(im->io);
-        im->info.used = transport::tcp;
+        im->info.used = Transport::tcp;
         im->info.peer = peer;
         finish({});
     }
@@ -238,7 +238,7 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
     void start() {
         if (kind == pm_path) {
             auto po = detail::procedure_options(im->opts);
-            if (im->opts.iwarp_provider == provider::rdma) {
+            if (im->opts.iwarp_provider == Provider::rdma) {
                 // This API drives the soft provider only.
                 po.unusable = detail::rdma_unusable_reason(
                     "the async API carries SDP over the soft provider only");
@@ -311,7 +311,7 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
             case Step::resolve:
                 if (!resolver) {
                     try {
-                        resolver = asio::use_service<resolver_service>(im->io).get();
+                        resolver = asio::use_service<ResolverService>(im->io).get();
                     } catch (const std::exception& ex) {
                         im->info.reason = ex.what();
                     }
@@ -349,7 +349,7 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
             case Step::failed: {
                 const pm::Endpoint peer = proc->peer();
                 im->info = detail::procedure_info(
-                    *proc, im->opts.iwarp_provider == provider::rdma ? "rdma" : "soft");
+                    *proc, im->opts.iwarp_provider == Provider::rdma ? "rdma" : "soft");
                 if (a.step == Step::failed) {
                     finish(proc->error());
                 } else if (a.sdp) {
@@ -363,12 +363,12 @@ struct connect_op : std::enable_shared_from_this<connect_op> {
     }
 };
 
-async_stream::async_stream(asio::io_context& io) : io_(&io), impl_(std::make_shared<impl>(io)) {}
+AsyncStream::AsyncStream(asio::io_context& io) : io_(&io), impl_(std::make_shared<Impl>(io)) {}
 
-async_stream::async_stream(asio::io_context& io, pmclient::Resolver& resolver)
-    : io_(&io), resolver_(&resolver), impl_(std::make_shared<impl>(io)) {}
+AsyncStream::AsyncStream(asio::io_context& io, pmclient::Resolver& resolver)
+    : io_(&io), resolver_(&resolver), impl_(std::make_shared<Impl>(io)) {}
 
-async_stream::~async_stream() {
+AsyncStream::~AsyncStream() {
     if (impl_) {
         if (impl_->connecting) {
             impl_->connecting->cancel();
@@ -377,10 +377,10 @@ async_stream::~async_stream() {
     }
 }
 
-async_stream::async_stream(async_stream&& o) noexcept
+AsyncStream::AsyncStream(AsyncStream&& o) noexcept
     : io_(o.io_), resolver_(o.resolver_), impl_(std::move(o.impl_)) {}
 
-async_stream& async_stream::operator=(async_stream&& o) noexcept {
+AsyncStream& AsyncStream::operator=(AsyncStream&& o) noexcept {
     if (this != &o) {
         if (impl_) {
             if (impl_->connecting) {
@@ -395,26 +395,26 @@ async_stream& async_stream::operator=(async_stream&& o) noexcept {
     return *this;
 }
 
-void async_stream::start_connect(int kind, const pm::Endpoint& ep, const stream_options& opts,
-                                 detail::op_handler h) {
+void AsyncStream::start_connect(int kind, const pm::Endpoint& ep, const StreamOptions& opts,
+                                detail::OpHandler h) {
     if (impl_) {
         if (impl_->connecting) {
             impl_->connecting->cancel();
         }
         impl_->abort();
     }
-    impl_ = std::make_shared<impl>(*io_);  // a fresh connection (and info)
+    impl_ = std::make_shared<Impl>(*io_);  // a fresh connection (and info)
     impl_->opts = opts;
-    auto op = std::make_shared<connect_op>(impl_, resolver_);
+    auto op = std::make_shared<ConnectOp>(impl_, resolver_);
     op->handler = std::move(h);
-    op->kind = static_cast<connect_op::kind_t>(kind);
+    op->kind = static_cast<ConnectOp::Kind>(kind);
     op->target = pm::Endpoint{ep.address.unmapped(), ep.port};
     impl_->connecting = op;
     op->start();
 }
 
-void async_stream::start_read(asio::mutable_buffer b, detail::io_handler h) {
-    auto hp = std::make_shared<detail::io_handler>(std::move(h));
+void AsyncStream::start_read(asio::mutable_buffer b, detail::IoHandler h) {
+    auto hp = std::make_shared<detail::IoHandler>(std::move(h));
     if (!impl_ || !impl_->open()) {
         (*hp)(asio::error::bad_descriptor, 0);
         return;
@@ -435,8 +435,8 @@ void async_stream::start_read(asio::mutable_buffer b, detail::io_handler h) {
         });
 }
 
-void async_stream::start_write(asio::const_buffer b, detail::io_handler h) {
-    auto hp = std::make_shared<detail::io_handler>(std::move(h));
+void AsyncStream::start_write(asio::const_buffer b, detail::IoHandler h) {
+    auto hp = std::make_shared<detail::IoHandler>(std::move(h));
     if (!impl_ || !impl_->open()) {
         (*hp)(asio::error::bad_descriptor, 0);
         return;
@@ -451,7 +451,7 @@ void async_stream::start_write(asio::const_buffer b, detail::io_handler h) {
         [hp](std::error_code ec, std::size_t n) { (*hp)(to_boost(ec), n); });
 }
 
-void async_stream::start_shutdown(detail::op_handler h) {
+void AsyncStream::start_shutdown(detail::OpHandler h) {
     boost::system::error_code ec;
     if (!impl_ || !impl_->open()) {
         ec = asio::error::not_connected;
@@ -463,7 +463,7 @@ void async_stream::start_shutdown(detail::op_handler h) {
     h(ec);
 }
 
-void async_stream::start_close(detail::op_handler h) {
+void AsyncStream::start_close(detail::OpHandler h) {
     if (!impl_ || !impl_->open()) {
         h(boost::system::error_code{});
         return;
@@ -475,11 +475,11 @@ void async_stream::start_close(detail::op_handler h) {
         h(ec);
         return;
     }
-    auto hp = std::make_shared<detail::op_handler>(std::move(h));
+    auto hp = std::make_shared<detail::OpHandler>(std::move(h));
     impl_->sdp->async_close(impl_->opts.linger, [hp](std::error_code ec) { (*hp)(to_boost(ec)); });
 }
 
-void async_stream::cancel() {
+void AsyncStream::cancel() {
     if (!impl_) {
         return;
     }
@@ -495,7 +495,7 @@ void async_stream::cancel() {
     }
 }
 
-void async_stream::close() {
+void AsyncStream::close() {
     if (!impl_) {
         return;
     }
@@ -505,20 +505,20 @@ void async_stream::close() {
     impl_->abort();
 }
 
-bool async_stream::is_open() const {
+bool AsyncStream::is_open() const {
     return impl_ && impl_->open();
 }
 
-transport async_stream::used() const {
-    return impl_ ? impl_->info.used : transport::none;
+Transport AsyncStream::used() const {
+    return impl_ ? impl_->info.used : Transport::none;
 }
 
-const connect_info& async_stream::info() const {
-    static const connect_info none;
+const ConnectInfo& AsyncStream::info() const {
+    static const ConnectInfo none;
     return impl_ ? impl_->info : none;
 }
 
-std::string async_stream::describe() const {
+std::string AsyncStream::describe() const {
     if (!impl_ || !impl_->open()) {
         return "not connected";
     }
@@ -530,25 +530,25 @@ std::string async_stream::describe() const {
 }
 
 // ---------------------------------------------------------------------------
-// async_acceptor
+// AsyncAcceptor
 
-struct async_acceptor::impl : std::enable_shared_from_this<async_acceptor::impl> {
-    explicit impl(asio::io_context& ctx) : io(ctx), acc(ctx), retry(ctx) {}
+struct AsyncAcceptor::Impl : std::enable_shared_from_this<AsyncAcceptor::Impl> {
+    explicit Impl(asio::io_context& ctx) : io(ctx), acc(ctx), retry(ctx) {}
     asio::io_context& io;
     tcp::acceptor acc;
     asio::steady_timer retry;  // after EMFILE and the like
-    acceptor_options opts;
+    AcceptorOptions opts;
     pm::Endpoint local;
     bool registered = false;
     std::string reg_name;
     std::string reg_error;
     std::string last_error;
-    acceptor_stats st;
+    AcceptorStats st;
     bool closed = true;
     boost::system::error_code failed;  // the listener itself failed
     std::vector<std::shared_ptr<io::AsioChannel>> pending;
     std::deque<std::pair<std::shared_ptr<io::AsioChannel>, pm::Endpoint>> ready;
-    std::deque<erased_handler_t> waiters;
+    std::deque<AcceptHandler> waiters;
 
     void accept_next() {
         if (closed || failed) {
@@ -634,10 +634,10 @@ struct async_acceptor::impl : std::enable_shared_from_this<async_acceptor::impl>
             auto [ch, peer] = std::move(ready.front());
             ready.pop_front();
             st.ready = ready.size();
-            async_stream s(io);
+            AsyncStream s(io);
             s.impl_->opts = opts.stream;
             s.impl_->sdp = std::move(ch);
-            s.impl_->info.used = transport::sdp;
+            s.impl_->info.used = Transport::sdp;
             s.impl_->info.peer = peer;
             h(boost::system::error_code{}, std::move(s));
         }
@@ -645,7 +645,7 @@ struct async_acceptor::impl : std::enable_shared_from_this<async_acceptor::impl>
             while (!waiters.empty()) {
                 auto h = std::move(waiters.front());
                 waiters.pop_front();
-                h(failed, async_stream(io));
+                h(failed, AsyncStream(io));
             }
         }
     }
@@ -654,21 +654,20 @@ struct async_acceptor::impl : std::enable_shared_from_this<async_acceptor::impl>
         while (!waiters.empty()) {
             auto h = std::move(waiters.front());
             waiters.pop_front();
-            h(asio::error::operation_aborted, async_stream(io));
+            h(asio::error::operation_aborted, AsyncStream(io));
         }
     }
 };
 
-async_acceptor::async_acceptor(asio::io_context& io)
-    : io_(&io), impl_(std::make_shared<impl>(io)) {}
+AsyncAcceptor::AsyncAcceptor(asio::io_context& io) : io_(&io), impl_(std::make_shared<Impl>(io)) {}
 
-async_acceptor::~async_acceptor() {
+AsyncAcceptor::~AsyncAcceptor() {
     close();
 }
 
-std::error_code async_acceptor::open(const pm::Endpoint& local, const acceptor_options& opts) {
+std::error_code AsyncAcceptor::open(const pm::Endpoint& local, const AcceptorOptions& opts) {
     close();
-    impl_ = std::make_shared<impl>(*io_);
+    impl_ = std::make_shared<Impl>(*io_);
     auto& im = *impl_;
     im.opts = opts;
     boost::system::error_code e;
@@ -702,22 +701,22 @@ std::error_code async_acceptor::open(const pm::Endpoint& local, const acceptor_o
     return {};
 }
 
-void async_acceptor::start_accept(erased_handler_t h) {
+void AsyncAcceptor::start_accept(AcceptHandler h) {
     if (!impl_ || impl_->closed) {
-        h(asio::error::bad_descriptor, async_stream(*io_));
+        h(asio::error::bad_descriptor, AsyncStream(*io_));
         return;
     }
     impl_->waiters.push_back(std::move(h));
     impl_->dispatch();
 }
 
-void async_acceptor::cancel() {
+void AsyncAcceptor::cancel() {
     if (impl_) {
         impl_->cancel_waiters();
     }
 }
 
-std::error_code async_acceptor::close() {
+std::error_code AsyncAcceptor::close() {
     if (!impl_ || impl_->closed) {
         return {};
     }
@@ -746,29 +745,29 @@ std::error_code async_acceptor::close() {
     return ec;
 }
 
-bool async_acceptor::is_open() const {
+bool AsyncAcceptor::is_open() const {
     return impl_ && !impl_->closed;
 }
 
-pm::Endpoint async_acceptor::local_endpoint() const {
+pm::Endpoint AsyncAcceptor::local_endpoint() const {
     return impl_ ? impl_->local : pm::Endpoint{};
 }
 
-bool async_acceptor::registered() const {
+bool AsyncAcceptor::registered() const {
     return impl_ && impl_->registered;
 }
 
-const std::string& async_acceptor::registration_error() const {
+const std::string& AsyncAcceptor::registration_error() const {
     static const std::string none;
     return impl_ ? impl_->reg_error : none;
 }
 
-std::string async_acceptor::last_error() const {
+std::string AsyncAcceptor::last_error() const {
     return impl_ ? impl_->last_error : std::string{};
 }
 
-acceptor_stats async_acceptor::stats() const {
-    return impl_ ? impl_->st : acceptor_stats{};
+AcceptorStats AsyncAcceptor::stats() const {
+    return impl_ ? impl_->st : AcceptorStats{};
 }
 
 }  // namespace sdp

@@ -26,10 +26,10 @@ namespace detail {
 
 // SDP over a provider other than the soft one (the rdma-core provider,
 // rdma_channel.hpp). The soft channel stays a concrete member of
-// stream::impl, so its path takes no virtual call.
-class provider_channel {
+// Stream::Impl, so its path takes no virtual call.
+class ProviderChannel {
   public:
-    virtual ~provider_channel() = default;
+    virtual ~ProviderChannel() = default;
     virtual std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec) = 0;
     virtual std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec) = 0;
     virtual void shutdown_write(std::error_code& ec) = 0;
@@ -42,18 +42,18 @@ class provider_channel {
 
 }  // namespace detail
 
-struct stream::impl {
-    stream_options opts;
-    connect_info info;
-    std::unique_ptr<io::SoftChannel> sdp;             // SDP over the soft provider
-    std::unique_ptr<detail::provider_channel> other;  // SDP over rdma-core
-    int tcp_fd = -1;                                  // TCP fallback path
+struct Stream::Impl {
+    StreamOptions opts;
+    ConnectInfo info;
+    std::unique_ptr<io::SoftChannel> sdp;            // SDP over the soft provider
+    std::unique_ptr<detail::ProviderChannel> other;  // SDP over rdma-core
+    int tcp_fd = -1;                                 // TCP fallback path
     bool tcp_wr_shut = false;
 
-    impl() = default;
-    impl(const impl&) = delete;
-    impl& operator=(const impl&) = delete;
-    ~impl() {
+    Impl() = default;
+    Impl(const Impl&) = delete;
+    Impl& operator=(const Impl&) = delete;
+    ~Impl() {
         if (tcp_fd >= 0) {
             ::close(tcp_fd);
         }
@@ -62,7 +62,7 @@ struct stream::impl {
 
 namespace detail {
 
-io::ChannelOptions channel_options(const stream_options& o);
+io::ChannelOptions channel_options(const StreamOptions& o);
 // A TCP socket (CLOEXEC), or -errno.
 int tcp_socket(bool v4);
 // Connects with a bounded wait; 0 or an errno value (ETIMEDOUT).
@@ -71,10 +71,10 @@ void set_io_timeout(int fd, std::chrono::milliseconds t);
 using pm::from_sockaddr;
 using pm::to_sockaddr;
 
-pmclient::RequestOptions request_options(const stream_options& o);
-// The 7.5.1 procedure's options for stream::connect / async_connect: the
+pmclient::RequestOptions request_options(const StreamOptions& o);
+// The 7.5.1 procedure's options for Stream::connect / async_connect: the
 // MPA/SDP startup runs as its handshake step (pmclient/src/connect_core).
-pmclient::ConnectProcedure::Options procedure_options(const stream_options& o);
+pmclient::ConnectProcedure::Options procedure_options(const StreamOptions& o);
 
 // The process-wide blocking resolver of the stream API (may throw on a bad
 // SDP_PMSP).
@@ -82,32 +82,32 @@ pmclient::BlockingResolver& shared_resolver();
 // The provider a connect or listen uses: soft or rdma. `automatic` becomes
 // rdma when rdma_available(), else soft. nullopt when rdma was asked for
 // but cannot be used; `why` then says why (no device, not built).
-std::optional<provider> choose_provider(provider asked, std::string& why);
-// connect_info::reason / error text for an unusable rdma provider.
+std::optional<Provider> choose_provider(Provider asked, std::string& why);
+// ConnectInfo::reason / error text for an unusable rdma provider.
 std::string rdma_unusable_reason(const std::string& why);
-// What a finished procedure tells connect_info (resolution, from_cache,
+// What a finished procedure tells ConnectInfo (resolution, from_cache,
 // reason), and the provider to name after a failure.
-connect_info procedure_info(const pmclient::ConnectProcedure& proc, const char* provider_tried);
+ConnectInfo procedure_info(const pmclient::ConnectProcedure& proc, const char* provider_tried);
 
-// The rdma-core side of stream::connect's procedure (rdma_channel.cpp,
+// The rdma-core side of Stream::connect's procedure (rdma_channel.cpp,
 // built with SDPPM_HAVE_RDMA): the bind, connect (which includes the
 // MPA/SDP startup) and the channel once connected.
-class rdma_connector {
+class RdmaConnector {
   public:
-    virtual ~rdma_connector() = default;
+    virtual ~RdmaConnector() = default;
     // An rdma_cm id bound to cp:0; false (ec, why) when the device cannot
     // be used from there.
     virtual bool bind(const pm::IpAddress& cp, pm::Endpoint& local, std::error_code& ec,
                       std::string& why) = 0;
     virtual std::error_code connect(const pm::Endpoint& sdp_address, std::string& why) = 0;
-    virtual std::unique_ptr<provider_channel> start(std::error_code& ec, std::string& why) = 0;
+    virtual std::unique_ptr<ProviderChannel> start(std::error_code& ec, std::string& why) = 0;
 };
-std::unique_ptr<rdma_connector> make_rdma_connector(const stream_options& o);
+std::unique_ptr<RdmaConnector> make_rdma_connector(const StreamOptions& o);
 
 // Registration of an acceptor with the local sdp-pmd (control socket).
-std::error_code register_service(const acceptor_options& opts, const pm::Endpoint& local,
+std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint& local,
                                  std::string& reg_name, std::string& reg_error);
-std::error_code unregister_service(const acceptor_options& opts, const std::string& reg_name,
+std::error_code unregister_service(const AcceptorOptions& opts, const std::string& reg_name,
                                    std::string& reg_error);
 
 }  // namespace detail

@@ -34,7 +34,7 @@ std::string provider_text(const std::error_code& ec, const std::string& why) {
 
 }  // namespace
 
-rdma::RdmaSessionConfig rdma_config(const stream_options& o) {
+rdma::RdmaSessionConfig rdma_config(const StreamOptions& o) {
     rdma::RdmaSessionConfig c;
     c.engine.recv_buf_size = o.recv_buf_size;
     c.engine.recv_buf_count = o.recv_buf_count;
@@ -302,9 +302,9 @@ std::string RdmaChannel::describe() const {
 
 // --- connect --------------------------------------------------------------------
 
-std::unique_ptr<provider_channel> rdma_connect_direct(const pm::Endpoint& sdp_address,
-                                                      const stream_options& o, std::error_code& ec,
-                                                      std::string& why) {
+std::unique_ptr<ProviderChannel> rdma_connect_direct(const pm::Endpoint& sdp_address,
+                                                     const StreamOptions& o, std::error_code& ec,
+                                                     std::string& why) {
     sockaddr_storage dst;
     (void)to_sockaddr(pm::Endpoint{sdp_address.address.unmapped(), sdp_address.port}, dst);
     std::error_code rec;
@@ -321,12 +321,12 @@ std::unique_ptr<provider_channel> rdma_connect_direct(const pm::Endpoint& sdp_ad
 
 namespace {
 
-// The rdma side of stream::connect's 7.5.1 procedure: an rdma_cm id bound
+// The rdma side of Stream::connect's 7.5.1 procedure: an rdma_cm id bound
 // to CpIPAddr:0 (rdma_cm picks CpPort), connected from there to the SDP
 // Address (rdma_connect includes the MPA/SDP startup).
-class rdma_connector_impl final : public rdma_connector {
+class RdmaConnectorImpl final : public RdmaConnector {
   public:
-    explicit rdma_connector_impl(const stream_options& o) : o_(o) {}
+    explicit RdmaConnectorImpl(const StreamOptions& o) : o_(o) {}
 
     bool bind(const pm::IpAddress& cp, pm::Endpoint& local, std::error_code& ec,
               std::string& why) override {
@@ -363,19 +363,19 @@ class rdma_connector_impl final : public rdma_connector {
         return {};
     }
 
-    std::unique_ptr<provider_channel> start(std::error_code& ec, std::string& why) override {
+    std::unique_ptr<ProviderChannel> start(std::error_code& ec, std::string& why) override {
         return RdmaChannel::start(std::move(s_), o_.io_timeout, ec, &why);
     }
 
   private:
-    stream_options o_;
+    StreamOptions o_;
     std::unique_ptr<rdma::RdmaSession> s_;
 };
 
 }  // namespace
 
-std::unique_ptr<rdma_connector> make_rdma_connector(const stream_options& o) {
-    return std::make_unique<rdma_connector_impl>(o);
+std::unique_ptr<RdmaConnector> make_rdma_connector(const StreamOptions& o) {
+    return std::make_unique<RdmaConnectorImpl>(o);
 }
 
 // --- accept -----------------------------------------------------------------------
@@ -396,7 +396,7 @@ std::unique_ptr<RdmaListener> RdmaListener::listen(const pm::Endpoint& local, in
     return out;
 }
 
-std::unique_ptr<rdma::Connection> RdmaListener::take(const stream_options& o, std::error_code& ec,
+std::unique_ptr<rdma::Connection> RdmaListener::take(const StreamOptions& o, std::error_code& ec,
                                                      std::string& why) {
     std::error_code rec;
     auto c = l_->get_request(std::chrono::milliseconds(0),
@@ -416,9 +416,9 @@ pm::Endpoint rdma_peer(const rdma::Connection& c) {
     return from_sockaddr(ss);
 }
 
-std::unique_ptr<provider_channel> rdma_accept(std::unique_ptr<rdma::Connection> request,
-                                              const stream_options& o, std::error_code& ec,
-                                              std::string& why) {
+std::unique_ptr<ProviderChannel> rdma_accept(std::unique_ptr<rdma::Connection> request,
+                                             const StreamOptions& o, std::error_code& ec,
+                                             std::string& why) {
     std::error_code rec;
     auto s = rdma::RdmaSession::accept(std::move(request), rdma_config(o), rec, &why);
     if (!s) {

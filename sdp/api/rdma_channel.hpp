@@ -1,4 +1,4 @@
-// The rdma-core provider behind sdp::stream / sdp::acceptor (built only with
+// The rdma-core provider behind sdp::Stream / sdp::Acceptor (built only with
 // SDPPM_HAVE_RDMA; not installed).
 //
 // RdmaChannel makes an rdma::RdmaSession (single-threaded) usable the way
@@ -32,9 +32,9 @@ namespace sdp::detail {
 // The session configuration for stream options: the engine's buffers as
 // for the soft provider, connect_timeout for address and route
 // resolution, handshake_timeout for ESTABLISHED and for the HelloAck.
-rdma::RdmaSessionConfig rdma_config(const stream_options& o);
+rdma::RdmaSessionConfig rdma_config(const StreamOptions& o);
 
-class RdmaChannel final : public provider_channel {
+class RdmaChannel final : public ProviderChannel {
   public:
     // Takes an established session and starts its progress thread. nullptr
     // with ec (and why) when the thread or the eventfd cannot be had.
@@ -79,10 +79,10 @@ class RdmaChannel final : public provider_channel {
     std::thread th_;
 };
 
-// SDP straight to an SDP Address over rdma (stream::connect_sdp).
-std::unique_ptr<provider_channel> rdma_connect_direct(const pm::Endpoint& sdp_address,
-                                                      const stream_options& o, std::error_code& ec,
-                                                      std::string& why);
+// SDP straight to an SDP Address over rdma (Stream::connect_sdp).
+std::unique_ptr<ProviderChannel> rdma_connect_direct(const pm::Endpoint& sdp_address,
+                                                     const StreamOptions& o, std::error_code& ec,
+                                                     std::string& why);
 
 // The rdma side of an acceptor: an rdma_cm listener; requests are taken
 // without blocking on the accept() thread and finished (rdma_accept, the
@@ -95,19 +95,19 @@ class RdmaListener {
     [[nodiscard]] std::uint16_t port() const { return l_->port(); }
     // The next pending connection request, or nullptr (ec timed_out when
     // there is none, another error when a request failed).
-    std::unique_ptr<rdma::Connection> take(const stream_options& o, std::error_code& ec,
+    std::unique_ptr<rdma::Connection> take(const StreamOptions& o, std::error_code& ec,
                                            std::string& why);
 
   private:
     std::unique_ptr<rdma::Listener> l_;
 };
 
-// The peer of a request, for messages and connect_info.
+// The peer of a request, for messages and ConnectInfo.
 pm::Endpoint rdma_peer(const rdma::Connection& c);
 // Finishes the Accepting Peer's startup on `request` (Hello check,
 // rdma_accept, HelloAck) and wraps the session.
-std::unique_ptr<provider_channel> rdma_accept(std::unique_ptr<rdma::Connection> request,
-                                              const stream_options& o, std::error_code& ec,
-                                              std::string& why);
+std::unique_ptr<ProviderChannel> rdma_accept(std::unique_ptr<rdma::Connection> request,
+                                             const StreamOptions& o, std::error_code& ec,
+                                             std::string& why);
 
 }  // namespace sdp::detail

@@ -22,39 +22,39 @@
 
 namespace sdp {
 
-const char* to_string(transport t) {
+const char* to_string(Transport t) {
     switch (t) {
-        case transport::sdp:
+        case Transport::sdp:
             return "sdp";
-        case transport::tcp:
+        case Transport::tcp:
             return "tcp";
-        case transport::none:
+        case Transport::none:
             break;
     }
     return "none";
 }
 
-const char* to_string(provider p) {
+const char* to_string(Provider p) {
     switch (p) {
-        case provider::soft:
+        case Provider::soft:
             return "soft";
-        case provider::rdma:
+        case Provider::rdma:
             return "rdma";
-        case provider::automatic:
+        case Provider::automatic:
             break;
     }
     return "auto";
 }
 
-std::optional<provider> parse_provider(std::string_view name) {
+std::optional<Provider> parse_provider(std::string_view name) {
     if (name == "soft") {
-        return provider::soft;
+        return Provider::soft;
     }
     if (name == "rdma") {
-        return provider::rdma;
+        return Provider::rdma;
     }
     if (name == "auto" || name == "automatic") {
-        return provider::automatic;
+        return Provider::automatic;
     }
     return std::nullopt;
 }
@@ -74,16 +74,16 @@ bool rdma_available(std::string* why) {
 
 namespace detail {
 
-std::optional<provider> choose_provider(provider asked, std::string& why) {
+std::optional<Provider> choose_provider(Provider asked, std::string& why) {
     why.clear();
-    if (asked == provider::soft) {
-        return provider::soft;
+    if (asked == Provider::soft) {
+        return Provider::soft;
     }
     if (rdma_available(&why)) {
-        return provider::rdma;
+        return Provider::rdma;
     }
-    if (asked == provider::automatic) {
-        return provider::soft;  // `why` says why not rdma
+    if (asked == Provider::automatic) {
+        return Provider::soft;  // `why` says why not rdma
     }
     return std::nullopt;
 }
@@ -92,7 +92,7 @@ std::string rdma_unusable_reason(const std::string& why) {
     return "provider rdma: no usable iWARP RDMA device (" + why + ")";
 }
 
-io::ChannelOptions channel_options(const stream_options& o) {
+io::ChannelOptions channel_options(const StreamOptions& o) {
     io::ChannelOptions c;
     c.handshake_timeout = o.handshake_timeout;
     c.io_timeout = o.io_timeout;
@@ -104,7 +104,7 @@ io::ChannelOptions channel_options(const stream_options& o) {
     return c;
 }
 
-pmclient::RequestOptions request_options(const stream_options& o) {
+pmclient::RequestOptions request_options(const StreamOptions& o) {
     pmclient::RequestOptions ro;
     ro.pmsp = o.pmsp;
     ro.deadline = o.resolve_deadline;
@@ -113,7 +113,7 @@ pmclient::RequestOptions request_options(const stream_options& o) {
     return ro;
 }
 
-pmclient::ConnectProcedure::Options procedure_options(const stream_options& o) {
+pmclient::ConnectProcedure::Options procedure_options(const StreamOptions& o) {
     pmclient::ConnectProcedure::Options p;
     p.connect_timeout = o.connect_timeout;
     p.fallback = o.fallback;
@@ -121,8 +121,8 @@ pmclient::ConnectProcedure::Options procedure_options(const stream_options& o) {
     return p;
 }
 
-connect_info procedure_info(const pmclient::ConnectProcedure& proc, const char* provider_tried) {
-    connect_info info;
+ConnectInfo procedure_info(const pmclient::ConnectProcedure& proc, const char* provider_tried) {
+    ConnectInfo info;
     if (proc.asked()) {
         info.resolution = std::string(pmclient::to_string(proc.resolution().kind));
         info.from_cache = proc.resolution().from_cache;
@@ -158,22 +158,22 @@ std::error_code errno_code(int e) {
 
 }  // namespace
 
-stream::stream() = default;
-stream::~stream() = default;
-stream::stream(stream&&) noexcept = default;
-stream& stream::operator=(stream&&) noexcept = default;
+Stream::Stream() = default;
+Stream::~Stream() = default;
+Stream::Stream(Stream&&) noexcept = default;
+Stream& Stream::operator=(Stream&&) noexcept = default;
 
-std::error_code stream::fail(std::error_code ec, connect_info info) {
+std::error_code Stream::fail(std::error_code ec, ConnectInfo info) {
     impl_.reset();
-    info.used = transport::none;
+    info.used = Transport::none;
     failed_ = std::move(info);
     return ec;
 }
 
-std::error_code stream::connect_tcp(const pm::Endpoint& address, const stream_options& opts) {
+std::error_code Stream::connect_tcp(const pm::Endpoint& address, const StreamOptions& opts) {
     impl_.reset();
     failed_ = {};
-    auto im = std::make_unique<impl>();
+    auto im = std::make_unique<Impl>();
     im->opts = opts;
     int fd = detail::tcp_socket(address.address.is_v4());
     if (fd < 0) {
@@ -187,38 +187,38 @@ std::error_code stream::connect_tcp(const pm::Endpoint& address, const stream_op
     io::set_nonblocking(fd, false);
     detail::set_io_timeout(fd, opts.io_timeout);
     im->tcp_fd = fd;
-    im->info.used = transport::tcp;
+    im->info.used = Transport::tcp;
     im->info.peer = address;
     im->info.provider = "tcp";
     impl_ = std::move(im);
     return {};
 }
 
-std::error_code stream::connect_sdp(const pm::Endpoint& sdp_address, const stream_options& opts) {
+std::error_code Stream::connect_sdp(const pm::Endpoint& sdp_address, const StreamOptions& opts) {
     impl_.reset();
     failed_ = {};
     std::string pwhy;
     const auto prov = detail::choose_provider(opts.iwarp_provider, pwhy);
     if (!prov) {
-        connect_info fi;
+        ConnectInfo fi;
         fi.provider = "rdma";
         fi.reason = detail::rdma_unusable_reason(pwhy);
         return fail(std::make_error_code(std::errc::no_such_device), std::move(fi));
     }
-    auto im = std::make_unique<impl>();
+    auto im = std::make_unique<Impl>();
     im->opts = opts;
 #if SDPPM_HAVE_RDMA
-    if (*prov == provider::rdma) {
+    if (*prov == Provider::rdma) {
         std::error_code ec;
         std::string why;
         im->other = detail::rdma_connect_direct(sdp_address, opts, ec, why);
         if (!im->other) {
-            connect_info fi;
+            ConnectInfo fi;
             fi.provider = "rdma";
             fi.reason = why;
             return fail(ec, std::move(fi));
         }
-        im->info.used = transport::sdp;
+        im->info.used = Transport::sdp;
         im->info.peer = sdp_address;
         im->info.provider = "rdma";
         impl_ = std::move(im);
@@ -238,12 +238,12 @@ std::error_code stream::connect_sdp(const pm::Endpoint& sdp_address, const strea
     im->sdp =
         io::SoftChannel::handshake(fd, iwarp::MpaRole::initiator, channel_options(opts), ec, &why);
     if (!im->sdp) {
-        connect_info fi;
+        ConnectInfo fi;
         fi.provider = "soft";
         fi.reason = why;
         return fail(ec, std::move(fi));
     }
-    im->info.used = transport::sdp;
+    im->info.used = Transport::sdp;
     im->info.peer = sdp_address;
     im->info.provider = "soft";
     impl_ = std::move(im);
@@ -252,24 +252,24 @@ std::error_code stream::connect_sdp(const pm::Endpoint& sdp_address, const strea
 
 namespace {
 
-// stream::connect's blocking driver of the 7.5.1 procedure: the Port
+// Stream::connect's blocking driver of the 7.5.1 procedure: the Port
 // Mapper through the shared resolver; SDP over the soft provider (a TCP
 // socket, then the MPA/SDP startup) or over rdma (an rdma_cm id; its
 // connect includes the startup). `automatic` with an rdma_cm id that cannot
 // be bound to CpIPAddr uses the soft provider instead.
 class StreamConnect final : public pmclient::BlockingConnect {
   public:
-    StreamConnect(pmclient::BlockingResolver& r, const stream_options& o,
-                  std::unique_ptr<detail::rdma_connector> rdma_side, bool automatic)
+    StreamConnect(pmclient::BlockingResolver& r, const StreamOptions& o,
+                  std::unique_ptr<detail::RdmaConnector> rdma_side, bool automatic)
         : BlockingConnect(o.connect_timeout),
           rdma(std::move(rdma_side)),
           resolver_(r),
           opts_(o),
           automatic_(automatic) {}
 
-    std::unique_ptr<io::SoftChannel> soft;         // done over soft SDP
-    std::unique_ptr<detail::rdma_connector> rdma;  // null: the soft provider
-    std::string note;                              // why automatic did not use rdma
+    std::unique_ptr<io::SoftChannel> soft;        // done over soft SDP
+    std::unique_ptr<detail::RdmaConnector> rdma;  // null: the soft provider
+    std::string note;                             // why automatic did not use rdma
 
   private:
     BindOutcome bind(const pm::IpAddress& cp) override {
@@ -308,13 +308,13 @@ class StreamConnect final : public pmclient::BlockingConnect {
     }
 
     pmclient::BlockingResolver& resolver_;
-    stream_options opts_;
+    StreamOptions opts_;
     bool automatic_;
 };
 
 }  // namespace
 
-std::error_code stream::connect(const pm::Endpoint& conventional, const stream_options& opts) {
+std::error_code Stream::connect(const pm::Endpoint& conventional, const StreamOptions& opts) {
     impl_.reset();
     failed_ = {};
     pmclient::BlockingResolver* resolver = nullptr;
@@ -324,7 +324,7 @@ std::error_code stream::connect(const pm::Endpoint& conventional, const stream_o
         return std::make_error_code(std::errc::invalid_argument);
     }
     auto po = detail::procedure_options(opts);
-    std::unique_ptr<detail::rdma_connector> rdma;
+    std::unique_ptr<detail::RdmaConnector> rdma;
     std::string pwhy;
     const auto prov = detail::choose_provider(opts.iwarp_provider, pwhy);
     if (!prov) {
@@ -332,18 +332,18 @@ std::error_code stream::connect(const pm::Endpoint& conventional, const stream_o
         po.unusable = detail::rdma_unusable_reason(pwhy);
     }
 #if SDPPM_HAVE_RDMA
-    if (prov == provider::rdma) {
+    if (prov == Provider::rdma) {
         rdma = detail::make_rdma_connector(opts);
     }
 #endif
     pmclient::ConnectProcedure proc(conventional, po);
-    StreamConnect io(*resolver, opts, std::move(rdma), opts.iwarp_provider == provider::automatic);
+    StreamConnect io(*resolver, opts, std::move(rdma), opts.iwarp_provider == Provider::automatic);
     const auto& last = io.run(proc);
-    connect_info info = detail::procedure_info(proc, io.rdma || !prov ? "rdma" : "soft");
+    ConnectInfo info = detail::procedure_info(proc, io.rdma || !prov ? "rdma" : "soft");
     if (last.step != pmclient::ConnectProcedure::Step::done) {
         return fail(proc.error(), std::move(info));
     }
-    auto im = std::make_unique<impl>();
+    auto im = std::make_unique<Impl>();
     im->opts = opts;
     im->info = std::move(info);
     im->info.peer = proc.peer();
@@ -353,7 +353,7 @@ std::error_code stream::connect(const pm::Endpoint& conventional, const stream_o
         io::set_nonblocking(fd, false);
         detail::set_io_timeout(fd, opts.io_timeout);
         im->tcp_fd = fd;
-        im->info.used = transport::tcp;
+        im->info.used = Transport::tcp;
         impl_ = std::move(im);
         return {};
     }
@@ -369,12 +369,12 @@ std::error_code stream::connect(const pm::Endpoint& conventional, const stream_o
         im->sdp = std::move(io.soft);
         im->info.reason = io.note;
     }
-    im->info.used = transport::sdp;
+    im->info.used = Transport::sdp;
     impl_ = std::move(im);
     return {};
 }
 
-std::size_t stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec) {
+std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec) {
     ec.clear();
     if (!impl_) {
         ec = std::make_error_code(std::errc::not_connected);
@@ -400,7 +400,7 @@ std::size_t stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec) 
     }
 }
 
-std::size_t stream::read(std::span<std::uint8_t> buf, std::error_code& ec) {
+std::size_t Stream::read(std::span<std::uint8_t> buf, std::error_code& ec) {
     std::size_t got = 0;
     while (got < buf.size()) {
         std::size_t n = read_some(buf.subspan(got), ec);
@@ -412,7 +412,7 @@ std::size_t stream::read(std::span<std::uint8_t> buf, std::error_code& ec) {
     return got;
 }
 
-std::size_t stream::write(std::span<const std::uint8_t> buf, std::error_code& ec) {
+std::size_t Stream::write(std::span<const std::uint8_t> buf, std::error_code& ec) {
     ec.clear();
     if (!impl_) {
         ec = std::make_error_code(std::errc::not_connected);
@@ -439,7 +439,7 @@ std::size_t stream::write(std::span<const std::uint8_t> buf, std::error_code& ec
     return done;
 }
 
-std::error_code stream::shutdown_write() {
+std::error_code Stream::shutdown_write() {
     if (!impl_) {
         return std::make_error_code(std::errc::not_connected);
     }
@@ -459,7 +459,7 @@ std::error_code stream::shutdown_write() {
     return {};
 }
 
-std::error_code stream::close() {
+std::error_code Stream::close() {
     if (!impl_) {
         return {};
     }
@@ -473,7 +473,7 @@ std::error_code stream::close() {
     return ec;
 }
 
-void stream::abort() {
+void Stream::abort() {
     if (!impl_) {
         return;
     }
@@ -487,19 +487,19 @@ void stream::abort() {
     impl_.reset();
 }
 
-bool stream::is_open() const {
+bool Stream::is_open() const {
     return impl_ != nullptr;
 }
 
-transport stream::used() const {
-    return impl_ ? impl_->info.used : transport::none;
+Transport Stream::used() const {
+    return impl_ ? impl_->info.used : Transport::none;
 }
 
-const connect_info& stream::info() const {
+const ConnectInfo& Stream::info() const {
     return impl_ ? impl_->info : failed_;
 }
 
-int stream::native_handle() const {
+int Stream::native_handle() const {
     if (!impl_) {
         return -1;
     }
@@ -509,7 +509,7 @@ int stream::native_handle() const {
     return impl_->sdp ? impl_->sdp->native_handle() : impl_->tcp_fd;
 }
 
-short stream::pump() {
+short Stream::pump() {
     if (!impl_) {
         return 0;
     }
@@ -519,7 +519,7 @@ short stream::pump() {
     return impl_->sdp ? impl_->sdp->pump() : static_cast<short>(POLLIN);
 }
 
-std::string stream::describe() const {
+std::string Stream::describe() const {
     if (!impl_) {
         return "not connected";
     }

@@ -50,7 +50,7 @@ bool write_all(int fd, const std::uint8_t* p, std::size_t n) {
     return true;
 }
 
-int run(sdp::stream& s, bool verbose) {
+int run(sdp::Stream& s, bool verbose) {
     // stdin -> stream in a thread, stream -> stdout here.
     std::error_code wec;
     std::atomic<bool> stop{false};
@@ -119,7 +119,7 @@ int run(sdp::stream& s, bool verbose) {
 int main(int argc, char** argv) {
     bool verbose = false, listen = false, direct = false, fallback = true;
     std::string reg, control = "/run/sdp-pmd/control.sock", bind_ip = "0.0.0.0", pmsp;
-    sdp::provider prov = sdp::provider::soft;
+    sdp::Provider prov = sdp::Provider::soft;
     std::vector<std::string> pos;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
             pos.push_back(a);
         }
     }
-    sdp::stream_options so;
+    sdp::StreamOptions so;
     so.fallback = fallback;
     so.iwarp_provider = prov;
     if (!pmsp.empty()) {
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
         }
         so.pmsp = *ep;
     }
-    sdp::stream s;
+    sdp::Stream s;
     if (listen) {
         if (pos.size() != 1) {
             usage();
@@ -188,8 +188,8 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "sdp-cat: bad address %s:%s\n", bind_ip.c_str(), pos[0].c_str());
             return 2;
         }
-        sdp::acceptor acc;
-        sdp::acceptor_options ao;
+        sdp::Acceptor acc;
+        sdp::AcceptorOptions ao;
         ao.stream = so;
         if (!reg.empty()) {
             ao.control_socket = control;
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
     }
     if (verbose) {
         const auto& i = s.info();
-        if (s.used() == sdp::transport::sdp) {
+        if (s.used() == sdp::Transport::sdp) {
             std::fprintf(stderr, "sdp-cat: connected over SDP (%s provider) to %s (%s)%s%s\n",
                          i.provider.c_str(), i.peer.to_string().c_str(), s.describe().c_str(),
                          i.reason.empty() ? "" : ": ", i.reason.c_str());

@@ -43,7 +43,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-// A connected byte stream: SDP (sdp::stream) or a kernel TCP socket.
+// A connected byte stream: SDP (sdp::Stream) or a kernel TCP socket.
 struct Conn {
     virtual ~Conn() = default;
     virtual std::size_t read_some(std::span<std::uint8_t> b, std::error_code& ec) = 0;
@@ -64,7 +64,7 @@ struct Conn {
 };
 
 struct SdpConn final : Conn {
-    sdp::stream s;
+    sdp::Stream s;
     std::size_t read_some(std::span<std::uint8_t> b, std::error_code& ec) override {
         return s.read_some(b, ec);
     }
@@ -123,12 +123,12 @@ struct PairMaker {
 };
 
 struct SdpPairs final : PairMaker {
-    sdp::acceptor acc;
-    sdp::stream_options so;
-    SdpPairs(bool crc, sdp::provider prov) {
+    sdp::Acceptor acc;
+    sdp::StreamOptions so;
+    SdpPairs(bool crc, sdp::Provider prov) {
         so.crc = crc;
         so.io_timeout = 30s;
-        sdp::acceptor_options ao;
+        sdp::AcceptorOptions ao;
         ao.stream = so;
         // The acceptor resolves `automatic`; the client uses what it chose.
         ao.stream.iwarp_provider = prov;
@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
     std::uint64_t max_bytes = 8ull << 30;
     bool crc = true, json = false;
     bool run_sdp = true, run_tcp = true, run_tput = true, run_lat = true;
-    sdp::provider prov = sdp::provider::soft;
+    sdp::Provider prov = sdp::Provider::soft;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -382,7 +382,7 @@ int main(int argc, char** argv) {
     TcpPairs tcp_pairs;
     const std::chrono::duration<double> t(secs), lt(secs / 2);
     if (!json) {
-        if (sdp_pairs.acc.listener_provider() == sdp::provider::rdma) {
+        if (sdp_pairs.acc.listener_provider() == sdp::Provider::rdma) {
             std::printf(
                 "sdp-perf: loopback, rdma-core iWARP provider vs kernel TCP, %.1f s per test\n",
                 secs);

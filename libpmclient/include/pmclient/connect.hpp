@@ -14,7 +14,7 @@
 // Errors (bad arguments, configuration, local socket errors) are returned,
 // not fallen back from. The returned descriptor is a blocking TCP socket
 // owned by the caller. The decisions are those of the library's one 7.5.1
-// procedure, shared with sdp::stream (docs/protocol-notes.md).
+// procedure, shared with sdp::Stream (docs/protocol-notes.md).
 #pragma once
 
 #include <chrono>

@@ -3,7 +3,7 @@
 // (bind a socket to CpIPAddr:0, connect with a bounded wait, the fallback
 // socket) are built in; the Port Mapper question, the cache flush and, for
 // SDP over another endpoint, bind/connect/handshake are the caller's
-// (pmclient::connect, sdp::stream::connect over the soft or rdma provider).
+// (pmclient::connect, sdp::Stream::connect over the soft or rdma provider).
 #pragma once
 
 #include <chrono>

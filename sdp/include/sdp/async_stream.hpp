@@ -1,33 +1,33 @@
 // The asynchronous SDP stream API on Boost.Asio.
 //
 //   boost::asio::io_context io;
-//   sdp::async_stream s(io);
+//   sdp::AsyncStream s(io);
 //   s.async_connect(conventional, opts, [&](boost::system::error_code ec) {
-//       // s.used(): transport::sdp or transport::tcp; s.info().reason says why
+//       // s.used(): Transport::sdp or Transport::tcp; s.info().reason says why
 //       boost::asio::async_write(s, boost::asio::buffer(data), ...);
 //   });
 //
-//   sdp::async_acceptor a(io);
+//   sdp::AsyncAcceptor a(io);
 //   a.open(*pm::Endpoint::parse("0.0.0.0:5001"), acceptor_opts);  // (+ registration)
-//   a.async_accept([](boost::system::error_code ec, sdp::async_stream peer) { ... });
+//   a.async_accept([](boost::system::error_code ec, sdp::AsyncStream peer) { ... });
 //
 // async_connect() resolves the Conventional Address with libpmclient's async
 // Resolver (section 7.5.1), TCP-connects to the SDP Address, runs the MPA
 // startup and SDP Hello/HelloAck from Asio completions, and falls back to
-// plain TCP exactly like sdp::stream::connect() (the same 7.5.1 procedure,
-// same connect_info). SDP goes over the soft provider only: iwarp_provider
+// plain TCP exactly like sdp::Stream::connect() (the same 7.5.1 procedure,
+// same ConnectInfo). SDP goes over the soft provider only: iwarp_provider
 // rdma counts as an unusable provider (TCP fallback, or no_such_device).
 //
 // async_read_some / async_write_some meet Asio's AsyncReadStream and
 // AsyncWriteStream requirements, so boost::asio::async_read / async_write /
-// async_read_until work on an async_stream. End of stream is
+// async_read_until work on an AsyncStream. End of stream is
 // boost::asio::error::eof; a peer's abort connection_reset; cancel() and
 // close() complete pending operations with operation_aborted.
 //
 // Completion tokens go through boost::asio::async_initiate: callbacks,
 // boost::asio::use_future, use_awaitable, yield_context, ...
 //
-// Threads: like boost::asio::ip::tcp::socket, an async_stream is not
+// Threads: like boost::asio::ip::tcp::socket, an AsyncStream is not
 // thread-safe: use it from one thread running the io_context, or from a
 // strand. Completion handlers run on their associated executor (default:
 // the io_context's), never inside the initiating call. No extra threads.
@@ -61,10 +61,10 @@ namespace detail {
 // The project's one type-erased completion handler (pmclient/completion.hpp):
 // invoking it posts the handler to its associated executor.
 template <typename Signature>
-using erased_handler = pmclient::ErasedHandler<Signature>;
+using ErasedHandler = pmclient::ErasedHandler<Signature>;
 
-using io_handler = erased_handler<void(boost::system::error_code, std::size_t)>;
-using op_handler = erased_handler<void(boost::system::error_code)>;
+using IoHandler = ErasedHandler<void(boost::system::error_code, std::size_t)>;
+using OpHandler = ErasedHandler<void(boost::system::error_code)>;
 
 // The first non-empty buffer of a sequence (as Asio's own sockets do for a
 // single read or write).
@@ -83,56 +83,55 @@ Buffer first_buffer(const Sequence& seq) {
 
 }  // namespace detail
 
-class async_acceptor;
+class AsyncAcceptor;
 
-class async_stream {
+class AsyncStream {
   public:
     using executor_type = boost::asio::io_context::executor_type;
 
     // Port Mapper resolutions share one pmclient::Resolver per io_context
     // (created on first use from libpmclient's configuration), unless one is
     // given here (it must outlive the stream).
-    explicit async_stream(boost::asio::io_context& io);
-    async_stream(boost::asio::io_context& io, pmclient::Resolver& resolver);
-    ~async_stream();  // abortive if still open
-    async_stream(async_stream&&) noexcept;
-    async_stream& operator=(async_stream&&) noexcept;
-    async_stream(const async_stream&) = delete;
-    async_stream& operator=(const async_stream&) = delete;
+    explicit AsyncStream(boost::asio::io_context& io);
+    AsyncStream(boost::asio::io_context& io, pmclient::Resolver& resolver);
+    ~AsyncStream();  // abortive if still open
+    AsyncStream(AsyncStream&&) noexcept;
+    AsyncStream& operator=(AsyncStream&&) noexcept;
+    AsyncStream(const AsyncStream&) = delete;
+    AsyncStream& operator=(const AsyncStream&) = delete;
 
     executor_type get_executor() noexcept { return io_->get_executor(); }
 
-    // Port Mapper resolution, SDP, fallback to TCP, like stream::connect().
+    // Port Mapper resolution, SDP, fallback to TCP, like Stream::connect().
     // Signature void(boost::system::error_code). Errors: invalid_argument
     // (bad address, pmclient configuration), connection_refused (no
     // fallback), the errors of the fallback TCP connect, protocol_error
     // (not an SDP peer), no_such_device (iwarp_provider rdma without
     // fallback), operation_aborted (cancel()/close()).
     template <typename Token>
-    auto async_connect(const pm::Endpoint& conventional, const stream_options& opts,
-                       Token&& token) {
+    auto async_connect(const pm::Endpoint& conventional, const StreamOptions& opts, Token&& token) {
         return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
-            [this](auto handler, const pm::Endpoint& ep, const stream_options& o) {
-                start_connect(0, ep, o, detail::op_handler(std::move(handler), get_executor()));
+            [this](auto handler, const pm::Endpoint& ep, const StreamOptions& o) {
+                start_connect(0, ep, o, detail::OpHandler(std::move(handler), get_executor()));
             },
             token, conventional, opts);
     }
     // SDP straight to an SDP Address (no Port Mapper, no fallback).
     template <typename Token>
-    auto async_connect_sdp(const pm::Endpoint& sdp_address, const stream_options& opts,
+    auto async_connect_sdp(const pm::Endpoint& sdp_address, const StreamOptions& opts,
                            Token&& token) {
         return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
-            [this](auto handler, const pm::Endpoint& ep, const stream_options& o) {
-                start_connect(1, ep, o, detail::op_handler(std::move(handler), get_executor()));
+            [this](auto handler, const pm::Endpoint& ep, const StreamOptions& o) {
+                start_connect(1, ep, o, detail::OpHandler(std::move(handler), get_executor()));
             },
             token, sdp_address, opts);
     }
     // Plain TCP (no SDP), for comparisons.
     template <typename Token>
-    auto async_connect_tcp(const pm::Endpoint& address, const stream_options& opts, Token&& token) {
+    auto async_connect_tcp(const pm::Endpoint& address, const StreamOptions& opts, Token&& token) {
         return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
-            [this](auto handler, const pm::Endpoint& ep, const stream_options& o) {
-                start_connect(2, ep, o, detail::op_handler(std::move(handler), get_executor()));
+            [this](auto handler, const pm::Endpoint& ep, const StreamOptions& o) {
+                start_connect(2, ep, o, detail::OpHandler(std::move(handler), get_executor()));
             },
             token, address, opts);
     }
@@ -143,7 +142,7 @@ class async_stream {
     auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
         return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
             [this](auto handler, boost::asio::mutable_buffer b) {
-                start_read(b, detail::io_handler(std::move(handler), get_executor()));
+                start_read(b, detail::IoHandler(std::move(handler), get_executor()));
             },
             token, detail::first_buffer<boost::asio::mutable_buffer>(buffers));
     }
@@ -153,7 +152,7 @@ class async_stream {
     auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
         return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
             [this](auto handler, boost::asio::const_buffer b) {
-                start_write(b, detail::io_handler(std::move(handler), get_executor()));
+                start_write(b, detail::IoHandler(std::move(handler), get_executor()));
             },
             token, detail::first_buffer<boost::asio::const_buffer>(buffers));
     }
@@ -163,18 +162,18 @@ class async_stream {
     auto async_shutdown(Token&& token) {
         return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
             [this](auto handler) {
-                start_shutdown(detail::op_handler(std::move(handler), get_executor()));
+                start_shutdown(detail::OpHandler(std::move(handler), get_executor()));
             },
             token);
     }
-    // Graceful close (8.2.1), bounded by stream_options::linger (then
+    // Graceful close (8.2.1), bounded by StreamOptions::linger (then
     // abortive, timed_out). Pending reads/writes complete with
     // operation_aborted. void(boost::system::error_code).
     template <typename Token>
     auto async_close(Token&& token) {
         return boost::asio::async_initiate<Token, void(boost::system::error_code)>(
             [this](auto handler) {
-                start_close(detail::op_handler(std::move(handler), get_executor()));
+                start_close(detail::OpHandler(std::move(handler), get_executor()));
             },
             token);
     }
@@ -187,53 +186,53 @@ class async_stream {
     void close();
 
     bool is_open() const;
-    transport used() const;
-    const connect_info& info() const;
+    Transport used() const;
+    const ConnectInfo& info() const;
     std::string describe() const;
 
-    struct impl;
+    struct Impl;
 
   private:
-    friend class async_acceptor;
-    void start_connect(int kind, const pm::Endpoint& ep, const stream_options& opts,
-                       detail::op_handler h);
-    void start_read(boost::asio::mutable_buffer b, detail::io_handler h);
-    void start_write(boost::asio::const_buffer b, detail::io_handler h);
-    void start_shutdown(detail::op_handler h);
-    void start_close(detail::op_handler h);
+    friend class AsyncAcceptor;
+    void start_connect(int kind, const pm::Endpoint& ep, const StreamOptions& opts,
+                       detail::OpHandler h);
+    void start_read(boost::asio::mutable_buffer b, detail::IoHandler h);
+    void start_write(boost::asio::const_buffer b, detail::IoHandler h);
+    void start_shutdown(detail::OpHandler h);
+    void start_close(detail::OpHandler h);
 
     boost::asio::io_context* io_;
     pmclient::Resolver* resolver_ = nullptr;
-    std::shared_ptr<impl> impl_;
+    std::shared_ptr<Impl> impl_;
 };
 
-// Listens on an SDP port and accepts async_streams. MPA/SDP startups run
+// Listens on an SDP port and accepts AsyncStreams. MPA/SDP startups run
 // concurrently on the io_context (at most max_pending_handshakes, beyond
 // which new TCP connections are closed and counted); failed startups are
 // counted and reported through on_handshake_error, never to async_accept.
-class async_acceptor {
+class AsyncAcceptor {
   public:
     using executor_type = boost::asio::io_context::executor_type;
 
-    explicit async_acceptor(boost::asio::io_context& io);
-    ~async_acceptor();  // close()
-    async_acceptor(const async_acceptor&) = delete;
-    async_acceptor& operator=(const async_acceptor&) = delete;
+    explicit AsyncAcceptor(boost::asio::io_context& io);
+    ~AsyncAcceptor();  // close()
+    AsyncAcceptor(const AsyncAcceptor&) = delete;
+    AsyncAcceptor& operator=(const AsyncAcceptor&) = delete;
 
     executor_type get_executor() noexcept { return io_->get_executor(); }
 
     // Listens and, with a control socket, registers the mapping with the
     // local sdp-pmd (one blocking exchange bounded by control_timeout), as
-    // sdp::acceptor::open.
-    std::error_code open(const pm::Endpoint& local, const acceptor_options& opts = {});
-    // void(boost::system::error_code, sdp::async_stream): the next stream
+    // sdp::Acceptor::open.
+    std::error_code open(const pm::Endpoint& local, const AcceptorOptions& opts = {});
+    // void(boost::system::error_code, sdp::AsyncStream): the next stream
     // whose startup completed. Errors: operation_aborted (cancel/close),
     // bad_descriptor (not open), or a failure of the listener itself.
     template <typename Token>
     auto async_accept(Token&& token) {
-        return boost::asio::async_initiate<Token, void(boost::system::error_code, async_stream)>(
+        return boost::asio::async_initiate<Token, void(boost::system::error_code, AsyncStream)>(
             [this](auto handler) {
-                start_accept(erased_handler_t(std::move(handler), get_executor()));
+                start_accept(AcceptHandler(std::move(handler), get_executor()));
             },
             token);
     }
@@ -247,16 +246,16 @@ class async_acceptor {
     bool registered() const;
     const std::string& registration_error() const;
     std::string last_error() const;
-    acceptor_stats stats() const;
+    AcceptorStats stats() const;
 
-    struct impl;
+    struct Impl;
 
   private:
-    using erased_handler_t = detail::erased_handler<void(boost::system::error_code, async_stream)>;
-    void start_accept(erased_handler_t h);
+    using AcceptHandler = detail::ErasedHandler<void(boost::system::error_code, AsyncStream)>;
+    void start_accept(AcceptHandler h);
 
     boost::asio::io_context* io_;
-    std::shared_ptr<impl> impl_;
+    std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace sdp

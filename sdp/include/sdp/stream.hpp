@@ -1,12 +1,12 @@
 // The public SDP stream API (blocking, socket-like).
 //
-//   sdp::stream s;
+//   sdp::Stream s;
 //   auto ec = s.connect(*pm::Endpoint::parse("192.0.2.10:5000"));  // Port Mapper + fallback
 //   s.write(bytes, ec); n = s.read_some(buf, ec); s.shutdown_write(); s.close();
 //
-//   sdp::acceptor a;
+//   sdp::Acceptor a;
 //   a.open(*pm::Endpoint::parse("0.0.0.0:5001"), opts);   // SDP port (+ registration)
-//   sdp::stream peer; a.accept(peer);
+//   sdp::Stream peer; a.accept(peer);
 //
 // connect() resolves the Conventional Address through libpmclient
 // (section 7.5.1), connects to the SDP Address over the soft iWARP provider
@@ -15,8 +15,8 @@
 // does not take the connection: refused, reset, aborted, unreachable or
 // timed out, at the TCP connect or in the SDP/MPA startup (one procedure
 // for every front end; the rule is in docs/protocol-notes.md, 7.5.1).
-// connect_info() says which path was used and why. See docs/sdp.md.
-// stream_options::iwarp_provider selects the rdma-core provider (an RNIC or
+// info() says which path was used and why. See docs/sdp.md.
+// StreamOptions::iwarp_provider selects the rdma-core provider (an RNIC or
 // Linux siw) instead of the soft one; see docs/rdma.md.
 #pragma once
 
@@ -35,8 +35,8 @@
 
 namespace sdp {
 
-enum class transport : std::uint8_t { none, sdp, tcp };
-const char* to_string(transport t);
+enum class Transport : std::uint8_t { none, sdp, tcp };
+const char* to_string(Transport t);
 
 // The iWARP provider that carries SDP (docs/rdma.md):
 //   soft       userspace MPA/DDP/RDMAP over a kernel TCP socket; works
@@ -44,20 +44,20 @@ const char* to_string(transport t);
 //   rdma       rdma-core (librdmacm + libibverbs) on an iWARP device: an RNIC
 //              or Linux soft-iWARP (siw). Without such a device, or when the
 //              library was built without it (SDPPM_WITH_RDMA=OFF), connect()
-//              and acceptor::open() fail with std::errc::no_such_device
-//              (connect() falls back to TCP when stream_options::fallback)
+//              and Acceptor::open() fail with std::errc::no_such_device
+//              (connect() falls back to TCP when StreamOptions::fallback)
 //   automatic  rdma when the probe finds an iWARP device, soft otherwise
 // Both providers speak the same wire protocol.
-enum class provider : std::uint8_t { soft, rdma, automatic };
+enum class Provider : std::uint8_t { soft, rdma, automatic };
 // "soft", "rdma", "auto".
-const char* to_string(provider p);
+const char* to_string(Provider p);
 // "soft", "rdma", "auto" (or "automatic"); nullopt for anything else.
-std::optional<provider> parse_provider(std::string_view name);
+std::optional<Provider> parse_provider(std::string_view name);
 // True when the rdma provider is built in and an iWARP device with a usable
 // rdma_cm is present; otherwise false and *why says what is missing.
 bool rdma_available(std::string* why = nullptr);
 
-struct stream_options {
+struct StreamOptions {
     // Each TCP connect attempt (rdma: RDMA address and route resolution).
     std::chrono::milliseconds connect_timeout{5000};
     // MPA startup + SDP Hello/HelloAck (rdma: until ESTABLISHED, then until
@@ -78,9 +78,9 @@ struct stream_options {
     std::chrono::milliseconds resolve_deadline{3000};
     std::chrono::milliseconds resolve_initial_timeout{250};
     bool use_pm_cache = true;
-    // Which iWARP provider carries SDP (see `provider`). Accepted streams
+    // Which iWARP provider carries SDP (see `Provider`). Accepted streams
     // use the acceptor's listener provider; this field selects it there.
-    provider iwarp_provider = provider::soft;
+    Provider iwarp_provider = Provider::soft;
     // Soft provider / SDP engine (crc: soft only; an RNIC or siw decides).
     bool crc = true;                          // ask for MPA CRC32c
     std::uint32_t recv_buf_size = 64 * 1024;  // SDP private buffer size
@@ -93,8 +93,8 @@ struct stream_options {
     std::size_t send_queue_limit = 256 * 1024;
 };
 
-struct connect_info {
-    transport used = transport::none;
+struct ConnectInfo {
+    Transport used = Transport::none;
     pm::Endpoint peer;   // where the stream is connected
     std::string reason;  // why SDP (or the rdma provider asked for) was not used, or the failure
     std::string resolution;  // Port Mapper outcome ("accepted", "denied", ...; empty: not asked)
@@ -104,21 +104,21 @@ struct connect_info {
     std::string provider;
 };
 
-class stream {
+class Stream {
   public:
-    stream();
-    ~stream();  // abortive if still open (like close() with SO_LINGER 0)
-    stream(stream&&) noexcept;
-    stream& operator=(stream&&) noexcept;
-    stream(const stream&) = delete;
-    stream& operator=(const stream&) = delete;
+    Stream();
+    ~Stream();  // abortive if still open (like close() with SO_LINGER 0)
+    Stream(Stream&&) noexcept;
+    Stream& operator=(Stream&&) noexcept;
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
 
     // Port Mapper resolution, SDP, fallback to TCP (see above).
-    std::error_code connect(const pm::Endpoint& conventional, const stream_options& opts = {});
+    std::error_code connect(const pm::Endpoint& conventional, const StreamOptions& opts = {});
     // SDP straight to an SDP Address (no Port Mapper, no fallback).
-    std::error_code connect_sdp(const pm::Endpoint& sdp_address, const stream_options& opts = {});
+    std::error_code connect_sdp(const pm::Endpoint& sdp_address, const StreamOptions& opts = {});
     // Plain TCP (no SDP), for comparisons.
-    std::error_code connect_tcp(const pm::Endpoint& address, const stream_options& opts = {});
+    std::error_code connect_tcp(const pm::Endpoint& address, const StreamOptions& opts = {});
 
     // Blocks until some bytes are available. Returns 0 without error at end
     // of stream (peer's DisConn / FIN). Errors: connection_reset (peer
@@ -137,10 +137,10 @@ class stream {
     void abort();
 
     bool is_open() const;
-    transport used() const;
+    Transport used() const;
     // How the stream is connected; after a failed connect*(), the reason
     // and the provider tried (reset by the next connect).
-    const connect_info& info() const;
+    const ConnectInfo& info() const;
     // The TCP socket (for poll()); use pump() when it is ready.
     int native_handle() const;
     // Event-loop helper: non-blocking service of the SDP machines; returns
@@ -149,22 +149,22 @@ class stream {
     // Details of the SDP connection (MSS, CRC, errors) for messages.
     std::string describe() const;
 
-    struct impl;
+    struct Impl;
 
   private:
-    friend class acceptor;
-    std::error_code fail(std::error_code ec, connect_info info);
-    std::unique_ptr<impl> impl_;
+    friend class Acceptor;
+    std::error_code fail(std::error_code ec, ConnectInfo info);
+    std::unique_ptr<Impl> impl_;
     // info() after a failed connect: the reason and the provider tried.
-    connect_info failed_;
+    ConnectInfo failed_;
 };
 
-struct acceptor_options {
+struct AcceptorOptions {
     // For accepted streams (handshake timeout, buffers, linger), and
     // stream.iwarp_provider selects the listener: soft (TCP socket), rdma
     // (rdma_cm listener on an iWARP device) or automatic (rdma when the
     // probe finds a device, else soft). One provider per acceptor.
-    stream_options stream;
+    StreamOptions stream;
     int backlog = 128;
     // Registration with the local sdp-pmd (docs/control-protocol.md). Unset
     // control_socket: no registration.
@@ -176,7 +176,7 @@ struct acceptor_options {
     std::chrono::milliseconds control_timeout{2000};
     // MPA/SDP startups in progress at once, plus established streams not
     // yet returned by accept(). Beyond it a new TCP connection is closed at
-    // once and counted (acceptor_stats::over_limit).
+    // once and counted (AcceptorStats::over_limit).
     std::size_t max_pending_handshakes = 64;
     // Called for each failed startup with "peer: error: why" (from the
     // thread that calls accept(), or the async acceptor's executor).
@@ -184,7 +184,7 @@ struct acceptor_options {
 };
 
 // Counters of an acceptor (blocking or async).
-struct acceptor_stats {
+struct AcceptorStats {
     std::uint64_t tcp_accepted = 0;        // TCP connections taken from the listen queue
     std::uint64_t established = 0;         // startups that completed
     std::uint64_t handshake_failures = 0;  // garbage, timeout, reset, rejected
@@ -193,20 +193,20 @@ struct acceptor_stats {
     std::size_t ready = 0;                 // established, waiting for accept()
 };
 
-class acceptor {
+class Acceptor {
   public:
-    acceptor();
-    ~acceptor();  // close()
-    acceptor(const acceptor&) = delete;
-    acceptor& operator=(const acceptor&) = delete;
+    Acceptor();
+    ~Acceptor();  // close()
+    Acceptor(const Acceptor&) = delete;
+    Acceptor& operator=(const Acceptor&) = delete;
     // A moved-from acceptor is closed: it may be destroyed or assigned to.
-    acceptor(acceptor&&) noexcept;
-    acceptor& operator=(acceptor&&) noexcept;
+    Acceptor(Acceptor&&) noexcept;
+    Acceptor& operator=(Acceptor&&) noexcept;
 
     // Listens (SO_REUSEADDR) and, with a control socket, registers the
     // mapping. A failed registration closes the listener and returns the
     // error; registration_error() has the daemon's text.
-    std::error_code open(const pm::Endpoint& local, const acceptor_options& opts = {});
+    std::error_code open(const pm::Endpoint& local, const AcceptorOptions& opts = {});
     // Returns the next connection whose MPA/SDP startup completed. Startups
     // run concurrently (one thread each, at most max_pending_handshakes),
     // so a silent or slow client never delays the others; a startup already
@@ -215,13 +215,13 @@ class acceptor {
     // is counted (stats()), reported through on_handshake_error and
     // last_error(), and never returned here; accept() fails only with
     // timed_out (timeout passed) or when the listener itself fails.
-    std::error_code accept(stream& out, std::optional<std::chrono::milliseconds> timeout = {});
+    std::error_code accept(Stream& out, std::optional<std::chrono::milliseconds> timeout = {});
     // Unregisters (if registered) and closes the listener.
     std::error_code close();
 
     bool is_open() const;
     // The provider the listener uses (soft or rdma) once open.
-    provider listener_provider() const;
+    Provider listener_provider() const;
     pm::Endpoint local_endpoint() const;
     bool registered() const;
     const std::string& registration_error() const;
@@ -230,14 +230,14 @@ class acceptor {
     const std::string& open_error() const;
     // The last startup failure ("peer: error: why"), empty if none.
     std::string last_error() const;
-    acceptor_stats stats() const;
+    AcceptorStats stats() const;
     // The listening TCP socket (soft), or the rdma_cm event channel (rdma).
     int native_handle() const;
 
-    struct impl;
+    struct Impl;
 
   private:
-    std::unique_ptr<impl> impl_;
+    std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace sdp

@@ -1,4 +1,4 @@
-// Concurrent MPA/SDP startups of the blocking sdp::acceptor: silent TCP
+// Concurrent MPA/SDP startups of the blocking sdp::Acceptor: silent TCP
 // clients do not delay a real one, the number of pending startups is
 // bounded, and failed startups are counted, never returned by accept().
 // Bounded by accept timeouts and a generous handshake_timeout; the tests
@@ -18,8 +18,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-sdp::stream_options opts() {
-    sdp::stream_options o;
+sdp::StreamOptions opts() {
+    sdp::StreamOptions o;
     o.io_timeout = 20s;
     o.handshake_timeout = 10s;
     o.linger = 5s;
@@ -37,8 +37,8 @@ bool closed_by_peer(int fd) {
 }
 
 TEST(SdpAcceptor, SilentClientsDoNotDelayARealOne) {
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ao.stream.handshake_timeout = 60s;  // the silent ones stay pending throughout
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
@@ -48,10 +48,10 @@ TEST(SdpAcceptor, SilentClientsDoNotDelayARealOne) {
         ASSERT_GE(fd, 0);
         silent.push_back(fd);
     }
-    sdp::stream client;
+    sdp::Stream client;
     std::error_code cec;
     std::thread t([&] { cec = client.connect_sdp(acc.local_endpoint(), opts()); });
-    sdp::stream server;
+    sdp::Stream server;
     // The silent connections are ahead of the real one in the listen queue.
     auto ec = acc.accept(server, 30s);
     t.join();
@@ -88,8 +88,8 @@ TEST(SdpAcceptor, SilentClientsDoNotDelayARealOne) {
 }
 
 TEST(SdpAcceptor, PendingHandshakesAreBounded) {
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ao.stream.handshake_timeout = 60s;
     ao.max_pending_handshakes = 3;
@@ -102,7 +102,7 @@ TEST(SdpAcceptor, PendingHandshakesAreBounded) {
         ASSERT_GE(fd, 0);
         silent.push_back(fd);
     }
-    sdp::stream server;
+    sdp::Stream server;
     for (int i = 0; i < 100 && acc.stats().tcp_accepted < 5; ++i) {
         EXPECT_EQ(acc.accept(server, 100ms), std::errc::timed_out);
     }
@@ -118,7 +118,7 @@ TEST(SdpAcceptor, PendingHandshakesAreBounded) {
     }
     EXPECT_TRUE(sdptest::wait_for([&] { return acc.stats().pending == 0; }));
     // Room again: a real client gets through; the failures were reported.
-    sdp::stream client;
+    sdp::Stream client;
     std::error_code cec;
     std::thread t([&] { cec = client.connect_sdp(acc.local_endpoint(), opts()); });
     auto ec = acc.accept(server, 30s);

@@ -1,4 +1,4 @@
-// sdp::stream through the real sdp-pmd: PMAccept -> SDP to the acceptor;
+// sdp::Stream through the real sdp-pmd: PMAccept -> SDP to the acceptor;
 // PMDeny, PM timeout and a refused SDP Address -> plain TCP fallback; and
 // the acceptor's registration over the daemon's control socket.
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@ using namespace std::chrono_literals;
 
 class SdpPortMapper : public sdptest::PmdFixture {
   protected:
-    sdp::stream_options opts() const {
-        sdp::stream_options o;
+    sdp::StreamOptions opts() const {
+        sdp::StreamOptions o;
         o.pmsp = pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_};
         o.io_timeout = 20s;
         o.resolve_deadline = 2s;
@@ -27,7 +27,7 @@ class SdpPortMapper : public sdptest::PmdFixture {
 };
 
 // Sends "ping" and expects "pong" back from a peer running `serve`.
-void ping_pong(sdp::stream& s) {
+void ping_pong(sdp::Stream& s) {
     std::error_code ec;
     const std::string ping = "ping";
     s.write(std::span(reinterpret_cast<const std::uint8_t*>(ping.data()), ping.size()), ec);
@@ -48,8 +48,8 @@ void serve_one(Read rd, Write wr) {
 
 TEST_F(SdpPortMapper, AcceptedMappingCarriesDataOverSdp) {
     sdptest::TcpListener conv;  // reserves the Conventional port (unused)
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream.io_timeout = 20s;
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
     ASSERT_NO_FATAL_FAILURE(
@@ -58,7 +58,7 @@ TEST_F(SdpPortMapper, AcceptedMappingCarriesDataOverSdp) {
               std::to_string(conv.port()) +
               "\"\n    sdp: [\"127.0.0.1:" + std::to_string(acc.local_endpoint().port) + "\"]\n"));
     std::thread srv([&] {
-        sdp::stream s;
+        sdp::Stream s;
         if (acc.accept(s, 10s)) {
             return;
         }
@@ -67,10 +67,10 @@ TEST_F(SdpPortMapper, AcceptedMappingCarriesDataOverSdp) {
                   [&](std::span<const std::uint8_t> b) { s.write(b, ec); });
         s.close();
     });
-    sdp::stream s;
+    sdp::Stream s;
     auto ec = s.connect(conv.endpoint(), opts());
     ASSERT_FALSE(ec) << ec.message() << " " << s.info().reason;
-    EXPECT_EQ(s.used(), sdp::transport::sdp) << s.info().reason;
+    EXPECT_EQ(s.used(), sdp::Transport::sdp) << s.info().reason;
     EXPECT_EQ(s.info().resolution, "accept");  // pmclient::to_string(ResultKind)
     EXPECT_EQ(s.info().peer, acc.local_endpoint());
     ping_pong(s);
@@ -78,8 +78,8 @@ TEST_F(SdpPortMapper, AcceptedMappingCarriesDataOverSdp) {
     srv.join();
 }
 
-void tcp_fallback_case(sdp::stream& s, sdptest::TcpListener& conv, const pm::Endpoint& target,
-                       const sdp::stream_options& o) {
+void tcp_fallback_case(sdp::Stream& s, sdptest::TcpListener& conv, const pm::Endpoint& target,
+                       const sdp::StreamOptions& o) {
     std::thread srv([&] {
         int fd = conv.accept();
         if (fd < 0) {
@@ -95,7 +95,7 @@ void tcp_fallback_case(sdp::stream& s, sdptest::TcpListener& conv, const pm::End
     });
     auto ec = s.connect(target, o);
     if (!ec) {
-        EXPECT_EQ(s.used(), sdp::transport::tcp);
+        EXPECT_EQ(s.used(), sdp::Transport::tcp);
         EXPECT_FALSE(s.info().reason.empty());
         EXPECT_EQ(s.info().peer, conv.endpoint());
         ping_pong(s);
@@ -119,7 +119,7 @@ TEST_F(SdpPortMapper, DenyFallsBackToPlainTcp) {
               "  - name: app\n    conventional: \"127.0.0.1:" +
               std::to_string(conv.port()) +
               "\"\n    sdp: [\"127.0.0.1:9\"]\n    allow: [\"10.0.0.0/8\"]\n"));
-    sdp::stream s;
+    sdp::Stream s;
     ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(s, conv, conv.endpoint(), opts()));
 }
 
@@ -133,7 +133,7 @@ TEST_F(SdpPortMapper, RefusedSdpAddressFallsBackToPlainTcp) {
               "  - name: app\n    conventional: \"127.0.0.1:" +
               std::to_string(conv.port()) + "\"\n    sdp: [\"127.0.0.1:" + std::to_string(dead) +
               "\"]\n"));
-    sdp::stream s;
+    sdp::Stream s;
     ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(s, conv, conv.endpoint(), opts()));
 }
 
@@ -145,7 +145,7 @@ TEST_F(SdpPortMapper, NoPortMapperTimesOutAndFallsBack) {
     auto o = opts();
     o.resolve_deadline = 300ms;
     o.resolve_initial_timeout = 100ms;
-    sdp::stream s;
+    sdp::Stream s;
     ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(s, conv, conv.endpoint(), o));
     EXPECT_EQ(s.info().resolution, "");  // closed: info reset
 }
@@ -159,7 +159,7 @@ TEST_F(SdpPortMapper, NoFallbackWhenDisabled) {
     o.resolve_deadline = 200ms;
     o.resolve_initial_timeout = 100ms;
     o.fallback = false;
-    sdp::stream s;
+    sdp::Stream s;
     EXPECT_TRUE(s.connect(conv.endpoint(), o));
     EXPECT_FALSE(s.is_open());
 }
@@ -175,8 +175,8 @@ TEST_F(SdpPortMapper, AcceptorRegistersThroughTheControlSocket) {
         GTEST_SKIP() << "sdp-pmd has no control socket yet: " << log();
     }
     sdptest::TcpListener conv;
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream.io_timeout = 20s;
     ao.control_socket = sock.string();
     ao.conventional = conv.endpoint().to_string();
@@ -185,7 +185,7 @@ TEST_F(SdpPortMapper, AcceptorRegistersThroughTheControlSocket) {
     ASSERT_FALSE(ec) << ec.message() << ": " << acc.registration_error();
     EXPECT_TRUE(acc.registered());
     std::thread srv([&] {
-        sdp::stream s;
+        sdp::Stream s;
         if (acc.accept(s, 10s)) {
             return;
         }
@@ -194,22 +194,22 @@ TEST_F(SdpPortMapper, AcceptorRegistersThroughTheControlSocket) {
                   [&](std::span<const std::uint8_t> b) { s.write(b, e); });
         s.close();
     });
-    sdp::stream s;
+    sdp::Stream s;
     ec = s.connect(conv.endpoint(), opts());
     ASSERT_FALSE(ec) << ec.message();
-    EXPECT_EQ(s.used(), sdp::transport::sdp) << s.info().reason;
+    EXPECT_EQ(s.used(), sdp::Transport::sdp) << s.info().reason;
     ping_pong(s);
     s.close();
     srv.join();
     EXPECT_FALSE(acc.close()) << acc.registration_error();
     // Unregistered: the same Conventional Address is now denied -> TCP.
-    sdp::stream t;
+    sdp::Stream t;
     ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(t, conv, conv.endpoint(), opts()));
 }
 
 TEST_F(SdpPortMapper, RegistrationWithoutDaemonIsAClearError) {
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.control_socket = (dir_.path() / "nobody.sock").string();
     ao.conventional = "127.0.0.1:1";
     auto ec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao);

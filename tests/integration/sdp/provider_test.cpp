@@ -1,4 +1,4 @@
-// Provider selection of sdp::stream / sdp::acceptor (docs/rdma.md): soft,
+// Provider selection of sdp::Stream / sdp::Acceptor (docs/rdma.md): soft,
 // rdma (rdma-core on an iWARP device) and automatic. On a host without an
 // iWARP device (this CI) the rdma cases check the documented error and the
 // TCP fallback and `automatic` must pick the soft provider; with a device
@@ -50,7 +50,7 @@ void tcp_pong(sdptest::TcpListener& conv) {
     ::close(fd);
 }
 
-void expect_ping_pong(sdp::stream& s) {
+void expect_ping_pong(sdp::Stream& s) {
     std::error_code ec;
     s.write(bytes_of("ping"), ec);
     ASSERT_FALSE(ec) << ec.message();
@@ -61,7 +61,7 @@ void expect_ping_pong(sdp::stream& s) {
 
 // `total` pattern bytes client -> server; the server checks them, then
 // half-closes after sending its byte count back as text; both see EOF.
-void transfer_and_check(sdp::stream& client, sdp::stream& server, std::size_t total) {
+void transfer_and_check(sdp::Stream& client, sdp::Stream& server, std::size_t total) {
     std::string server_error;
     std::size_t server_got = 0;
     std::thread srv([&] {
@@ -118,8 +118,8 @@ void transfer_and_check(sdp::stream& client, sdp::stream& server, std::size_t to
     EXPECT_EQ(reply, std::to_string(total));
 }
 
-sdp::stream_options base_opts() {
-    sdp::stream_options o;
+sdp::StreamOptions base_opts() {
+    sdp::StreamOptions o;
     o.io_timeout = 20s;
     o.connect_timeout = 3s;
     o.handshake_timeout = 5s;
@@ -127,16 +127,16 @@ sdp::stream_options base_opts() {
 }
 
 TEST(SdpProvider, NamesRoundTripAndBadNamesAreRejected) {
-    for (auto p : {sdp::provider::soft, sdp::provider::rdma, sdp::provider::automatic}) {
+    for (auto p : {sdp::Provider::soft, sdp::Provider::rdma, sdp::Provider::automatic}) {
         auto back = sdp::parse_provider(sdp::to_string(p));
         ASSERT_TRUE(back.has_value()) << sdp::to_string(p);
         EXPECT_EQ(*back, p);
     }
-    EXPECT_EQ(sdp::parse_provider("automatic"), sdp::provider::automatic);
+    EXPECT_EQ(sdp::parse_provider("automatic"), sdp::Provider::automatic);
     for (const char* bad : {"", "RDMA", "Soft", "tcp", "iwarp", "soft ", "autom"}) {
         EXPECT_FALSE(sdp::parse_provider(bad).has_value()) << "'" << bad << "'";
     }
-    EXPECT_EQ(sdp::stream_options{}.iwarp_provider, sdp::provider::soft);
+    EXPECT_EQ(sdp::StreamOptions{}.iwarp_provider, sdp::Provider::soft);
 }
 
 TEST(SdpProvider, ProbeExplainsItself) {
@@ -150,22 +150,22 @@ TEST(SdpProvider, ProbeExplainsItself) {
 }
 
 TEST(SdpProvider, SoftIsTheDefaultAndIsReported) {
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = base_opts();
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
-    EXPECT_EQ(acc.listener_provider(), sdp::provider::soft);
-    sdp::stream server;
+    EXPECT_EQ(acc.listener_provider(), sdp::Provider::soft);
+    sdp::Stream server;
     std::error_code aec;
     std::thread t([&] { aec = acc.accept(server, 10s); });
-    sdp::stream client;
+    sdp::Stream client;
     auto ec = client.connect_sdp(acc.local_endpoint(), base_opts());
     t.join();
     ASSERT_FALSE(ec) << ec.message() << ": " << client.info().reason;
     ASSERT_FALSE(aec) << aec.message();
     EXPECT_EQ(client.info().provider, "soft");
     EXPECT_EQ(server.info().provider, "soft");
-    EXPECT_EQ(client.used(), sdp::transport::sdp);
+    EXPECT_EQ(client.used(), sdp::Transport::sdp);
     transfer_and_check(client, server, 300 * 1024);
     EXPECT_FALSE(client.close());
     server.close();
@@ -178,14 +178,14 @@ TEST(SdpProvider, RdmaWithoutDeviceFailsConnectSdpClearly) {
     }
     sdptest::TcpListener l;  // a listener that must not be contacted
     auto o = base_opts();
-    o.iwarp_provider = sdp::provider::rdma;
-    sdp::stream s;
+    o.iwarp_provider = sdp::Provider::rdma;
+    sdp::Stream s;
     const auto t0 = Clock::now();
     auto ec = s.connect_sdp(l.endpoint(), o);
     EXPECT_LT(Clock::now() - t0, 2s);
     EXPECT_EQ(ec, std::errc::no_such_device) << ec.message();
     EXPECT_FALSE(s.is_open());
-    EXPECT_EQ(s.used(), sdp::transport::none);
+    EXPECT_EQ(s.used(), sdp::Transport::none);
     EXPECT_EQ(s.info().provider, "rdma");
     EXPECT_NE(s.info().reason.find("no usable iWARP RDMA device"), std::string::npos)
         << s.info().reason;
@@ -198,23 +198,23 @@ TEST(SdpProvider, AutomaticWithoutDeviceUsesSoft) {
     if (has_device()) {
         GTEST_SKIP() << "an iWARP device is present: automatic picks rdma (see RdmaEndToEnd)";
     }
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = base_opts();
-    ao.stream.iwarp_provider = sdp::provider::automatic;
+    ao.stream.iwarp_provider = sdp::Provider::automatic;
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao)) << acc.open_error();
-    EXPECT_EQ(acc.listener_provider(), sdp::provider::soft);
-    sdp::stream server;
+    EXPECT_EQ(acc.listener_provider(), sdp::Provider::soft);
+    sdp::Stream server;
     std::error_code aec;
     std::thread t([&] { aec = acc.accept(server, 10s); });
     auto o = base_opts();
-    o.iwarp_provider = sdp::provider::automatic;
-    sdp::stream client;
+    o.iwarp_provider = sdp::Provider::automatic;
+    sdp::Stream client;
     auto ec = client.connect_sdp(acc.local_endpoint(), o);
     t.join();
     ASSERT_FALSE(ec) << ec.message() << ": " << client.info().reason;
     ASSERT_FALSE(aec) << aec.message();
-    EXPECT_EQ(client.used(), sdp::transport::sdp);
+    EXPECT_EQ(client.used(), sdp::Transport::sdp);
     EXPECT_EQ(client.info().provider, "soft");
     EXPECT_EQ(server.info().provider, "soft");
     transfer_and_check(client, server, 1024 * 1024);
@@ -226,9 +226,9 @@ TEST(SdpProvider, AcceptorWithRdmaWithoutDeviceFailsClearly) {
     if (has_device()) {
         GTEST_SKIP() << "an iWARP device is present";
     }
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
-    ao.stream.iwarp_provider = sdp::provider::rdma;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
+    ao.stream.iwarp_provider = sdp::Provider::rdma;
     ao.control_socket = "/nonexistent/control.sock";  // never reached
     ao.conventional = "127.0.0.1:1";
     auto ec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao);
@@ -238,14 +238,14 @@ TEST(SdpProvider, AcceptorWithRdmaWithoutDeviceFailsClearly) {
     EXPECT_TRUE(acc.registration_error().empty()) << acc.registration_error();
     EXPECT_NE(acc.open_error().find("no usable iWARP RDMA device"), std::string::npos)
         << acc.open_error();
-    sdp::stream s;
+    sdp::Stream s;
     EXPECT_EQ(acc.accept(s, 10ms), std::errc::bad_file_descriptor);
 }
 
 // Through the real sdp-pmd.
 class SdpProviderPm : public sdptest::PmdFixture {
   protected:
-    sdp::stream_options opts() const {
+    sdp::StreamOptions opts() const {
         auto o = base_opts();
         o.pmsp = pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_};
         o.resolve_deadline = 2s;
@@ -253,7 +253,7 @@ class SdpProviderPm : public sdptest::PmdFixture {
         return o;
     }
     // A soft acceptor behind a mapping Conventional -> its SDP Address.
-    void start_with_mapping(const sdptest::TcpListener& conv, const sdp::acceptor& acc) {
+    void start_with_mapping(const sdptest::TcpListener& conv, const sdp::Acceptor& acc) {
         start(
             "listen: [\"127.0.0.1:{PORT}\"]\nservices:\n"
             "  - name: app\n    conventional: \"127.0.0.1:" +
@@ -267,15 +267,15 @@ TEST_F(SdpProviderPm, RdmaWithoutDeviceFallsBackToTcpWithTheReason) {
         GTEST_SKIP() << "an iWARP device is present";
     }
     sdptest::TcpListener conv;
-    sdp::acceptor acc;  // the mapping is there: the soft provider would use it
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;  // the mapping is there: the soft provider would use it
+    sdp::AcceptorOptions ao;
     ao.stream = base_opts();
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
     ASSERT_NO_FATAL_FAILURE(start_with_mapping(conv, acc));
     std::thread srv([&] { tcp_pong(conv); });
     auto o = opts();
-    o.iwarp_provider = sdp::provider::rdma;
-    sdp::stream s;
+    o.iwarp_provider = sdp::Provider::rdma;
+    sdp::Stream s;
     auto ec = s.connect(conv.endpoint(), o);
     if (ec) {
         int fd = sdptest::tcp_connect(conv.endpoint());  // unblock the server thread
@@ -284,7 +284,7 @@ TEST_F(SdpProviderPm, RdmaWithoutDeviceFallsBackToTcpWithTheReason) {
         }
     }
     ASSERT_FALSE(ec) << ec.message() << ": " << s.info().reason;
-    EXPECT_EQ(s.used(), sdp::transport::tcp);
+    EXPECT_EQ(s.used(), sdp::Transport::tcp);
     EXPECT_EQ(s.info().provider, "tcp");
     EXPECT_EQ(s.info().peer, conv.endpoint());
     EXPECT_NE(s.info().reason.find("no usable iWARP RDMA device"), std::string::npos)
@@ -302,13 +302,13 @@ TEST_F(SdpProviderPm, RdmaWithoutDeviceAndNoFallbackIsNoSuchDevice) {
         GTEST_SKIP() << "an iWARP device is present";
     }
     sdptest::TcpListener conv;
-    sdp::acceptor acc;
+    sdp::Acceptor acc;
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), {}));
     ASSERT_NO_FATAL_FAILURE(start_with_mapping(conv, acc));
     auto o = opts();
-    o.iwarp_provider = sdp::provider::rdma;
+    o.iwarp_provider = sdp::Provider::rdma;
     o.fallback = false;
-    sdp::stream s;
+    sdp::Stream s;
     auto ec = s.connect(conv.endpoint(), o);
     EXPECT_EQ(ec, std::errc::no_such_device) << ec.message();
     EXPECT_FALSE(s.is_open());
@@ -323,24 +323,24 @@ TEST_F(SdpProviderPm, AutomaticWithoutDeviceResolvesAndUsesSoft) {
         GTEST_SKIP() << "an iWARP device is present";
     }
     sdptest::TcpListener conv;
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = base_opts();
-    ao.stream.iwarp_provider = sdp::provider::automatic;
+    ao.stream.iwarp_provider = sdp::Provider::automatic;
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
-    ASSERT_EQ(acc.listener_provider(), sdp::provider::soft);
+    ASSERT_EQ(acc.listener_provider(), sdp::Provider::soft);
     ASSERT_NO_FATAL_FAILURE(start_with_mapping(conv, acc));
-    sdp::stream server;
+    sdp::Stream server;
     std::error_code aec;
     std::thread t([&] { aec = acc.accept(server, 10s); });
     auto o = opts();
-    o.iwarp_provider = sdp::provider::automatic;
-    sdp::stream client;
+    o.iwarp_provider = sdp::Provider::automatic;
+    sdp::Stream client;
     auto ec = client.connect(conv.endpoint(), o);
     t.join();
     ASSERT_FALSE(ec) << ec.message() << ": " << client.info().reason;
     ASSERT_FALSE(aec) << aec.message();
-    EXPECT_EQ(client.used(), sdp::transport::sdp) << client.info().reason;
+    EXPECT_EQ(client.used(), sdp::Transport::sdp) << client.info().reason;
     EXPECT_EQ(client.info().provider, "soft");
     EXPECT_EQ(client.info().resolution, "accept");
     EXPECT_EQ(client.info().peer, acc.local_endpoint());
@@ -370,24 +370,24 @@ TEST_F(SdpProviderPm, AutomaticWithoutDeviceResolvesAndUsesSoft) {
     } while (0)
 
 TEST(SdpProviderRdma, EndToEndStreamOverTheDevice) {
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = base_opts();
-    ao.stream.iwarp_provider = sdp::provider::rdma;
+    ao.stream.iwarp_provider = sdp::Provider::rdma;
     OPEN_RDMA_ACCEPTOR_OR_SKIP(acc, ao);
-    EXPECT_EQ(acc.listener_provider(), sdp::provider::rdma);
+    EXPECT_EQ(acc.listener_provider(), sdp::Provider::rdma);
     ASSERT_NE(acc.local_endpoint().port, 0);
-    sdp::stream server;
+    sdp::Stream server;
     std::error_code aec;
     std::thread t([&] { aec = acc.accept(server, 10s); });
     auto o = base_opts();
-    o.iwarp_provider = sdp::provider::rdma;
-    sdp::stream client;
+    o.iwarp_provider = sdp::Provider::rdma;
+    sdp::Stream client;
     auto ec = client.connect_sdp(acc.local_endpoint(), o);
     t.join();
     ASSERT_FALSE(ec) << ec.message() << ": " << client.info().reason;
     ASSERT_FALSE(aec) << aec.message() << ": " << acc.last_error();
-    EXPECT_EQ(client.used(), sdp::transport::sdp);
+    EXPECT_EQ(client.used(), sdp::Transport::sdp);
     EXPECT_EQ(client.info().provider, "rdma");
     EXPECT_EQ(server.info().provider, "rdma");
     EXPECT_NE(client.describe().find("rdma-core provider"), std::string::npos) << client.describe();
@@ -397,18 +397,18 @@ TEST(SdpProviderRdma, EndToEndStreamOverTheDevice) {
 }
 
 TEST(SdpProviderRdma, AutomaticPicksRdmaWhenTheProbeFindsADevice) {
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = base_opts();
-    ao.stream.iwarp_provider = sdp::provider::automatic;
+    ao.stream.iwarp_provider = sdp::Provider::automatic;
     OPEN_RDMA_ACCEPTOR_OR_SKIP(acc, ao);
-    EXPECT_EQ(acc.listener_provider(), sdp::provider::rdma);
-    sdp::stream server;
+    EXPECT_EQ(acc.listener_provider(), sdp::Provider::rdma);
+    sdp::Stream server;
     std::error_code aec;
     std::thread t([&] { aec = acc.accept(server, 10s); });
     auto o = base_opts();
-    o.iwarp_provider = sdp::provider::automatic;
-    sdp::stream client;
+    o.iwarp_provider = sdp::Provider::automatic;
+    sdp::Stream client;
     auto ec = client.connect_sdp(acc.local_endpoint(), o);
     t.join();
     ASSERT_FALSE(ec) << ec.message() << ": " << client.info().reason;
@@ -421,10 +421,10 @@ TEST(SdpProviderRdma, AutomaticPicksRdmaWhenTheProbeFindsADevice) {
 
 TEST_F(SdpProviderPm, RdmaThroughThePortMapper) {
     sdptest::TcpListener conv;
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = base_opts();
-    ao.stream.iwarp_provider = sdp::provider::rdma;
+    ao.stream.iwarp_provider = sdp::Provider::rdma;
     OPEN_RDMA_ACCEPTOR_OR_SKIP(acc, ao);
     const std::string addr = rdma_test_addr();
     ASSERT_NO_FATAL_FAILURE(
@@ -432,18 +432,18 @@ TEST_F(SdpProviderPm, RdmaThroughThePortMapper) {
               "  - name: app\n    conventional: \"" +
               addr + ":" + std::to_string(conv.port()) + "\"\n    sdp: [\"" + addr + ":" +
               std::to_string(acc.local_endpoint().port) + "\"]\n"));
-    sdp::stream server;
+    sdp::Stream server;
     std::error_code aec;
     std::thread t([&] { aec = acc.accept(server, 10s); });
     auto o = opts();
-    o.iwarp_provider = sdp::provider::rdma;
+    o.iwarp_provider = sdp::Provider::rdma;
     o.fallback = false;
-    sdp::stream client;
+    sdp::Stream client;
     auto ec = client.connect(*pm::Endpoint::parse(addr + ":" + std::to_string(conv.port())), o);
     t.join();
     ASSERT_FALSE(ec) << ec.message() << ": " << client.info().reason;
     ASSERT_FALSE(aec) << aec.message() << ": " << acc.last_error();
-    EXPECT_EQ(client.used(), sdp::transport::sdp);
+    EXPECT_EQ(client.used(), sdp::Transport::sdp);
     EXPECT_EQ(client.info().provider, "rdma");
     EXPECT_EQ(client.info().resolution, "accept");
     EXPECT_EQ(client.info().peer, acc.local_endpoint());

@@ -1,7 +1,7 @@
 // End-to-end SDP streams over loopback on the soft iWARP provider (no port
 // mapper): sizes with content checks, both directions at once, half-close,
 // abort, a killed peer, startup failures. Every wait is bounded by
-// stream_options::io_timeout / handshake_timeout or a join of a thread whose
+// StreamOptions::io_timeout / handshake_timeout or a join of a thread whose
 // own calls are bounded.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -23,8 +23,8 @@ using namespace std::chrono_literals;
 using sdptest::check_pattern;
 using sdptest::pattern;
 
-sdp::stream_options opts() {
-    sdp::stream_options o;
+sdp::StreamOptions opts() {
+    sdp::StreamOptions o;
     o.io_timeout = 20s;
     o.handshake_timeout = 5s;
     o.linger = 5s;
@@ -32,14 +32,14 @@ sdp::stream_options opts() {
 }
 
 struct Pair {
-    sdp::acceptor acc;
-    sdp::stream client;
-    sdp::stream server;
+    sdp::Acceptor acc;
+    sdp::Stream client;
+    sdp::Stream server;
 };
 
 // Opens an acceptor on 127.0.0.1:0 and connects a client to it.
-void make_pair(Pair& p, const sdp::stream_options& o = opts()) {
-    sdp::acceptor_options ao;
+void make_pair(Pair& p, const sdp::StreamOptions& o = opts()) {
+    sdp::AcceptorOptions ao;
     ao.stream = o;
     ASSERT_FALSE(p.acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
     std::error_code aec;
@@ -48,12 +48,12 @@ void make_pair(Pair& p, const sdp::stream_options& o = opts()) {
     t.join();
     ASSERT_FALSE(cec) << cec.message() << " " << p.client.info().reason;
     ASSERT_FALSE(aec) << aec.message() << " " << p.acc.last_error();
-    ASSERT_EQ(p.client.used(), sdp::transport::sdp);
-    ASSERT_EQ(p.server.used(), sdp::transport::sdp);
+    ASSERT_EQ(p.client.used(), sdp::Transport::sdp);
+    ASSERT_EQ(p.server.used(), sdp::Transport::sdp);
 }
 
 // Writes `n` pattern bytes (seeded) in chunks of `chunk`.
-std::error_code send_pattern(sdp::stream& s, std::size_t n, std::uint32_t seed,
+std::error_code send_pattern(sdp::Stream& s, std::size_t n, std::uint32_t seed,
                              std::size_t chunk = 256 * 1024) {
     std::vector<std::uint8_t> buf;
     std::size_t off = 0;
@@ -72,7 +72,7 @@ std::error_code send_pattern(sdp::stream& s, std::size_t n, std::uint32_t seed,
 }
 
 // Reads until EOF; checks the pattern; returns the count.
-std::size_t recv_pattern(sdp::stream& s, std::uint32_t seed, std::error_code& ec, bool& ok) {
+std::size_t recv_pattern(sdp::Stream& s, std::uint32_t seed, std::error_code& ec, bool& ok) {
     std::vector<std::uint8_t> buf(300 * 1024);
     std::size_t off = 0;
     ok = true;
@@ -272,15 +272,15 @@ TEST(SdpStream, AbortMidTransferFailsTheWriter) {
 // The peer process dies (SIGKILL): the kernel closes its socket without
 // DisConn, and the survivor gets an error instead of EOF or a hang.
 TEST(SdpStream, PeerKilledWhileSending) {
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
     const auto ep = acc.local_endpoint();
     pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-        sdp::stream s;
+        sdp::Stream s;
         if (s.connect_sdp(ep, opts())) {
             ::_exit(3);
         }
@@ -291,7 +291,7 @@ TEST(SdpStream, PeerKilledWhileSending) {
         }
         ::_exit(4);
     }
-    sdp::stream server;
+    sdp::Stream server;
     auto aec = acc.accept(server, 10s);
     ASSERT_FALSE(aec) << aec.message() << acc.last_error();
     std::vector<std::uint8_t> buf(256 * 1024);
@@ -314,8 +314,8 @@ TEST(SdpStream, PeerKilledWhileSending) {
 }
 
 TEST(SdpStream, PeerKilledWhileReceiving) {
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
     const auto ep = acc.local_endpoint();
@@ -325,7 +325,7 @@ TEST(SdpStream, PeerKilledWhileReceiving) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
         ::close(ready[0]);
-        sdp::stream s;
+        sdp::Stream s;
         if (s.connect_sdp(ep, opts())) {
             ::_exit(3);
         }
@@ -337,7 +337,7 @@ TEST(SdpStream, PeerKilledWhileReceiving) {
         ::_exit(4);
     }
     ::close(ready[1]);
-    sdp::stream server;
+    sdp::Stream server;
     ASSERT_FALSE(acc.accept(server, 10s));
     std::error_code ec;
     std::vector<std::uint8_t> one(1, 9);
@@ -362,7 +362,7 @@ TEST(SdpStream, HandshakeTimesOutAgainstASilentServer) {
     ASSERT_TRUE(silent.ok());
     auto o = opts();
     o.handshake_timeout = 300ms;
-    sdp::stream s;
+    sdp::Stream s;
     auto ec = s.connect_sdp(silent.endpoint(), o);
     EXPECT_EQ(ec, std::errc::timed_out) << ec.message();
     EXPECT_FALSE(s.is_open());
@@ -372,7 +372,7 @@ TEST(SdpStream, NonSdpServerIsAProtocolError) {
     sdptest::TcpListener garbage;
     ASSERT_TRUE(garbage.ok());
     std::thread t([&] { garbage.accept_and_send("HTTP/1.0 400 Bad Request\r\n\r\n"); });
-    sdp::stream s;
+    sdp::Stream s;
     auto ec = s.connect_sdp(garbage.endpoint(), opts());
     t.join();
     EXPECT_TRUE(ec == std::errc::protocol_error || ec == std::errc::connection_reset)
@@ -383,13 +383,13 @@ TEST(SdpStream, ConnectRefused) {
     sdptest::TcpListener l;
     auto ep = l.endpoint();
     l.close();
-    sdp::stream s;
+    sdp::Stream s;
     EXPECT_EQ(s.connect_sdp(ep, opts()), std::errc::connection_refused);
 }
 
 TEST(SdpStream, AcceptorSurvivesABadClient) {
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ao.stream.handshake_timeout = 500ms;
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
@@ -398,10 +398,10 @@ TEST(SdpStream, AcceptorSurvivesABadClient) {
     ASSERT_GE(fd, 0);
     const char junk[] = "GET / HTTP/1.0\r\n\r\n";
     ASSERT_GT(::send(fd, junk, sizeof junk - 1, MSG_NOSIGNAL), 0);
-    sdp::stream client;
+    sdp::Stream client;
     std::error_code cec;
     std::thread t([&] { cec = client.connect_sdp(acc.local_endpoint(), opts()); });
-    sdp::stream server;
+    sdp::Stream server;
     EXPECT_FALSE(acc.accept(server, 10s));
     t.join();
     ::close(fd);

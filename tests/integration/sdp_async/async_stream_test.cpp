@@ -1,4 +1,4 @@
-// sdp::async_stream / sdp::async_acceptor on loopback: against the blocking
+// sdp::AsyncStream / sdp::AsyncAcceptor on loopback: against the blocking
 // API in both roles (1 B, 1 MiB, 16 MiB with asio::async_read/async_write,
 // both directions at once), half-close, abort, cancel of a pending read,
 // completion tokens (use_future), concurrent startups of the async acceptor,
@@ -35,8 +35,8 @@ using boost::system::error_code;
 using sdptest::check_pattern;
 using sdptest::pattern;
 
-sdp::stream_options opts() {
-    sdp::stream_options o;
+sdp::StreamOptions opts() {
+    sdp::StreamOptions o;
     o.io_timeout = 30s;
     o.handshake_timeout = 10s;
     o.linger = 10s;
@@ -59,8 +59,8 @@ bool run_until(asio::io_context& io, const std::function<bool()>& pred,
 
 // async_connect, run until it completes: its error, or nullopt (no
 // completion within run_until's bound).
-std::optional<error_code> connect_and_wait(asio::io_context& io, sdp::async_stream& s,
-                                           const pm::Endpoint& to, const sdp::stream_options& o) {
+std::optional<error_code> connect_and_wait(asio::io_context& io, sdp::AsyncStream& s,
+                                           const pm::Endpoint& to, const sdp::StreamOptions& o) {
     std::optional<error_code> got;
     s.async_connect(to, o, [&](error_code e) { got = e; });
     if (!run_until(io, [&] { return got.has_value(); })) {
@@ -76,7 +76,7 @@ std::vector<std::uint8_t> make_pattern(std::size_t n, std::uint32_t seed) {
 }
 
 // Blocking side: writes n pattern bytes, then half-closes.
-std::error_code send_pattern(sdp::stream& s, std::size_t n, std::uint32_t seed) {
+std::error_code send_pattern(sdp::Stream& s, std::size_t n, std::uint32_t seed) {
     std::vector<std::uint8_t> buf;
     std::size_t off = 0;
     std::error_code ec;
@@ -94,7 +94,7 @@ std::error_code send_pattern(sdp::stream& s, std::size_t n, std::uint32_t seed) 
 }
 
 // Blocking side: reads until EOF; checks the pattern.
-std::size_t recv_pattern(sdp::stream& s, std::uint32_t seed, std::error_code& ec, bool& ok) {
+std::size_t recv_pattern(sdp::Stream& s, std::uint32_t seed, std::error_code& ec, bool& ok) {
     std::vector<std::uint8_t> buf(300 * 1024);
     std::size_t off = 0;
     ok = true;
@@ -114,14 +114,14 @@ std::size_t recv_pattern(sdp::stream& s, std::uint32_t seed, std::error_code& ec
 // (async_connect_sdp); `serve` runs on a thread with the accepted stream.
 struct AsyncClientPair {
     asio::io_context io;
-    sdp::acceptor acc;
-    sdp::async_stream client{io};
-    sdp::stream server;
+    sdp::Acceptor acc;
+    sdp::AsyncStream client{io};
+    sdp::Stream server;
     std::thread srv;
     std::error_code accept_ec;
 
-    void start(const std::function<void(sdp::stream&)>& serve) {
-        sdp::acceptor_options ao;
+    void start(const std::function<void(sdp::Stream&)>& serve) {
+        sdp::AcceptorOptions ao;
         ao.stream = opts();
         ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
         srv = std::thread([this, serve] {
@@ -138,7 +138,7 @@ struct AsyncClientPair {
         });
         ASSERT_TRUE(run_until(io, [&] { return done; }));
         ASSERT_FALSE(ec) << ec.message() << " " << client.info().reason;
-        ASSERT_EQ(client.used(), sdp::transport::sdp);
+        ASSERT_EQ(client.used(), sdp::Transport::sdp);
         ASSERT_TRUE(client.is_open());
     }
     ~AsyncClientPair() {
@@ -157,7 +157,7 @@ void async_to_blocking(std::size_t n) {
     std::error_code srv_rec, srv_wec;
     std::size_t srv_got = 0;
     bool srv_ok = false;
-    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::Stream& s) {
         srv_got = recv_pattern(s, 7, srv_rec, srv_ok);
         srv_wec = send_pattern(s, n, 9);
         std::vector<std::uint8_t> b(16);
@@ -224,7 +224,7 @@ TEST(SdpAsyncStream, BothDirectionsAtOnce) {
     std::error_code srv_rec, srv_wec;
     std::size_t srv_got = 0;
     bool srv_ok = false;
-    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::Stream& s) {
         std::thread w([&] { srv_wec = send_pattern(s, n, 21); });
         srv_got = recv_pattern(s, 20, srv_rec, srv_ok);
         w.join();
@@ -264,7 +264,7 @@ TEST(SdpAsyncStream, HalfCloseThenReply) {
     AsyncClientPair p;
     std::string got;
     std::error_code srv_ec;
-    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::Stream& s) {
         std::vector<std::uint8_t> b(64);
         while (true) {  // until the client's DisConn
             std::size_t k = s.read_some(b, srv_ec);
@@ -315,7 +315,7 @@ TEST(SdpAsyncStream, AbortResetsTheBlockingPeer) {
     AsyncClientPair p;
     std::error_code srv_ec;
     std::atomic<bool> got_first{false};
-    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::Stream& s) {
         std::vector<std::uint8_t> b(64 * 1024);
         for (int i = 0; i < 100000; ++i) {
             std::size_t k = s.read_some(b, srv_ec);
@@ -340,7 +340,7 @@ TEST(SdpAsyncStream, AbortResetsTheBlockingPeer) {
 TEST(SdpAsyncStream, PeerAbortResetsAPendingRead) {
     AsyncClientPair p;
     std::atomic<bool> go{false};
-    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::Stream& s) {
         pmtest::wait_until([&] { return go.load(); }, 30s);
         s.abort();
     }));
@@ -361,7 +361,7 @@ TEST(SdpAsyncStream, PeerAbortResetsAPendingRead) {
 TEST(SdpAsyncStream, CancelPendingRead) {
     AsyncClientPair p;
     std::atomic<bool> go{false};
-    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::stream& s) {
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::Stream& s) {
         pmtest::wait_until([&] { return go.load(); }, 30s);
         std::vector<std::uint8_t> one{42};
         std::error_code ec;
@@ -411,7 +411,7 @@ TEST(SdpAsyncStream, RefusedSdpConnect) {
     const auto ep = l.endpoint();
     l.close();
     asio::io_context io;
-    sdp::async_stream s(io);
+    sdp::AsyncStream s(io);
     bool done = false;
     error_code ec;
     s.async_connect_sdp(ep, opts(), [&](error_code e) {
@@ -427,7 +427,7 @@ TEST(SdpAsyncStream, RefusedSdpConnect) {
 TEST(SdpAsyncStream, HandshakeTimesOutAgainstASilentServer) {
     sdptest::TcpListener l;  // the kernel completes the TCP handshake; nobody reads
     asio::io_context io;
-    sdp::async_stream s(io);
+    sdp::AsyncStream s(io);
     auto o = opts();
     o.handshake_timeout = 300ms;
     bool done = false;
@@ -446,11 +446,11 @@ TEST(SdpAsyncStream, UseFutureToken) {
     asio::io_context io;
     auto work = asio::make_work_guard(io);
     std::thread runner([&] { io.run_for(60s); });
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
-    sdp::stream server;
+    sdp::Stream server;
     std::error_code aec;
     std::thread srv([&] {
         aec = acc.accept(server, 30s);
@@ -462,7 +462,7 @@ TEST(SdpAsyncStream, UseFutureToken) {
             }
         }
     });
-    sdp::async_stream s(io);
+    sdp::AsyncStream s(io);
     // The stream is used from the runner thread only through posted calls.
     auto connected =
         asio::post(io, asio::use_future([&] {
@@ -495,11 +495,11 @@ TEST(SdpAsyncStream, UseFutureToken) {
 TEST(SdpAsyncAcceptor, BlockingClientBothWays) {
     constexpr std::size_t n = 1024 * 1024;
     asio::io_context io;
-    sdp::async_acceptor acc(io);
-    sdp::acceptor_options ao;
+    sdp::AsyncAcceptor acc(io);
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
-    sdp::stream client;
+    sdp::Stream client;
     std::error_code cec, crec, cwec;
     std::size_t cgot = 0;
     bool cok = false;
@@ -513,15 +513,15 @@ TEST(SdpAsyncAcceptor, BlockingClientBothWays) {
         w.join();
         client.close();
     });
-    std::optional<sdp::async_stream> server;
+    std::optional<sdp::AsyncStream> server;
     error_code aec;
-    acc.async_accept([&](error_code e, sdp::async_stream s) {
+    acc.async_accept([&](error_code e, sdp::AsyncStream s) {
         aec = e;
         server.emplace(std::move(s));
     });
     ASSERT_TRUE(run_until(io, [&] { return server.has_value(); }));
     ASSERT_FALSE(aec) << aec.message();
-    EXPECT_EQ(server->used(), sdp::transport::sdp);
+    EXPECT_EQ(server->used(), sdp::Transport::sdp);
     const auto out = make_pattern(n, 32);
     bool wrote = false, read_done = false;
     error_code wec, rec;
@@ -556,8 +556,8 @@ TEST(SdpAsyncAcceptor, BlockingClientBothWays) {
 // connect first; the real SDP client is still accepted while they wait.
 TEST(SdpAsyncAcceptor, SilentClientsDoNotDelayARealOne) {
     asio::io_context io;
-    sdp::async_acceptor acc(io);
-    sdp::acceptor_options ao;
+    sdp::AsyncAcceptor acc(io);
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ao.stream.handshake_timeout = 60s;  // the silent ones stay pending
     std::vector<std::string> failures;
@@ -570,15 +570,15 @@ TEST(SdpAsyncAcceptor, SilentClientsDoNotDelayARealOne) {
         silent.push_back(fd);
     }
     ASSERT_TRUE(run_until(io, [&] { return acc.stats().pending == 5; }));
-    sdp::async_stream client(io);
+    sdp::AsyncStream client(io);
     bool connected = false;
     error_code cec;
     client.async_connect_sdp(acc.local_endpoint(), opts(), [&](error_code e) {
         cec = e;
         connected = true;
     });
-    std::optional<sdp::async_stream> server;
-    acc.async_accept([&](error_code e, sdp::async_stream s) {
+    std::optional<sdp::AsyncStream> server;
+    acc.async_accept([&](error_code e, sdp::AsyncStream s) {
         EXPECT_FALSE(e) << e.message();
         server.emplace(std::move(s));
     });
@@ -612,8 +612,8 @@ TEST(SdpAsyncAcceptor, SilentClientsDoNotDelayARealOne) {
 
 TEST(SdpAsyncAcceptor, PendingHandshakesAreBounded) {
     asio::io_context io;
-    sdp::async_acceptor acc(io);
-    sdp::acceptor_options ao;
+    sdp::AsyncAcceptor acc(io);
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ao.stream.handshake_timeout = 60s;
     ao.max_pending_handshakes = 3;
@@ -632,7 +632,7 @@ TEST(SdpAsyncAcceptor, PendingHandshakesAreBounded) {
     }
     ASSERT_TRUE(run_until(io, [&] { return acc.stats().pending == 0; }));
     // Room again: a real client gets through.
-    sdp::async_stream client(io);
+    sdp::AsyncStream client(io);
     bool connected = false;
     error_code cec;
     client.async_connect_sdp(acc.local_endpoint(), opts(), [&](error_code e) {
@@ -640,7 +640,7 @@ TEST(SdpAsyncAcceptor, PendingHandshakesAreBounded) {
         connected = true;
     });
     bool accepted = false;
-    acc.async_accept([&](error_code e, sdp::async_stream) {
+    acc.async_accept([&](error_code e, sdp::AsyncStream) {
         EXPECT_FALSE(e);
         accepted = true;
     });
@@ -651,18 +651,18 @@ TEST(SdpAsyncAcceptor, PendingHandshakesAreBounded) {
 
 TEST(SdpAsyncAcceptor, CancelAndCloseAbortPendingAccepts) {
     asio::io_context io;
-    sdp::async_acceptor acc(io);
+    sdp::AsyncAcceptor acc(io);
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), {}));
     int calls = 0;
     error_code e1, e2;
-    acc.async_accept([&](error_code e, sdp::async_stream) {
+    acc.async_accept([&](error_code e, sdp::AsyncStream) {
         e1 = e;
         ++calls;
     });
     acc.cancel();
     ASSERT_TRUE(run_until(io, [&] { return calls == 1; }));
     EXPECT_EQ(e1, asio::error::operation_aborted);
-    acc.async_accept([&](error_code e, sdp::async_stream) {
+    acc.async_accept([&](error_code e, sdp::AsyncStream) {
         e2 = e;
         ++calls;
     });
@@ -676,7 +676,7 @@ TEST(SdpAsyncAcceptor, CancelAndCloseAbortPendingAccepts) {
 
 class SdpAsyncPortMapper : public sdptest::PmdFixture {
   protected:
-    sdp::stream_options popts() const {
+    sdp::StreamOptions popts() const {
         auto o = opts();
         o.pmsp = pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_};
         o.resolve_deadline = 3s;
@@ -685,11 +685,11 @@ class SdpAsyncPortMapper : public sdptest::PmdFixture {
     }
     // Connects through the Port Mapper; a thread answers "ping" with "pong"
     // on whatever accepted (`serve`); checks the transport.
-    void ping_pong(const pm::Endpoint& conventional, const sdp::stream_options& o,
-                   sdp::transport expect, const std::function<void()>& serve) {
+    void ping_pong(const pm::Endpoint& conventional, const sdp::StreamOptions& o,
+                   sdp::Transport expect, const std::function<void()>& serve) {
         asio::io_context io;
         std::thread srv(serve);
-        sdp::async_stream s(io);
+        sdp::AsyncStream s(io);
         bool done = false;
         error_code ec;
         s.async_connect(conventional, o, [&](error_code e) {
@@ -705,7 +705,7 @@ class SdpAsyncPortMapper : public sdptest::PmdFixture {
         }
         if (finished && !ec) {
             EXPECT_EQ(s.used(), expect) << s.info().reason;
-            EXPECT_FALSE(expect == sdp::transport::tcp && s.info().reason.empty());
+            EXPECT_FALSE(expect == sdp::Transport::tcp && s.info().reason.empty());
             const std::string ping = "ping";
             std::vector<std::uint8_t> b(4);
             bool ok = false;
@@ -744,8 +744,8 @@ std::function<void()> tcp_pong(sdptest::TcpListener& conv) {
 
 TEST_F(SdpAsyncPortMapper, AcceptedMappingUsesSdp) {
     sdptest::TcpListener conv;
-    sdp::acceptor acc;
-    sdp::acceptor_options ao;
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
     ASSERT_NO_FATAL_FAILURE(
@@ -753,8 +753,8 @@ TEST_F(SdpAsyncPortMapper, AcceptedMappingUsesSdp) {
               "  - name: app\n    conventional: \"127.0.0.1:" +
               std::to_string(conv.port()) +
               "\"\n    sdp: [\"127.0.0.1:" + std::to_string(acc.local_endpoint().port) + "\"]\n"));
-    ASSERT_NO_FATAL_FAILURE(ping_pong(conv.endpoint(), popts(), sdp::transport::sdp, [&] {
-        sdp::stream s;
+    ASSERT_NO_FATAL_FAILURE(ping_pong(conv.endpoint(), popts(), sdp::Transport::sdp, [&] {
+        sdp::Stream s;
         if (acc.accept(s, 30s)) {
             return;
         }
@@ -768,7 +768,7 @@ TEST_F(SdpAsyncPortMapper, AcceptedMappingUsesSdp) {
     }));
 }
 
-// async_acceptor registers through the control socket; an async client
+// AsyncAcceptor registers through the control socket; an async client
 // resolves the mapping and lands on SDP; close() unregisters it.
 TEST_F(SdpAsyncPortMapper, AsyncAcceptorRegistersAndAsyncClientUsesSdp) {
     const auto sock = dir_.path() / "control.sock";
@@ -780,8 +780,8 @@ TEST_F(SdpAsyncPortMapper, AsyncAcceptorRegistersAndAsyncClientUsesSdp) {
     }
     sdptest::TcpListener conv;
     asio::io_context io;
-    sdp::async_acceptor acc(io);
-    sdp::acceptor_options ao;
+    sdp::AsyncAcceptor acc(io);
+    sdp::AcceptorOptions ao;
     ao.stream = opts();
     ao.control_socket = sock.string();
     ao.conventional = conv.endpoint().to_string();
@@ -789,12 +789,12 @@ TEST_F(SdpAsyncPortMapper, AsyncAcceptorRegistersAndAsyncClientUsesSdp) {
     auto oec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao);
     ASSERT_FALSE(oec) << oec.message() << ": " << acc.registration_error();
     EXPECT_TRUE(acc.registered());
-    std::optional<sdp::async_stream> server;
-    acc.async_accept([&](error_code e, sdp::async_stream s) {
+    std::optional<sdp::AsyncStream> server;
+    acc.async_accept([&](error_code e, sdp::AsyncStream s) {
         EXPECT_FALSE(e) << e.message();
         server.emplace(std::move(s));
     });
-    sdp::async_stream client(io);
+    sdp::AsyncStream client(io);
     bool connected = false;
     error_code cec;
     client.async_connect(conv.endpoint(), popts(), [&](error_code e) {
@@ -803,7 +803,7 @@ TEST_F(SdpAsyncPortMapper, AsyncAcceptorRegistersAndAsyncClientUsesSdp) {
     });
     ASSERT_TRUE(run_until(io, [&] { return connected && server.has_value(); }));
     ASSERT_FALSE(cec) << cec.message() << " " << client.info().reason;
-    EXPECT_EQ(client.used(), sdp::transport::sdp) << client.info().reason;
+    EXPECT_EQ(client.used(), sdp::Transport::sdp) << client.info().reason;
     EXPECT_EQ(client.info().resolution, "accept");
     EXPECT_EQ(client.info().peer, acc.local_endpoint());
     const std::string ping = "ping";
@@ -830,7 +830,7 @@ TEST_F(SdpAsyncPortMapper, DenyFallsBackToTcp) {
               std::to_string(conv.port()) +
               "\"\n    sdp: [\"127.0.0.1:9\"]\n    allow: [\"10.0.0.0/8\"]\n"));
     ASSERT_NO_FATAL_FAILURE(
-        ping_pong(conv.endpoint(), popts(), sdp::transport::tcp, tcp_pong(conv)));
+        ping_pong(conv.endpoint(), popts(), sdp::Transport::tcp, tcp_pong(conv)));
 }
 
 TEST_F(SdpAsyncPortMapper, RefusedSdpPortFallsBackToTcp) {
@@ -844,7 +844,7 @@ TEST_F(SdpAsyncPortMapper, RefusedSdpPortFallsBackToTcp) {
               std::to_string(conv.port()) + "\"\n    sdp: [\"127.0.0.1:" + std::to_string(dead) +
               "\"]\n"));
     ASSERT_NO_FATAL_FAILURE(
-        ping_pong(conv.endpoint(), popts(), sdp::transport::tcp, tcp_pong(conv)));
+        ping_pong(conv.endpoint(), popts(), sdp::Transport::tcp, tcp_pong(conv)));
 }
 
 TEST_F(SdpAsyncPortMapper, PmTimeoutFallsBackAndNoFallbackRefuses) {
@@ -855,10 +855,10 @@ TEST_F(SdpAsyncPortMapper, PmTimeoutFallsBackAndNoFallbackRefuses) {
     auto o = popts();
     o.resolve_deadline = 300ms;
     o.resolve_initial_timeout = 100ms;
-    ASSERT_NO_FATAL_FAILURE(ping_pong(conv.endpoint(), o, sdp::transport::tcp, tcp_pong(conv)));
+    ASSERT_NO_FATAL_FAILURE(ping_pong(conv.endpoint(), o, sdp::Transport::tcp, tcp_pong(conv)));
     o.fallback = false;
     asio::io_context io;
-    sdp::async_stream s(io);
+    sdp::AsyncStream s(io);
     const auto ec = connect_and_wait(io, s, conv.endpoint(), o);
     ASSERT_TRUE(ec.has_value());
     EXPECT_EQ(*ec, asio::error::connection_refused) << ec->message();
@@ -867,20 +867,20 @@ TEST_F(SdpAsyncPortMapper, PmTimeoutFallsBackAndNoFallbackRefuses) {
 
 // The async API carries SDP over the soft provider only: iwarp_provider rdma
 // is an unusable provider for the 7.5.1 procedure, as it is for
-// stream::connect without a device: TCP to the Conventional Address with no
+// Stream::connect without a device: TCP to the Conventional Address with no
 // Port Mapper question, or no_such_device without fallback.
 TEST(SdpAsyncProvider, RdmaIsUnusableHereAndFallsBackWithoutAsking) {
     sdptest::TcpListener conv;
     auto o = opts();
-    o.iwarp_provider = sdp::provider::rdma;
+    o.iwarp_provider = sdp::Provider::rdma;
     o.pmsp = *pm::Endpoint::parse("127.0.0.1:9");  // never asked
     asio::io_context io;
     std::thread srv(tcp_pong(conv));
-    sdp::async_stream s(io);
+    sdp::AsyncStream s(io);
     const auto ec = connect_and_wait(io, s, conv.endpoint(), o);
     ASSERT_TRUE(ec.has_value());
     EXPECT_FALSE(*ec) << ec->message() << " " << s.info().reason;
-    EXPECT_EQ(s.used(), sdp::transport::tcp);
+    EXPECT_EQ(s.used(), sdp::Transport::tcp);
     EXPECT_EQ(s.info().provider, "tcp");
     EXPECT_EQ(s.info().resolution, "") << "no Port Mapper question";
     EXPECT_NE(s.info().reason.find("soft provider only"), std::string::npos) << s.info().reason;
@@ -889,7 +889,7 @@ TEST(SdpAsyncProvider, RdmaIsUnusableHereAndFallsBackWithoutAsking) {
     srv.join();
 
     o.fallback = false;
-    sdp::async_stream t(io);
+    sdp::AsyncStream t(io);
     const auto ec2 = connect_and_wait(io, t, conv.endpoint(), o);
     ASSERT_TRUE(ec2.has_value());
     EXPECT_EQ(*ec2, asio::error::no_such_device) << ec2->message();
