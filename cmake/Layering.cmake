@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # sdppm_export_headers(TARGET VISIBILITY DIR)
 #
 # Each library exports its own headers and nothing else of the tree, so a

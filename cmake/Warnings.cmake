@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Project-wide compiler flags: warnings everywhere, -Werror in CI, and the
 # sanitizer build of the `asan` preset.
 add_compile_options(-Wall -Wextra -Wshadow -Wpedantic $<$<COMPILE_LANGUAGE:CXX>:-Wnon-virtual-dtor>)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp-pmd: the SDP Port Mapper Service Provider daemon
 // (draft-pinkerton-iwarp-sdp, section 7).
 //

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The C API examples, included from libpmclient/client.cmake and built with
 # the project so that they cannot rot:
 #  - pm-resolve (examples/resolve.c): blocking resolution, installed;

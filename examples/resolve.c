@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pm-resolve: ask an SDP Port Mapper for the SDP Address of a service.
  *
  *   pm-resolve [--pmsp HOST:PORT] [--deadline MS] [--initial-timeout MS]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pm-resolve-poll: resolve several Conventional Addresses at once from one
  * poll(2) loop, with the loop-driven C API (pmc_resolve_start, pmc_fds,
  * pmc_timeout_ms, pmc_process), the way an event-driven program would.

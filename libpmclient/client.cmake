@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # libpmclient proper: the sans-I/O client core (static, for the library and
 # its unit tests), the shared library pmclient (C++ Resolver + C API), the
 # pm-resolve example, install rules, pkg-config and CMake package files.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job: installs dependencies, builds, starts sdp-pmd on its built-in
 # defaults (UDP 0.0.0.0:3935 and [::]:3935, control socket
 # /run/sdp-pmd/control.sock), registers demo services with sdp-pmctl and

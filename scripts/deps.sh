@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian 12 packages sdp-pm builds and tests with, if missing.
 # Usage: scripts/deps.sh [--test]   (--test adds what only the tests need)
 set -euo pipefail

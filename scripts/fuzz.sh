@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Coverage-guided fuzzing with libFuzzer (clang), ASan + UBSan.
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (default 60 s, all targets)
 # A TARGET is NAME:CORPUS_DIR (the seed corpus, relative to the repository).

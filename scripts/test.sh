@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the whole test suite: installs dependencies, checks formatting, builds
 # the default preset (and the asan preset), and runs every CTest label.
 # Then runs every libFuzzer target for a bounded time (scripts/fuzz.sh):

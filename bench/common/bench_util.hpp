@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small helpers shared by the bench programs: endpoint <-> sockaddr, a
 // log-linear latency histogram, strict numeric argument parsing.
 #pragma once

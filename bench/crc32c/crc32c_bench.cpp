@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // crc32c-bench: throughput of the CRC32c implementations of sdp/iwarp (the
 // MPA FPDU digest) at several input sizes, measured in one run: slicing-by-8
 // tables, the three-stream crc32-instruction path (the baseline) and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pm-load: a dnsperf-like load generator for the SDP Port Mapper (UDP 3935).
 //
 // N client sockets (each connect()ed to the server), a window of outstanding

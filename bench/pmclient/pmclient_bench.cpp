@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pmclient-bench
 //
 // 1. Round trips, all measured in the same run and interleaved in rounds (so

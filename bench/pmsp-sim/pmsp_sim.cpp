@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pmsp-sim: drives the sans-I/O PMSP core (pmd::Pmsp) with up to 10M
 // simulated clients. No sockets, a fake clock: what is measured is the
 // core's own cost (decode, lookup, table, encode of the reply) and memory.

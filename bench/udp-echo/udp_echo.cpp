@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // udp-echo: the smallest useful UDP server, as a yardstick for sdp-pmd. One
 // thread, one socket, no state: recvmmsg a batch, sendmmsg it back to the
 // senders. Its throughput is what one thread of this machine can do with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loads the sdp-pmd YAML configuration into a validated Config.
 //
 // The loader walks the yaml-cpp node tree itself rather than calling

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp-pmd configuration: the YAML file turned into validated core types.
 //
 // load_config() never throws and never half-succeeds: it returns either a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parse_duration(): "5s", "250ms", "2m", "1h", "1.5s".
 #include <charconv>
 #include <chrono>

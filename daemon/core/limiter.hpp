@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-source admission control for the PMSP (section 15.2), sans-I/O.
 //
 // SourceLimiter: a token bucket per source address. Each source may send

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reload diff of the UDP listen addresses, without sockets: which of the
 // running listeners a new `listen:` list keeps, which addresses need new
 // sockets and which listeners close. io/listen_set.hpp carries it out.

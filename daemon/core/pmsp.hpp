@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sans-I/O Port Mapper Service Provider (sections 7.4 and 7.5.2).
 //
 // Fed with (datagram bytes, source endpoint, local address it arrived on,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The dynamic registrations (control socket `register`) without I/O: a
 // sorted set of Registration values with their leases. Every operation takes
 // the time as an argument (`now`, wall clock, because a lease must keep its

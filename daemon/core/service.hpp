@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Service mappings (Conventional Address -> SDP Addresses) and the immutable
 // registry snapshot the PMSP core looks them up in.
 #pragma once

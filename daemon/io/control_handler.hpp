@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control protocol (docs/control-protocol.md) without sockets: one
 // request line in, one response line out. The I/O layer (control_socket.hpp)
 // frames lines, checks peer credentials and logs refusals; the Backend (the

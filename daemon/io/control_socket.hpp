@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control socket: a Unix stream socket carrying the line protocol of
 // docs/control-protocol.md. Bounded: at most kMaxControlConnections at once,
 // kMaxControlLine bytes per request, kControlIdleTimeout without progress.

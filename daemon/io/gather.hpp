@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Asking every worker shard something without blocking the main loop: f runs
 // on each worker's thread, each answer is posted back to the main thread,
 // and done(answers) runs on the main thread once every worker answered or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sockets inherited from the service manager (socket activation,
 // sd_listen_fds): the UDP sockets of sdp-pmd.socket become the Port
 // Mapper's listen sockets and a listening Unix stream socket becomes the

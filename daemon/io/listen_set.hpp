@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UDP listen sockets of sdp-pmd and their reload. One Listener per listen
 // address: sockets[i] belongs to worker i (an SO_REUSEPORT group bound in
 // worker order and steered by source address, io/reuseport.hpp), or a single

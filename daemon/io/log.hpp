@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp-pmd logging: one line per message on stderr, prefixed with the syslog
 // priority in sd-daemon style ("<6>listening on 0.0.0.0:3935"), which journald
 // turns into the record's priority.

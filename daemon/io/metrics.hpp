@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every counter and gauge of sdp-pmd, declared once (metric_defs(): name,
 // help, kind, label, where it shows) and rendered from that one table for
 // the `stats` control command, the SIGUSR1 / stop log line, the Prometheus

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "daemon/io/metrics_http.hpp"
 
 #include <boost/asio/ip/address.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prometheus text exposition (format 0.0.4) over HTTP/1.1 with Boost.Beast:
 // GET /metrics answers the text produced by the (asynchronous) callback; any other path is
 // 404, any other method 405. Bounded: kMaxMetricsConnections at once,

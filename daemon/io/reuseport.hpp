@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SO_REUSEPORT groups for the UDP worker shards, and the classic BPF program
 // that steers every datagram to the shard of its source address.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The service manager notification protocol through libsystemd: state lines
 // such as "READY=1" go to the socket named by $NOTIFY_SOCKET. Without
 // $NOTIFY_SOCKET (not started by systemd with Type=notify) nothing is sent.

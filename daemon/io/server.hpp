@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sdp-pmd controller: the main thread's loop around the UDP worker
 // shards. It owns the configuration and starts, reloads and stops
 // everything; the jobs themselves live in their own units (the split of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control socket's commands (the ControlBackend side of Server, see
 // server.hpp): each answers on the main thread once the workers it asks
 // have answered (io/gather.hpp), never blocking the loop.

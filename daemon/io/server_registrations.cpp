@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The dynamic registrations' side of Server (see server.hpp): the store
 // (core/registrations.hpp) loaded from and saved to the state file, the
 // registry snapshot built from it and the lease timer armed for its next

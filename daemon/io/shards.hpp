@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UDP worker shards of sdp-pmd (io/worker.hpp) as one object: creating
 // them with their share of the limits, starting and stopping their threads,
 // and everything the main thread asks of them, always without blocking

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dynamic registrations (control socket `register`) as JSON, and the state
 // file that keeps them across restarts. The registrations themselves live in
 // core/registrations.hpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A UDP listen socket that answers from the address each request was sent to.
 //
 // Section 7.4: the PMAccept / PMDeny must be sent "using the address

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One UDP worker shard of sdp-pmd: a thread running its own io_context, its
 // own socket per listen endpoint (members of SO_REUSEPORT groups, steered by
 // source address, see io/reuseport.hpp) and its own sans-I/O pmd::Pmsp

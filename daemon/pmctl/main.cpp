@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp-pmctl: the sdp-pmd admin tool. Talks to the daemon's control socket
 // (docs/control-protocol.md), validates configuration files without a
 // daemon, and asks a Port Mapper for a mapping as a PM client would

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Conversions between pm::Endpoint and Asio endpoints (internal).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C API: a thin, exception-free veneer over BlockingResolver (the
 // blocking calls) and LoopDriver (the calls driven by the caller's loop).
 #include "pmclient/pmclient.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The PmTime cache of PMAccept answers (section 7.3.1.4). Sans-I/O: the
 // caller passes `now`; nothing here reads a clock.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pmclient/connect.hpp"
 
 #include "libpmclient/src/connect_core/blocking_connect.hpp"

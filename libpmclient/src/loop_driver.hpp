@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LoopDriver: resolutions driven by the caller's event loop, behind the C
 // API's pmc_resolve_start / pmc_fds / pmc_timeout_ms / pmc_process (the
 // model is c-ares: the library owns its sockets, the caller's loop waits and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sans-I/O PM client: transactions of section 7.5.1 plus the PmTime cache.
 //
 // Internal to libpmclient (src/): not installed; tests reach it through the

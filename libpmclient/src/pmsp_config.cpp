@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pmsp_config.hpp"
 
 #include <yaml-cpp/yaml.h>

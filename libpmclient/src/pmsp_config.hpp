@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which PMSP to ask (section 7.4 says "by default" the IANA port 3935 of the
 // PMSP; we default to the Accepting Peer itself, ApIPAddr:3935).
 //

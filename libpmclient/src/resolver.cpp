@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The I/O shells around pmclient::Machine: sockets, the timer, the clock and
 // the random AssocHandle values. All protocol decisions live in machine.cpp.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared state of a Resolver, for libpmclient's other I/O shells (the
 // loop driver of the C API) (internal).
 #pragma once

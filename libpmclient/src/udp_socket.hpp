@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Non-blocking UDP sockets of the PM client's poll-driven shells (the
 // blocking lanes and the loop driver of the C API) (internal).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internals shared by stream.cpp and acceptor.cpp (not installed).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rdma-core provider behind sdp::Stream / sdp::Acceptor (built only with
 // SDPPM_HAVE_RDMA; not installed).
 //

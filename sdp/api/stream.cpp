@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sdp/stream.hpp"
 
 #include <arpa/inet.h>
@@ -11,13 +12,13 @@
 #include <cstring>
 #include <mutex>
 
-#include "libpmclient/src/connect_core/blocking_connect.hpp"
 #include "internal.hpp"
+#include "libpmclient/src/connect_core/blocking_connect.hpp"
 #include "sdp/io/channel.hpp"
 
 #if SDPPM_HAVE_RDMA
-#include "sdp/rdma/device.hpp"
 #include "rdma_channel.hpp"
+#include "sdp/rdma/device.hpp"
 #endif
 
 namespace sdp {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sans-I/O SDP connection machine (draft-pinkerton-iwarp-sdp-01):
 // Hello/HelloAck setup (8.1.1), Bcopy data transfer with private-buffer
 // credits (9.1, 10), MSeq/MSeqAck (6.1.5-6), graceful and abortive close

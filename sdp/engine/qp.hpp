@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The minimal view of an iWARP queue pair that the SDP engine needs.
 //
 // The engine is sans-I/O: it never blocks, owns no socket, clock or thread.

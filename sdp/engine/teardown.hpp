@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Connection teardown (draft-pinkerton-iwarp-sdp-01, 8.2) as two small state
 // machines, one per half-connection, each with every transition in one table
 // (teardown.cpp) in the manner of h11's _state.py:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sdp/io/asio_channel.hpp"
 
 #include <boost/asio/post.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Boost.Asio driver for the soft provider: drives a ChannelCore (sdp/soft:
 // the SoftSession and every decision) over one connected
 // boost::asio::ip::tcp::socket from Asio completions. No threads: one read

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The blocking socket driver for the soft provider: drives a ChannelCore
 // (sdp/soft: the SoftSession and every decision) over one connected TCP
 // socket from the caller's threads (blocking calls, poll(2)), with

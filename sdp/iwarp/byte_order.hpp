@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Big-endian field helpers for the iWARP wire codecs (internal).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CRC32c (Castagnoli): the MPA FPDU digest (RFC 5044 section 6.1).
 // Reflected polynomial 0x82F63B78, initial value ~0, final xor ~0.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DDP (RFC 5041) and RDMAP (RFC 5040) headers: the codec for the ULPDU carried
 // in each FPDU. Decoding is total: any byte string gives a segment or a typed
 // error; version and opcode values are kept as received so the QP engine can

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MPA FPDU framing (RFC 5044 section 4): ULPDU_Length be16 | ULPDU | pad to 4 |
 // CRC32c. The CRC covers length + ULPDU + pad and is sent as the
 // little-endian bytes of the value; without negotiated CRC it is sent as zero

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MPA connection setup (RFC 5044 section 7, RFC 6581): the startup frame
 // codec and a sans-I/O negotiation machine for both roles.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The soft iWARP provider's sans-I/O queue pair: RDMAP/DDP over MPA FPDUs.
 // on_bytes() takes the TCP byte stream after the MPA frames; take_output()
 // returns FPDUs to write. No sockets, clocks or threads.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A minimal expected<T, E> (C++20 has no std::expected): every decoder in
 // this directory returns a value or a typed error, never throws.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A verbs-like interface both iWARP providers implement: the soft provider
 // (sdp/iwarp/qp.hpp, MPA/DDP/RDMAP over a TCP byte stream) and the rdma-core
 // one (RNICs, siw). Buffers are caller-owned: a posted buffer or a registered

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SDP connection machine (sdp/engine) on any verbs queue pair of
 // sdp/iwarp/verbs.hpp: the rdma-core QP (rdma/verbs_qp.hpp) in production,
 // the soft provider's QpEngine in the unit tests. It implements the
@@ -28,9 +29,9 @@
 #include <utility>
 #include <vector>
 
-#include "sdp/iwarp/verbs.hpp"
 #include "sdp/engine/connection.hpp"
 #include "sdp/engine/qp.hpp"
+#include "sdp/iwarp/verbs.hpp"
 
 namespace sdp::rdma {
 

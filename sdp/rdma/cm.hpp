@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rdma_cm connection manager of the rdma-core provider: one RC
 // connection on an iWARP device with its PD, CQs, completion channel and QP,
 // and a listener. Every wait is bounded by the options' timeouts; each

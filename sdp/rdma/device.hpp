@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public probe of the rdma-core provider: is there an iWARP device
 // (RNIC or Linux siw) and a usable rdma_cm, so the stream API may pick this
 // provider instead of the soft one. Never throws, never blocks for long.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors of the rdma-core provider, as a std::error_code category whose
 // conditions compare equal to the std::errc values the stream API reports
 // (a rejected connection is std::errc::connection_refused, and so on).

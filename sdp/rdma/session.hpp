@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One SDP connection over the rdma-core provider: rdma_cm (rdma/cm.hpp) sets
 // up an ibv QP on an iWARP device, the SDP connection machine runs on it
 // through EngineAdapter (rdma/adapter.hpp). The Hello is the MPA Request
@@ -17,9 +18,9 @@
 #include <string>
 #include <system_error>
 
+#include "sdp/engine/connection.hpp"
 #include "sdp/rdma/adapter.hpp"
 #include "sdp/rdma/cm.hpp"
-#include "sdp/engine/connection.hpp"
 
 namespace sdp::rdma {
 

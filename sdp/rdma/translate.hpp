@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pure translations between the provider-neutral verbs of sdp/iwarp/verbs.hpp
 // (and the SDP connection setup) and rdma-core's structures: ibv_send_wr,
 // ibv_recv_wr, ibv_wc, ibv access flags and rdma_conn_param. No function here

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rdma-core provider's queue pair: sdp/iwarp/verbs.hpp's QueuePair over
 // an ibv QP (RNIC or Linux siw). It does not own the QP, CQs, PD or channel
 // (rdma::Connection does); it owns the memory regions registered through it

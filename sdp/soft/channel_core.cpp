@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sdp/soft/channel_core.hpp"
 
 namespace sdp::io {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sans-I/O core of a soft-provider channel: one SoftSession plus the
 // decisions every socket driver makes the same way — the startup outcome,
 // the errors a read or write reports, the LLP (TCP) requests, the gathered

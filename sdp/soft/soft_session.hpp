@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One SDP connection over the soft iWARP provider, still sans-I/O: the MPA
 // startup (SDP Hello as MPA Request private data), the soft QP engine
 // (sdp/iwarp/qp.hpp) and the SDP connection machine (sdp/engine), joined by
@@ -18,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "sdp/iwarp/mpa.hpp"
-#include "sdp/iwarp/qp.hpp"
 #include "sdp/engine/connection.hpp"
 #include "sdp/engine/qp.hpp"
+#include "sdp/iwarp/mpa.hpp"
+#include "sdp/iwarp/qp.hpp"
 
 namespace sdp::io {
 

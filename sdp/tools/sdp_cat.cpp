@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp-cat: netcat over SDP (soft iWARP provider, or rdma-core with
 // --provider rdma|auto).
 //

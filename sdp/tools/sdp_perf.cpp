@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp-perf: throughput and latency of SDP (soft iWARP provider, or
 // rdma-core with --provider) against kernel TCP on loopback, in the same
 // run, for several message sizes.

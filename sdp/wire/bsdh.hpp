@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SDP Base Sockets Direct Header (draft-pinkerton-iwarp-sdp-01, 6.1).
 //
 // Figure 2, read with IETF conventions (network byte order, bit 0 = MSB):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one place that knows the byte layout of SDP messages (section 6 of
 // draft-pinkerton-iwarp-sdp-01, figures read with IETF conventions: network
 // byte order, bit 0 = most significant bit).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SDP messages of draft-pinkerton-iwarp-sdp-01 section 6: the BSDH plus the
 // extended header and payload each MID implies (Figure 3).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the PM wire codec. decode() must be total, and encode() its
 // exact inverse on the bytes that carry meaning.
 #include <cstdint>

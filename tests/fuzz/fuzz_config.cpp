@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the YAML config loader. Any text must give a Config or one
 // ConfigError, never an exception, a crash or a hang.
 #include <cstdint>

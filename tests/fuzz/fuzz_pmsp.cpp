@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the PMSP core's packet path. The input is a sequence of
 // datagrams, each prefixed by one length byte and one control byte (source
 // port selector and clock step). Invariants: no crash, the table stays within

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Driver for fuzz targets in builds without libFuzzer (g++): runs every file
 // given on the command line (or every file in a given directory), then a
 // bounded number of deterministic mutations of them, through the target.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # deb_package.sh BUILD_DIR VERSION CMAKE CPACK [DEBIAN_REVISION]
 # Builds the Debian packages from BUILD_DIR with `cpack -G DEB` into a
 # scratch directory, lints them with lintian, unpacks them with dpkg-deb -x

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Helpers shared by the packaging test scripts (sourced, not run).
 
 # A private temporary directory, removed on exit.

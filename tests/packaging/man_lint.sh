@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # man_lint.sh PAGE...
 # Every page must pass `mandoc -T lint -W warning` and `groff -ww -z -mdoc`
 # (the formatter man(1) uses on Debian) without a single message. mandoc's

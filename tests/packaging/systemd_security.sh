@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # systemd_security.sh UNIT MAX
 # Scores UNIT with `systemd-analyze security --offline=true` (systemd >= 252
 # reads the unit file itself; no running manager needed) and fails when the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # systemd_verify.sh SOURCE_DIR UNIT...
 # Checks the units with `systemd-analyze verify` in a scratch root holding
 # the units, a stand-in /usr/sbin/sdp-pmd and the manual pages, and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos-proxy: a UDP proxy for fault tests, with seeded loss, duplication,
 // reordering and delay in each direction.
 //

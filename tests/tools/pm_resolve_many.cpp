@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pm-resolve-many: N resolutions through libpmclient, C at a time; prints a
 // JSON line of how they ended. Exit 0 when every resolution ended as
 // accepted, denied or timeout (the documented fallback), 1 otherwise.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Drives many concurrent resolutions through libpmclient's Resolver and
 // tallies how each ended. Shared by the pm-resolve-many tool and the fault
 // tests. Bounded: every resolution ends by its deadline, and the whole run

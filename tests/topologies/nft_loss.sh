@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Three network namespaces on one bridge: pmsp (sdp-pmd), client1, client2.
 # nftables in the pmsp namespace drops 30% of the packets to UDP 3935 at
 # random (`numgen random mod 100 < 30`); there is no tc netem here. Both

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small blocking client for the sdp-pmd control socket
 // (docs/control-protocol.md): connect to the Unix stream socket, send one
 // request line {"command": ..., "arguments": {...}}, read the one reply line.

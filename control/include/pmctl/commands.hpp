@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sdp-pmd control commands (docs/control-protocol.md), declared once:
 // the name on the wire, who may run it, and how sdp-pmctl offers it. The
 // daemon's dispatch and access check (daemon/io/control_handler.cpp) and

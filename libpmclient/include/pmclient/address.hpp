@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // IP addresses and endpoints as the Port Mapper protocol carries them.
 //
 // The codec and the sans-I/O cores use these plain value types instead of

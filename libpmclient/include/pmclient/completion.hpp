@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pmclient::ErasedHandler: a type-erased, move-only completion handler for
 // Boost.Asio initiating functions. Boost 1.74 (Debian 12) has no
 // boost::asio::any_completion_handler; this is the project's one stand-in,

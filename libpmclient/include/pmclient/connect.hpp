@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Connect helper: resolve a Conventional Address through the Port Mapper and
 // open a TCP connection to the SDP Address, or to the Conventional Address
 // when SDP is not available (section 7.5.1).

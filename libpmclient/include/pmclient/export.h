@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Symbol visibility for libpmclient. The shared library is built with
  * -fvisibility=hidden; only declarations marked PMCLIENT_API are exported. */
 #ifndef PMCLIENT_EXPORT_H

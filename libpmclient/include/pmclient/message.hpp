@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SDP Port Mapper wire codec (draft-pinkerton-iwarp-sdp, section 7.3).
 //
 // Every PM message is one 48-byte datagram laid out as Figure 17:

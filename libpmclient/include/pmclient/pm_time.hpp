@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PmTime (section 7.3.1.4): how long a PM client may cache a PMAccept.
 //
 //   0        single use: the answer must not be cached

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libpmclient C API: SDP Port Mapper client (draft-pinkerton-iwarp-sdp,
  * section 7).
  *

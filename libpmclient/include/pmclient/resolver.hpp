@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pmclient::Resolver: asks a Port Mapper Service Provider for the SDP Address
 // of a service (draft-pinkerton-iwarp-sdp section 7), on the caller's
 // boost::asio::io_context.

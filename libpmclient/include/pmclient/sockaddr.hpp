@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Conversions between the protocol's endpoint type and BSD socket addresses,
 // and a bounded connect, for the programs and libraries that talk to sockets
 // directly.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Value types shared by the PM client core (sans-I/O), the Asio resolver and
 // the C API: options, the outcome of one resolution and the counters.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The blocking driver of ConnectProcedure: performs each action on the
 // calling thread until the procedure is done or failed. The TCP actions
 // (bind a socket to CpIPAddr:0, connect with a bounded wait, the fallback

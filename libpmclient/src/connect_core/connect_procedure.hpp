@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The connect-and-fall-back procedure of section 7.5.1, sans-I/O: the one
 // place that decides how a Connecting Peer reaches a service through the
 // Port Mapper and when it falls back to the Conventional Address.

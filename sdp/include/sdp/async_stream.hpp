@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The asynchronous SDP stream API on Boost.Asio.
 //
 //   boost::asio::io_context io;

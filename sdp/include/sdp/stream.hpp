@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public SDP stream API (blocking, socket-like).
 //
 //   sdp::Stream s;

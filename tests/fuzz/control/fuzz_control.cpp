@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: one control-socket request line, handled with every access
 // level against a backend that keeps registrations in memory, and the same
 // bytes as a state file. Any bytes must give exactly one JSON response line

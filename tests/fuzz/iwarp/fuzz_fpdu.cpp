@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the FPDU / DDP / RDMAP receive path of the QP engine.
 // Byte 0: bit 0 CRC, bit 1 role, bits 4-7 split size. The engine has posted
 // receive buffers and registered regions so placement paths are reached.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the MPA startup frame parser and both negotiation roles.
 // Input byte 0 picks the role and split size; the rest is the peer's stream.
 // Invariants: no crash; decode/encode round-trip for every decoded frame; the

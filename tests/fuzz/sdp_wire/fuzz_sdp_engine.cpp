@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the SDP engine's receive path and ULP calls. An Accepting
 // Peer is set up from a fixed Hello, then the input drives it as a list of
 // records [op][len][bytes]. Every message the engine sends must decode, fit

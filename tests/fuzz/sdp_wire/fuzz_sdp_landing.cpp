@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: SoftSession's direct placement into a reader's buffer, fed
 // by a hostile peer. Two Accepting Peers are set up over MPA without CRC
 // and get the same input: one lands into zones, the other never does. The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the SDP wire codec. decode() must be total and encode() its
 // exact inverse apart from the reserved bits, which are sent as zero.
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Section 15.2 (denial of service) against the real sdp-pmd on loopback.
 //
 //  1. One source floods valid PMReqs (a new AssocHandle and CpPort each, never

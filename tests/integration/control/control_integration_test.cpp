@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control plane with real processes: sdp-pmd with its control socket,
 // state file and metrics endpoint in a temporary directory, driven by the
 // real sdp-pmctl. No assertion is about speed; every wait is bounded.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers for tests that start real programs and talk to them over real
 // loopback sockets: temporary directories, child processes with captured
 // output, free ports and a raw UDP client. Every wait is bounded.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Starts the real sdp-pmd with a config written here, on loopback ports
 // picked free, and checks its real replies. No assertion is about speed; every
 // wait is bounded.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // 10,000 resolutions through libpmclient against the real sdp-pmd behind the
 // chaos proxy: 30% loss each way, duplicates and reordering. Asserts how the
 // resolutions end and that the daemon's transaction accounting closes: every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BlockingResolver's caller-thread fast path over real UDP sockets against a
 // scripted fake PMSP: retransmission, deadline, PMAck, late duplicates,
 // concurrent callers sharing the PmTime cache. No timing assertions; every

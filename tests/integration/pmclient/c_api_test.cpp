@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C API (pmclient.h) against the fake PMSP.
 #include <gtest/gtest.h>
 #include <unistd.h>

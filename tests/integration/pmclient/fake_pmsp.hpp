@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A scripted fake PMSP for integration tests: a real UDP socket on loopback
 // (ephemeral port) served by a thread. For every datagram it receives it
 // records the decoded message and asks the script what to send back.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loop-driven C API (pmc_resolve_start, pmc_fds, pmc_timeout_ms,
 // pmc_process*, pmc_resolve_cancel) driven from a poll(2) loop against the
 // fake PMSP: accept, loss, deny, timeout, deadline, cache hits, errors,

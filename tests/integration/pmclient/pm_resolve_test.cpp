@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pm-resolve example program, run as a subprocess against the fake PMSP.
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libpmclient against the real sdp-pmd (started as a subprocess).
 #include <gtest/gtest.h>
 #include <netinet/in.h>

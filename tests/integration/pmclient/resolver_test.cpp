@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pmclient::Resolver over real UDP sockets against a scripted fake PMSP.
 #include <gtest/gtest.h>
 #include <netinet/in.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Concurrent MPA/SDP startups of the blocking sdp::Acceptor: silent TCP
 // clients do not delay a real one, the number of pending startups is
 // bounded, and failed startups are counted, never returned by accept().

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A real sdp-pmd on a free loopback UDP port for the SDP API tests (blocking
 // and async): start() writes the YAML with {PORT} replaced and waits until
 // the daemon is ready (pmtest::start_pmd); the daemon is stopped after the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp::Stream through the real sdp-pmd: PMAccept -> SDP to the acceptor;
 // PMDeny, PM timeout and a refused SDP Address -> plain TCP fallback; and
 // the acceptor's registration over the daemon's control socket.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Provider selection of sdp::Stream / sdp::Acceptor (docs/rdma.md): soft,
 // rdma (rdma-core on an iWARP device) and automatic. On a host without an
 // iWARP device (this CI) the rdma cases check the documented error and the

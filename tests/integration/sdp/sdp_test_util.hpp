@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small helpers for the SDP integration tests: a position-dependent byte
 // pattern and a plain TCP listener on loopback.
 #pragma once

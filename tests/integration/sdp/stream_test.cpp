@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // End-to-end SDP streams over loopback on the soft iWARP provider (no port
 // mapper): sizes with content checks, both directions at once, half-close,
 // abort, a killed peer, startup failures. Every wait is bounded by

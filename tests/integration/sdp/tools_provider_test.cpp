@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp-cat and sdp-perf: the --provider option (soft|rdma|auto) is checked
 // and a bad value is a usage error (exit 2) naming the option; an rdma
 // provider without a device is a clear runtime error (exit 1). Runs the

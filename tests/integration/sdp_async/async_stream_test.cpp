@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp::AsyncStream / sdp::AsyncAcceptor on loopback: against the blocking
 // API in both roles (1 B, 1 MiB, 16 MiB with asio::async_read/async_write,
 // both directions at once), half-close, abort, cancel of a pending read,
@@ -23,9 +24,9 @@
 
 #include "integration/daemon/harness.hpp"
 #include "integration/sdp/pmd_fixture.hpp"
+#include "integration/sdp/sdp_test_util.hpp"
 #include "sdp/async_stream.hpp"
 #include "sdp/stream.hpp"
-#include "integration/sdp/sdp_test_util.hpp"
 
 namespace {
 

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Capture a real SDP session on loopback and require tshark's own dissectors
 # (iwarp_mpa, iwarp_ddp_rdmap) to decode all of it:
 #   - the MPA Request and Reply are decoded (first data segment each way);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp-pmd under a stand-in service manager. The test owns the notification
 // socket ($NOTIFY_SOCKET) and the sockets handed over by socket activation
 // ($LISTEN_FDS / $LISTEN_PID), then checks what the real daemon does with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sdp-pmd with several UDP worker shards, end to end: the real daemon (with
 // `workers: N`) and the real sdp-pmctl on loopback. Clients bind distinct
 // 127.0.0.x addresses to stand for distinct sources.

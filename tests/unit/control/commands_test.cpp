@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control command table and the --help lines derived from it.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The PmTime cache on its own (section 7.3.1.4).
 #include "test_util.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The connect-and-fall-back procedure (section 7.5.1), driven with scripted
 // action results: every fallback and failure branch, and the actions'
 // arguments.

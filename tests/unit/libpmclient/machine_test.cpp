@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The PM client transaction machine (section 7.5.1), driven by a fake clock.
 #include <random>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Golden bytes written by hand from Figure 17 (section 7.3) of the SDP draft.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which PMSP to ask: SDP_PMSP, then pmclient.yaml, then ApIPAddr:3935.
 #include <cstdlib>
 #include <filesystem>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for the sdp-pmd YAML configuration loader.
 #include "daemon/config/config.hpp"
 

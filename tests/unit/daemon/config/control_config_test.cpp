@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for the control-plane keys of the sdp-pmd configuration (control,
 // state_file, metrics) and for make_service(), which `register` uses.
 #include <gmock/gmock.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `limits:` section: section 15.2 defences of sdp-pmd.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

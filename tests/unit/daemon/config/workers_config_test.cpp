@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `workers:` (UDP worker shards): numbers, "auto", and errors naming the
 // file, line and key like every other setting.
 #include <gtest/gtest.h>

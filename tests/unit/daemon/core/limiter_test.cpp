@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-source token bucket and source quench, with a fake clock.
 #include "daemon/core/limiter.hpp"
 

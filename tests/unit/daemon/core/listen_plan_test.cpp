@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reload diff of the listen addresses, without sockets.
 #include <gtest/gtest.h>
 

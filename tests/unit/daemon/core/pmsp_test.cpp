@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The PMSP core against sections 7.4 and 7.5.2, driven with a fake clock.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The registration store with a fake wall clock: leases, renewals, expiry,
 // conflicts, the state file load and the rollback of an unsaved change.
 #include <gtest/gtest.h>

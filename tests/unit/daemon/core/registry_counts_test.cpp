@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-service counts across registry snapshots: with several worker shards a
 // new snapshot (reload, registration) reaches the shards one after the
 // other, so counts made through the old snapshot after the new one was

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Asking the worker shards without blocking the main loop: answers are
 // collected on the main thread, a silent worker is given up on after
 // kWorkerReplyTimeout, and the main loop keeps running meanwhile.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one table of counters and its four renderings: stats, the
 // "counters:" log line, the Prometheus text and STATUS=.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Receive completions delivered as whole private buffers
 // (Connection::on_recv_buffer, the soft provider's path) against span
 // delivery (on_recv): same bytes, same messages, same checks.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SDP engine pairs wired back to back through an in-memory QP pair.
 #include <gtest/gtest.h>
 

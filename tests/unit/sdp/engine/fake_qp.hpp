@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An in-memory iWARP queue-pair pair for engine tests: Sends are queued and
 // delivered one at a time, in order, into the peer's posted receives. A Send
 // that finds no posted receive or does not fit in one is a fault (RDMAP

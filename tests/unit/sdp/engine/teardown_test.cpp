@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two teardown machines (sdp/engine/teardown.hpp): every legal
 // transition, every rejected one, and the states a Connection goes through.
 #include <gtest/gtest.h>
@@ -9,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "sdp/engine/teardown.hpp"
 #include "fake_qp.hpp"
+#include "sdp/engine/teardown.hpp"
 
 namespace e = sdp::engine;
 using e::RecvEvent;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Golden bytes for the DDP/RDMAP headers, written from RFC 5040/5041 figures
 // and the control words in notes/iwarp-wire.md.
 #include "sdp/iwarp/ddp_rdmap.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gathered FPDU output (QpEngine::take_output_to) against the contiguous
 // path (take_output / append_fpdu): byte-identical streams.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two soft-iWARP endpoints wired back to back in memory: MPA negotiation,
 // then two QP engines exchanging bytes. Records both directions' streams.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs two soft-iWARP endpoints back to back in memory and writes both
 // directions as one TCP session (Ethernet/IPv4/TCP, one FPDU per segment) to
 // a pcap file, for tshark's MPA/DDP/RDMAP dissectors to judge.
@@ -9,8 +10,8 @@
 #include <fstream>
 #include <string>
 
-#include "sdp/iwarp/fpdu.hpp"
 #include "iwarp_pair.hpp"
+#include "sdp/iwarp/fpdu.hpp"
 
 using namespace sdp::iwarp;
 using iwarp_test::Bytes;

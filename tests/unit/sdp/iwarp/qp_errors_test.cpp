@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every protocol error gives the right Terminate (RFC 5040 7 / 5041 7 /
 // 5044 8 codes), the QP moves to error and the peer sees the Terminate.
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Independent wire check: tshark's own MPA/DDP/RDMAP dissectors must decode
 # every data segment of the soft provider's traffic as iwarp_mpa (+
 # iwarp_ddp_rdmap for FPDUs), with no bad CRC and nothing malformed.

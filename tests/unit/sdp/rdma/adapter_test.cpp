@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // EngineAdapter (the SDP engine on a verbs QueuePair) checked without a
 // device: two adapters on the soft provider's QpEngines joined back to back.
 // The same adapter runs on the rdma-core QP in production, so this covers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The probe and the failure paths of the rdma-core provider. These run on
 // any host: without an RDMA device (this CI) the probe explains why and
 // every connection attempt fails quickly with a documented error; with an

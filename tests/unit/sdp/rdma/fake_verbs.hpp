@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An in-memory RC "device" behind the real libibverbs entry points, so the
 // rdma-core QP (sdp::rdma::RdmaQueuePair) runs its actual ibv_post_send /
 // ibv_post_recv / ibv_poll_cq / ibv_req_notify_cq path without hardware.

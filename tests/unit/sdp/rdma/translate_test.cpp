@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rdma-core provider's pure translations, checked without a device:
 // work requests -> ibv_send_wr / ibv_recv_wr, ibv_wc -> Completion for every
 // status and opcode, access flags, SGE bounds, rdma_conn_param building and
@@ -9,10 +10,10 @@
 #include <system_error>
 #include <vector>
 
+#include "sdp/engine/connection.hpp"
 #include "sdp/rdma/error.hpp"
 #include "sdp/rdma/translate.hpp"
 #include "sdp/rdma/verbs_qp.hpp"
-#include "sdp/engine/connection.hpp"
 #include "sdp/wire/message.hpp"
 
 namespace {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rdma-core QP (RdmaQueuePair) on an in-memory fake device
 // (fake_verbs.hpp): its real ibv_post_send / ibv_post_recv / ibv_poll_cq /
 // ibv_req_notify_cq calls, work-request id tracking, regions with tagged

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ChannelCore (sdp/soft): the decisions both soft-provider drivers share,
 // driven over an in-memory pipe the way a driver would: gathered output
 // written in pieces, the LLP requests, the startup outcome and its errors,

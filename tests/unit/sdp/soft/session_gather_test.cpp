@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SoftSession's gathered output (prepare_output / peek_output /
 // consume_output, what the socket shell writes with sendmsg) against the
 // contiguous take_output(): two identical session pairs, one driven each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SoftSession's direct placement (begin_landing / end_landing): Data
 // Message payloads placed straight into a reader's buffer must give exactly
 // the byte stream the private-buffer path gives, in order, whatever the

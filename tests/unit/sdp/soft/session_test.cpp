@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two SoftSessions (MPA + soft QP + SDP engine, sans-I/O) joined by an
 // in-memory byte pipe: startup, data both ways, half-close and teardown,
 // abort, and startup against a peer that is not SDP.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Totality of the SDP decoder: typed errors, reserved bits, round trips, the
 // solicited-event classification of 14.2, and the InfiniBand layout contrast.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Golden bytes for every SDP message of section 6, written by hand from the
 // figures of draft-pinkerton-iwarp-sdp-01 (network byte order, bit 0 = MSB),
 // not produced by the encoder.
