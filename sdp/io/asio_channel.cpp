@@ -115,14 +115,7 @@ void AsioChannel::async_close(std::chrono::milliseconds linger, Callback cb) {
         return;
     }
     close_cb_ = std::move(cb);
-    if (rd_op_) {
-        post_io(std::move(rd_op_->cb), errc(std::errc::operation_canceled), 0);
-        rd_op_.reset();
-    }
-    if (wr_op_) {
-        post_io(std::move(wr_op_->cb), errc(std::errc::operation_canceled), 0);
-        wr_op_.reset();
-    }
+    cancel_io();
     core_.begin_close();
     timer_.cancel();
     timer_.expires_after(linger);
@@ -138,14 +131,7 @@ void AsioChannel::async_close(std::chrono::milliseconds linger, Callback cb) {
 }
 
 void AsioChannel::abort() {
-    if (rd_op_) {
-        post_io(std::move(rd_op_->cb), errc(std::errc::operation_canceled), 0);
-        rd_op_.reset();
-    }
-    if (wr_op_) {
-        post_io(std::move(wr_op_->cb), errc(std::errc::operation_canceled), 0);
-        wr_op_.reset();
-    }
+    cancel_io();
     if (finished_) {
         return;
     }
@@ -177,14 +163,7 @@ void AsioChannel::abort() {
 }
 
 void AsioChannel::cancel() {
-    if (rd_op_) {
-        post_io(std::move(rd_op_->cb), errc(std::errc::operation_canceled), 0);
-        rd_op_.reset();
-    }
-    if (wr_op_) {
-        post_io(std::move(wr_op_->cb), errc(std::errc::operation_canceled), 0);
-        wr_op_.reset();
-    }
+    cancel_io();
     if (hs_cb_) {
         finish_handshake(errc(std::errc::operation_canceled), "cancelled");
     }
@@ -238,9 +217,7 @@ void AsioChannel::feed(std::span<const std::uint8_t> bytes) {
     }
     // A message placed in part goes back to its private buffer.
     if (const std::size_t n = core_.session().end_landing(); n > 0) {
-        auto cb = std::move(rd_op_->cb);
-        rd_op_.reset();
-        post_io(std::move(cb), {}, n);
+        complete(rd_op_, {}, n);
     }
 }
 
@@ -295,38 +272,45 @@ void AsioChannel::do_llp() {
     }
 }
 
-void AsioChannel::serve_read() {
-    if (!rd_op_) {
+void AsioChannel::complete(std::optional<IoOp>& op, std::error_code ec, std::size_t n) {
+    auto cb = std::move(op->cb);
+    op.reset();
+    post_io(std::move(cb), ec, n);
+}
+
+void AsioChannel::cancel_io() {
+    for (auto* op : {&rd_op_, &wr_op_}) {
+        if (*op) {
+            complete(*op, errc(std::errc::operation_canceled), 0);
+        }
+    }
+}
+
+// One pending read or write against the core: `attempt` is core_.read or
+// core_.write, nullopt while it must wait (bytes, credits, socket space).
+void AsioChannel::serve(
+    std::optional<IoOp>& op,
+    const std::function<std::optional<std::size_t>(IoOp&, std::error_code&)>& attempt) {
+    if (!op) {
         return;
     }
     std::error_code ec;
-    const auto n = core_.read(rd_op_->rbuf, ec);
+    const auto n = attempt(*op, ec);
     if (!n && !finished_) {
-        return;  // wait for bytes
+        return;
     }
     if (!n) {
         ec = errc(std::errc::connection_reset);
     }
-    auto cb = std::move(rd_op_->cb);
-    rd_op_.reset();
-    post_io(std::move(cb), ec, n.value_or(0));
+    complete(op, ec, n.value_or(0));
+}
+
+void AsioChannel::serve_read() {
+    serve(rd_op_, [this](IoOp& op, std::error_code& ec) { return core_.read(op.rbuf, ec); });
 }
 
 void AsioChannel::serve_write() {
-    if (!wr_op_) {
-        return;
-    }
-    std::error_code ec;
-    const auto n = core_.write(wr_op_->wbuf, ec);
-    if (!n && !finished_) {
-        return;  // no space: wait for credits / socket progress
-    }
-    if (!n) {
-        ec = errc(std::errc::connection_reset);
-    }
-    auto cb = std::move(wr_op_->cb);
-    wr_op_.reset();
-    post_io(std::move(cb), ec, n.value_or(0));
+    serve(wr_op_, [this](IoOp& op, std::error_code& ec) { return core_.write(op.wbuf, ec); });
 }
 
 void AsioChannel::check_handshake() {
@@ -425,16 +409,7 @@ void AsioChannel::finish_socket() {
     core_.stop_input();
     boost::system::error_code e;
     sock_.close(e);  // outstanding socket operations end with operation_aborted
-    if (rd_op_) {
-        auto cb = std::move(rd_op_->cb);
-        rd_op_.reset();
-        post_io(std::move(cb), errc(std::errc::operation_canceled), 0);
-    }
-    if (wr_op_) {
-        auto cb = std::move(wr_op_->cb);
-        wr_op_.reset();
-        post_io(std::move(cb), errc(std::errc::operation_canceled), 0);
-    }
+    cancel_io();
 }
 
 }  // namespace sdp::io

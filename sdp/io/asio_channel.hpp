@@ -96,6 +96,12 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     void check_close();
     void serve_read();
     void serve_write();
+    void serve(std::optional<IoOp>& op,
+               const std::function<std::optional<std::size_t>(IoOp&, std::error_code&)>& attempt);
+    // Posts op's callback with (ec, n) and empties op.
+    void complete(std::optional<IoOp>& op, std::error_code ec, std::size_t n);
+    // Completes a pending read and write with operation_canceled.
+    void cancel_io();
     void finish_handshake(std::error_code ec, std::string why);
     void finish_close(std::error_code ec);
     void finish_socket();
