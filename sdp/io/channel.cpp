@@ -19,7 +19,7 @@ namespace {
 
 constexpr std::size_t kReadChunk = 256 * 1024;
 constexpr std::size_t kReadPerRound = 1024 * 1024;
-constexpr std::size_t kMaxIov = 128;  // pieces per sendmsg()
+constexpr std::size_t kMaxIov = SoftChannel::kMaxIov;  // pieces per sendmsg()
 
 int poll_timeout(std::optional<Clock::time_point> deadline) {
     if (!deadline) {
@@ -164,8 +164,8 @@ std::optional<Clock::time_point> SoftChannel::io_deadline() const {
 void SoftChannel::helper_loop() {
     std::unique_lock lk(mu_);
     while (!stop_) {
-        // Woken by kick_helper(): a caller left drive() or a call with sends
-        // queued and nobody polling (no periodic wake-ups).
+        // Woken by kick_helper(): a call returned (or drive() timed out)
+        // with sends queued and nobody polling (no periodic wake-ups).
         helper_cv_.wait(lk, [&] { return stop_ || (!polling_ && core_.tx_pending()); });
         if (stop_) {
             break;
@@ -183,6 +183,17 @@ void SoftChannel::helper_loop() {
 void SoftChannel::kick_helper() {
     if (!polling_ && core_.tx_pending()) {
         helper_cv_.notify_one();
+    }
+}
+
+void SoftChannel::wake_poller_for_output() {
+    // Data that service_locked() could not send waits for credits (the
+    // poller sees the peer's update: POLLIN) or for socket space (POLLOUT,
+    // which the poller must add). Only the latter needs a wake-up: waking
+    // the poller for every write() makes it send each few bytes as its own
+    // message (no batching while the peer's credits come back).
+    if (core_.output_pending() && !core_.wr_shut() && !poll_out_) {
+        wake_poller();
     }
 }
 
@@ -222,9 +233,10 @@ void SoftChannel::read_locked() {
 void SoftChannel::service_locked() {
     // Write what we can: the session's gathered FPDUs (headers, payload
     // straight from its send buffers, CRC trailers) with one sendmsg().
-    std::span<const std::uint8_t> segs[kMaxIov];
-    while (const std::size_t nseg = core_.next_output(segs)) {
-        const long n = send_gathered(fd_, std::span(segs, nseg));
+    // segs_ is a member: a local array of spans would be zeroed (2 KiB) on
+    // every call, and this runs once per write() even with nothing to send.
+    while (const std::size_t nseg = core_.next_output(segs_)) {
+        const long n = send_gathered(fd_, std::span(segs_.data(), nseg));
         if (n > 0) {
             core_.written(static_cast<std::size_t>(n));
             continue;
@@ -258,7 +270,9 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
     while (true) {
         service_locked();
         if (pred()) {
-            kick_helper();  // sends left for the helper once this caller leaves
+            // No kick_helper() here: every call kicks as it returns. A kick
+            // while the caller goes on (a write() that got room) only wakes
+            // the helper to contend for mu_ and poll beside it.
             return true;
         }
         if (core_.rd_eof()) {
@@ -283,6 +297,7 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
         if (core_.output_pending() && !core_.wr_shut()) {
             p[0].events |= POLLOUT;
         }
+        poll_out_ = (p[0].events & POLLOUT) != 0;
         const int timeout = poll_timeout(deadline);
         lk.unlock();
         int r = ::poll(p, 2, timeout);
@@ -366,7 +381,7 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
             service_locked();
             continue;
         }
-        wake_poller();
+        wake_poller_for_output();
         const bool ready = drive(
             lk, [&] { return c.write_space() > 0 || c.state() != engine::State::established; },
             io_deadline());
@@ -375,7 +390,7 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
             return done;
         }
     }
-    wake_poller();
+    wake_poller_for_output();
     kick_helper();
     return done;
 }
@@ -383,13 +398,15 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
 bool SoftChannel::flush(std::chrono::milliseconds timeout) {
     std::unique_lock lk(mu_);
     auto& c = core_.sdp();
-    return drive(
+    const bool done = drive(
         lk,
         [&] {
             return c.state() != engine::State::established ||
                    (c.send_queued() == 0 && core_.drained());
         },
         Clock::now() + timeout);
+    kick_helper();
+    return done;
 }
 
 void SoftChannel::shutdown_write(std::error_code& ec) {

@@ -17,7 +17,11 @@
 // (typically one reader and one writer). One of them at a time polls the
 // socket (leader); the others wait on a condition variable and are woken
 // when the leader has fed new bytes to the session. Calls drive the I/O
-// themselves, so a 64-byte round trip costs no thread hand-off. A helper
+// themselves, so a 64-byte round trip costs no thread hand-off. A write()
+// wakes the leader only when the leader must add POLLOUT: data held back
+// for credit goes out when the leader reads the peer's credit update, in
+// large messages with everything written meanwhile (waking it per write()
+// would send each write as its own small message). A helper
 // thread per channel takes over only while sends are queued (waiting for
 // credit or socket space, or a DisConn to go out) and no caller drives, the
 // way a kernel socket keeps sending after write() returned. It sleeps on a
@@ -26,6 +30,7 @@
 // peer's credit would stall until the application's next call.)
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -68,6 +73,8 @@ long send_gathered(int fd, std::span<const std::span<const std::uint8_t>> segs);
 
 class SoftChannel {
   public:
+    static constexpr std::size_t kMaxIov = 128;  // pieces per sendmsg()
+
     // Takes ownership of `fd` (a connected TCP socket) and runs the MPA
     // startup and SDP setup in `role`, bounded by handshake_timeout. On
     // failure returns nullptr with ec (timed_out, connection_reset,
@@ -113,6 +120,8 @@ class SoftChannel {
     void service_locked();
     void read_locked();
     void wake_poller();
+    // After queueing data: wakes the poller only if it must add POLLOUT.
+    void wake_poller_for_output();
     std::optional<Clock::time_point> io_deadline() const;
     void helper_loop();
     void kick_helper();
@@ -127,7 +136,9 @@ class SoftChannel {
     mutable std::mutex mu_;
     std::condition_variable cv_;
     bool polling_ = false;
+    bool poll_out_ = false;  // the poller waits for POLLOUT too
     std::vector<std::uint8_t> in_;
+    std::array<std::span<const std::uint8_t>, kMaxIov> segs_{};  // service_locked()'s output
     bool stop_ = false;
     std::condition_variable helper_cv_;  // only the helper waits here
     std::thread helper_;
