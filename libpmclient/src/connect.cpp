@@ -39,7 +39,11 @@ ConnectResult connect(BlockingResolver& resolver, const pm::Endpoint& convention
     res.resolution = proc.resolution();
     res.reason = proc.reason();
     if (last.step != ConnectProcedure::Step::done) {
-        res.sys_errno = proc.error().value();
+        // sys_errno is the errno of a failing system call; a Port Mapper
+        // failure (resolution() says which) has none.
+        if (proc.failed_at() != ConnectProcedure::Step::resolve) {
+            res.sys_errno = proc.error().value();
+        }
         return res;
     }
     res.fd = io.release_fd();

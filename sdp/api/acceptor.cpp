@@ -366,24 +366,30 @@ Acceptor::~Acceptor() {
     }
 }
 
+// The state, or that of a closed acceptor when moved from.
+const Acceptor::Impl& Acceptor::state() const {
+    static const Impl closed;
+    return impl_ ? *impl_ : closed;
+}
+
 Provider Acceptor::listener_provider() const {
-    return impl_->listener_provider_;
+    return state().listener_provider_;
 }
 
 pm::Endpoint Acceptor::local_endpoint() const {
-    return impl_->local_;
+    return state().local_;
 }
 
 bool Acceptor::registered() const {
-    return impl_->registered_;
+    return state().registered_;
 }
 
 const std::string& Acceptor::registration_error() const {
-    return impl_->reg_error_;
+    return state().reg_error_;
 }
 
 const std::string& Acceptor::open_error() const {
-    return impl_->open_error_;
+    return state().open_error_;
 }
 
 bool Acceptor::is_open() const {
@@ -392,14 +398,17 @@ bool Acceptor::is_open() const {
 
 int Acceptor::native_handle() const {
 #if SDPPM_HAVE_RDMA
-    if (impl_->rdma_) {
-        return impl_->rdma_->l->fd();
+    if (state().rdma_) {
+        return state().rdma_->l->fd();
     }
 #endif
-    return impl_->fd_;
+    return state().fd_;
 }
 
 std::error_code Acceptor::open(const pm::Endpoint& local, const AcceptorOptions& opts) {
+    if (!impl_) {
+        impl_ = std::make_unique<Impl>();  // moved from: open afresh
+    }
     close();
     impl_->opts_ = opts;
     impl_->reg_error_.clear();
@@ -589,19 +598,19 @@ std::error_code Acceptor::accept(Stream& out, std::optional<std::chrono::millise
 }
 
 std::string Acceptor::last_error() const {
-    if (!impl_->st_) {
+    if (!state().st_) {
         return {};
     }
-    std::lock_guard lk(impl_->st_->mu);
-    return impl_->st_->last_error;
+    std::lock_guard lk(state().st_->mu);
+    return state().st_->last_error;
 }
 
 AcceptorStats Acceptor::stats() const {
-    if (!impl_->st_) {
+    if (!state().st_) {
         return {};
     }
-    std::lock_guard lk(impl_->st_->mu);
-    return impl_->st_->st;
+    std::lock_guard lk(state().st_->mu);
+    return state().st_->st;
 }
 
 std::error_code Acceptor::close() {

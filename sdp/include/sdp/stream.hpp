@@ -200,7 +200,8 @@ class Acceptor {
     ~Acceptor();  // close()
     Acceptor(const Acceptor&) = delete;
     Acceptor& operator=(const Acceptor&) = delete;
-    // A moved-from acceptor is closed: it may be destroyed or assigned to.
+    // A moved-from acceptor is closed: its accessors answer as for a
+    // closed acceptor and open() opens it afresh.
     Acceptor(Acceptor&&) noexcept;
     Acceptor& operator=(Acceptor&&) noexcept;
 
@@ -238,6 +239,7 @@ class Acceptor {
     struct Impl;
 
   private:
+    const Impl& state() const;
     std::unique_ptr<Impl> impl_;
 };
 

@@ -131,3 +131,29 @@ TEST(SdpAcceptor, PendingHandshakesAreBounded) {
 }
 
 }  // namespace
+
+// A moved-from acceptor answers as a closed one and can be opened again;
+// the moved-to one keeps the listener.
+TEST(SdpAcceptor, MovedFromIsClosedAndReopens) {
+    sdp::Acceptor a;
+    ASSERT_FALSE(a.open(*pm::Endpoint::parse("127.0.0.1:0")));
+    const pm::Endpoint first = a.local_endpoint();
+    sdp::Acceptor b(std::move(a));
+    EXPECT_TRUE(b.is_open());
+    EXPECT_EQ(b.local_endpoint(), first);
+    EXPECT_FALSE(a.is_open());  // NOLINT(bugprone-use-after-move): the point
+    EXPECT_EQ(a.native_handle(), -1);
+    EXPECT_FALSE(a.registered());
+    EXPECT_TRUE(a.registration_error().empty());
+    EXPECT_EQ(a.stats().tcp_accepted, 0u);
+    EXPECT_FALSE(a.close());
+    sdp::Stream s;
+    EXPECT_EQ(a.accept(s, 10ms), std::make_error_code(std::errc::bad_file_descriptor));
+    ASSERT_FALSE(a.open(*pm::Endpoint::parse("127.0.0.1:0")));
+    EXPECT_TRUE(a.is_open());
+    EXPECT_NE(a.local_endpoint().port, first.port);
+    a = std::move(b);
+    EXPECT_TRUE(a.is_open());
+    EXPECT_EQ(a.local_endpoint(), first);
+    EXPECT_FALSE(b.is_open());  // NOLINT(bugprone-use-after-move)
+}
