@@ -348,9 +348,20 @@ std::optional<Handled> dispatch(std::string_view line, const Peer& peer, Control
         }
         const auto index = static_cast<std::size_t>(info - pmctl::kCommands.data());
         kHandlers[index].run(args, peer, backend, [done, command, answered](Reply r) {
-            if (!std::exchange(*answered, true)) {
-                done(answer(r, command));
+            if (std::exchange(*answered, true)) {
+                return;
             }
+            // May run later from a completion on the main loop, outside the
+            // try below: a failure to render is an error reply, not an
+            // exception out of io_context::run().
+            decltype(answer(r, command)) text;
+            try {
+                text = answer(r, command);
+            } catch (const std::exception& e) {
+                text = answer(error(kResultError, std::string("internal error: ") + e.what()),
+                              command);
+            }
+            done(std::move(text));
         });
         return std::nullopt;
     } catch (const std::bad_alloc&) {

@@ -15,4 +15,10 @@ void log_worker_error(std::size_t index, const char* what) {
                           [&] { return "worker " + std::to_string(index) + ": " + what; });
 }
 
+void log_completion_error(const char* what) {
+    log::logger().limited(LogLevel::error, "completion_error", [&] {
+        return std::string("answering from the workers' replies: ") + what;
+    });
+}
+
 }  // namespace pmd::io::detail

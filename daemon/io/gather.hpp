@@ -36,6 +36,7 @@ namespace detail {
 
 void log_worker_timeout(std::size_t index);
 void log_worker_error(std::size_t index, const char* what);
+void log_completion_error(const char* what);
 
 template <class R>
 struct Gathering {
@@ -55,7 +56,14 @@ struct Gathering {
             }
         }
         auto d = std::move(done);
-        d(std::move(answers));
+        // This runs from the main loop's timer or a posted answer: an
+        // exception here (out of memory while rendering) must not leave
+        // io_context::run() and stop the daemon.
+        try {
+            d(std::move(answers));
+        } catch (const std::exception& e) {
+            log_completion_error(e.what());
+        }
     }
 
     boost::asio::steady_timer timer;
