@@ -2,6 +2,7 @@
 #include "daemon/core/registrations.hpp"
 
 #include <algorithm>
+#include <functional>
 
 namespace pmd {
 
@@ -72,11 +73,11 @@ RegistrationStore::Change RegistrationStore::load(std::vector<Registration> load
     for (Registration& r : loaded) {
         if (r.expired(now)) {
             ++counts_.expired;
-            removed.push_back(Removed{std::move(r), std::nullopt});
+            removed.push_back(Removed{std::move(r), Cause::lease_expired, {}});
             continue;
         }
         if (auto conflict = find_conflict(r, statics, kept)) {
-            removed.push_back(Removed{std::move(r), std::move(conflict)});
+            removed.push_back(Removed{std::move(r), Cause::conflict, std::move(*conflict)});
             continue;
         }
         auto same = std::find_if(kept.begin(), kept.end(), [&](const Registration& k) {
@@ -134,38 +135,65 @@ RegistrationStore::Outcome RegistrationStore::remove(std::string_view name,
     return out;
 }
 
-RegistrationStore::Change RegistrationStore::expire(WallClock::time_point now) {
+RegistrationStore::Change RegistrationStore::erase_where(
+    const std::function<std::optional<std::string>(const Registration&)>& why, Cause cause) {
     std::vector<Removed> removed;
     std::erase_if(regs_, [&](Registration& r) {
-        if (!r.expired(now)) {
+        auto reason = why(r);
+        if (!reason) {
             return false;
         }
-        removed.push_back(Removed{r, std::nullopt});
+        removed.push_back(Removed{r, cause, std::move(*reason)});
         return true;
     });
     if (!removed.empty()) {
-        counts_.expired += removed.size();
         ++counts_.changes;
+        if (cause == Cause::lease_expired) {
+            counts_.expired += removed.size();
+        } else if (cause == Cause::owner_exited) {
+            counts_.owner_exits += removed.size();
+        }
     }
     const bool changed = !removed.empty();
     return made(changed, std::move(removed));
 }
 
-RegistrationStore::Change RegistrationStore::restrict_to(std::span<const Service> statics) {
-    std::vector<Removed> removed;
-    std::erase_if(regs_, [&](Registration& r) {
-        auto conflict = find_conflict(r, statics, {});
-        if (!conflict) {
-            return false;
+RegistrationStore::Change RegistrationStore::expire(WallClock::time_point now) {
+    return erase_where(
+        [&](const Registration& r) {
+            return r.expired(now) ? std::optional<std::string>("") : std::nullopt;
+        },
+        Cause::lease_expired);
+}
+
+RegistrationStore::Change RegistrationStore::owner_exited(std::int64_t pid) {
+    return erase_where(
+        [&](const Registration& r) {
+            return r.process && r.process->pid == pid ? std::optional<std::string>("")
+                                                      : std::nullopt;
+        },
+        Cause::owner_exited);
+}
+
+std::vector<OwnerProcess> RegistrationStore::owners() const {
+    std::vector<OwnerProcess> out;
+    for (const Registration& r : regs_) {
+        if (r.process) {
+            out.push_back(*r.process);
         }
-        removed.push_back(Removed{r, std::move(conflict)});
-        return true;
-    });
-    if (!removed.empty()) {
-        ++counts_.changes;
     }
-    const bool changed = !removed.empty();
-    return made(changed, std::move(removed));
+    std::sort(out.begin(), out.end(),
+              [](const OwnerProcess& a, const OwnerProcess& b) { return a.pid < b.pid; });
+    out.erase(
+        std::unique(out.begin(), out.end(),
+                    [](const OwnerProcess& a, const OwnerProcess& b) { return a.pid == b.pid; }),
+        out.end());
+    return out;
+}
+
+RegistrationStore::Change RegistrationStore::restrict_to(std::span<const Service> statics) {
+    return erase_where([&](const Registration& r) { return find_conflict(r, statics, {}); },
+                       Cause::conflict);
 }
 
 void RegistrationStore::restore(SavePoint p) {

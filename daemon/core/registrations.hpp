@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -29,9 +30,25 @@ using WallClock = std::chrono::system_clock;
 
 inline constexpr std::size_t kMaxRegistrations = 10'000;
 
+// The local process a registration lives as long as (`register` with
+// "pid"). The shell watches it (a pidfd) and calls
+// RegistrationStore::owner_exited() when it exits; after a restart it checks
+// that the same process still runs: same boot, same pid and, when the shell
+// could read it, the same start time (docs/sdp-pmd.md, "Registrations and
+// their owners").
+struct OwnerProcess {
+    std::int64_t pid = 0;
+    // Start time in clock ticks after boot (/proc/PID/stat field 22);
+    // nullopt when the shell could not read it (ProtectProc=invisible).
+    std::optional<std::uint64_t> start_time;
+    std::string boot_id;  // the kernel's boot ID when registered; "" unknown
+    bool operator==(const OwnerProcess&) const = default;
+};
+
 struct Registration {
     Service service;  // dynamic = true
     std::string owner;
+    std::optional<OwnerProcess> process;             // nullopt: not tied to a process
     std::optional<std::chrono::milliseconds> lease;  // nullopt: until unregistered
     std::optional<WallClock::time_point> expires;    // set when lease is
 
@@ -56,18 +73,21 @@ class RegistrationStore {
     // How the registrations changed, for the registration_changes and
     // leases_expired counters.
     struct Counts {
-        std::uint64_t changes = 0;  // added, renewed, removed or expired (one per operation)
-        std::uint64_t expired = 0;  // leases run out (one per registration)
+        std::uint64_t changes = 0;      // added, renewed, removed or expired (one per operation)
+        std::uint64_t expired = 0;      // leases run out (one per registration)
+        std::uint64_t owner_exits = 0;  // removed because their owner process exited
     };
 
     // What one operation did. `changed`: the set differs, so the shell
     // publishes a new registry and saves the state. `removed`: registrations
-    // that left the store without being asked to (lease expired, conflict),
-    // for the log. `next_deadline`: the earliest lease expiry left, to arm
+    // that left the store without being asked to (lease expired, owner
+    // exited, conflict), for the log. `next_deadline`: the earliest lease expiry left, to arm
     // the lease timer for (nullopt: no lease).
+    enum class Cause : std::uint8_t { lease_expired, owner_exited, conflict };
     struct Removed {
         Registration registration;
-        std::optional<std::string> conflict;  // nullopt: the lease ran out
+        Cause cause = Cause::lease_expired;
+        std::string conflict;  // Cause::conflict: the clash
     };
     struct Change {
         bool changed = false;
@@ -107,6 +127,11 @@ class RegistrationStore {
     Outcome remove(std::string_view name, std::span<const Service> statics);
     // Removes every registration whose lease ran out by `now`.
     Change expire(WallClock::time_point now);
+    // Removes every registration tied to process `pid`: the shell saw it
+    // exit (or, after a restart, found it gone).
+    Change owner_exited(std::int64_t pid);
+    // The processes registrations are tied to, each once, sorted by pid.
+    std::vector<OwnerProcess> owners() const;
     // A reload: removes the registrations a static service of the new
     // configuration now claims (by name or Conventional Address).
     Change restrict_to(std::span<const Service> statics);
@@ -121,6 +146,10 @@ class RegistrationStore {
 
   private:
     Change made(bool changed, std::vector<Removed> removed = {}) const;
+    // Removes the registrations `why` gives a reason for ("" for none),
+    // counted and reported as `cause`.
+    Change erase_where(const std::function<std::optional<std::string>(const Registration&)>& why,
+                       Cause cause);
 
     std::vector<Registration> regs_;  // sorted by name
     Counts counts_;

@@ -172,11 +172,25 @@ void run_config_test(const json& args, const Peer& peer, ControlBackend&, Finish
     done(config_test(args, peer));
 }
 
-void run_register(const json& args, const Peer&, ControlBackend& b, Finish done) {
+void run_register(const json& args, const Peer& peer, ControlBackend& b, Finish done) {
     if (!args.is_object()) {
         return done(error(kResultError, "arguments: expected an object"));
     }
-    auto parsed = parse_registration(args, false, b.wall_now());
+    // "pid": "peer" ties the registration to the process asking, as the
+    // kernel names it (SO_PEERCRED: right across PID namespaces).
+    const json* use = &args;
+    json with_pid;
+    if (auto it = args.find("pid"); it != args.end() && it->is_string() && *it == "peer") {
+        if (peer.pid <= 0) {
+            return done(error(kResultError,
+                              "pid: \"peer\": the peer's process ID is unknown "
+                              "(it is in another PID namespace)"));
+        }
+        with_pid = args;
+        with_pid["pid"] = peer.pid;
+        use = &with_pid;
+    }
+    auto parsed = parse_registration(*use, false, b.wall_now());
     if (auto* e = std::get_if<std::string>(&parsed)) {
         return done(error(kResultError, *e));
     }

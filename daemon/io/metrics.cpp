@@ -86,6 +86,9 @@ std::vector<MetricDef> make_defs() {
     d.push_back(counter("leases_expired", "sdp_pmd_leases_expired_total",
                         "Dynamic registrations expired.", InLine::no,
                         [](S s) { return n(s.registrations.expired); }));
+    d.push_back(counter("owner_exits", "sdp_pmd_owner_exits_total",
+                        "Dynamic registrations removed because their owner process exited.",
+                        InLine::no, [](S s) { return n(s.registrations.owner_exits); }));
     d.push_back(counter("state_write_errors", "sdp_pmd_state_write_errors_total",
                         "Failed writes of the state file.", InLine::no,
                         [](S s) { return n(s.state_write_errors); }));

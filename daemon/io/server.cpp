@@ -68,6 +68,7 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
       log_timer_(io),
       signals_(io),
       lease_timer_(io),
+      owners_(io, [this](std::int64_t pid) { owner_exited(pid); }),
       status_timer_(io),
       watchdog_timer_(io) {
     apply_logging(config_);
@@ -224,6 +225,7 @@ void Server::stop(std::string_view why) {
     signals_.cancel(ignored);
     signals_.clear(ignored);
     lease_timer_.cancel();
+    owners_.stop();
     status_timer_.cancel();
     watchdog_timer_.cancel();
     if (control_) {

@@ -9,9 +9,10 @@
 //                          (io/gather.hpp)
 //   io/listen_set.hpp      the UDP listen sockets and their reload diff
 //                          (core/listen_plan.hpp)
-//   core/registrations.hpp the dynamic registrations and their leases,
-//                          wired to the state file and the lease timer in
-//                          server_registrations.cpp
+//   core/registrations.hpp the dynamic registrations, their leases and
+//                          owner processes, wired to the state file, the
+//                          lease timer and the owners' pidfds
+//                          (io/owner_watch.hpp) in server_registrations.cpp
 //   io/metrics.hpp         every counter, declared once, rendered for
 //                          stats, logs, Prometheus and STATUS=
 //   server_control.cpp     the control commands (ControlBackend); their
@@ -58,6 +59,7 @@
 #include "daemon/io/listen_set.hpp"
 #include "daemon/io/metrics.hpp"
 #include "daemon/io/metrics_http.hpp"
+#include "daemon/io/owner_watch.hpp"
 #include "daemon/io/shards.hpp"
 #include "daemon/io/state_file.hpp"
 #include "daemon/io/udp_socket.hpp"
@@ -132,6 +134,10 @@ class Server final : public ControlBackend {
     // After the store changed: logs what it removed, publishes and saves.
     void apply_change(const RegistrationStore::Change& change, std::string_view context);
     void expire_leases();
+    // A watched owner process exited: its registrations go.
+    void owner_exited(std::int64_t pid);
+    // Watches the owner processes of the registrations in the store now.
+    void watch_owners() { owners_.watch(store_.owners()); }
     void arm_lease_timer(std::optional<WallClock::time_point> deadline);
     void arm_status_timer();
     void arm_watchdog();
@@ -151,6 +157,7 @@ class Server final : public ControlBackend {
 
     RegistrationStore store_;  // the dynamic registrations
     boost::asio::steady_timer lease_timer_;
+    OwnerWatch owners_;
     std::unique_ptr<ControlServer> control_;
     std::unique_ptr<MetricsServer> metrics_;
     std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

@@ -102,6 +102,7 @@ json Server::services_json(const LiveMap& live) const {
     for (const Service& s : config_.services) {
         json j = service_json(s);
         j["owner"] = nullptr;
+        j["pid"] = nullptr;
         j["lease_expires_in"] = nullptr;
         add(std::move(j));
     }
@@ -112,10 +113,16 @@ json Server::services_json(const LiveMap& live) const {
 }
 
 void Server::register_service(Registration r, Done<Reply> done) {
+    if (r.process) {
+        if (auto why = OwnerWatch::identify(*r.process)) {
+            return done(Reply{kResultError, *why, nullptr});
+        }
+    }
     auto before = store_.save_point();
     const std::string name = r.service.name;
-    const std::string text =
-        conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner);
+    const std::string text = conventional_text(r.service) +
+                             (r.owner.empty() ? "" : " owner " + r.owner) +
+                             (r.process ? " pid " + std::to_string(r.process->pid) : "");
     const auto now = WallClock::now();
     r.start_lease(now);
     json j = registration_json(r, now);
@@ -136,6 +143,7 @@ void Server::register_service(Registration r, Done<Reply> done) {
         return done(Reply{kResultError, "cannot save the registration: " + *error, nullptr});
     }
     arm_lease_timer(outcome.change.next_deadline);
+    watch_owners();
     log::notice(std::string(outcome.renewal ? "renewed" : "registered") + " \"" + name + "\" " +
                 text);
     j["counters"] = json{{"transactions", 0}};
@@ -164,6 +172,7 @@ void Server::unregister_service(const std::string& name, Done<Reply> done) {
         return done(Reply{kResultError, "cannot save the change: " + *error, nullptr});
     }
     arm_lease_timer(outcome.change.next_deadline);
+    watch_owners();
     log::notice("unregistered \"" + name + "\"");
     publish(make_registry(config_.services), [done = std::move(done), name] {
         done(Reply{kResultOk, "unregistered " + name, nullptr});

@@ -33,17 +33,30 @@ void Server::load_state() {
                  "; starting without dynamic registrations");
         return;
     }
-    const auto change =
-        store_.load(std::move(loaded.registrations), config_.services, WallClock::now());
+    auto change = store_.load(std::move(loaded.registrations), config_.services, WallClock::now());
+    // Owners that exited (or a reboot) while the daemon was stopped.
+    for (const OwnerProcess& owner : store_.owners()) {
+        if (auto why = OwnerWatch::gone(owner)) {
+            auto dropped = store_.owner_exited(owner.pid);
+            for (auto& removed : dropped.removed) {
+                log::notice("registration \"" + removed.registration.service.name +
+                            "\" from the state file dropped: its owner process " +
+                            std::to_string(owner.pid) + " is gone (" + *why + ")");
+            }
+            change.changed = change.changed || dropped.changed;
+            change.next_deadline = dropped.next_deadline;
+        }
+    }
     for (const auto& removed : change.removed) {
         const std::string& name = removed.registration.service.name;
-        if (removed.conflict) {
+        if (removed.cause == RegistrationStore::Cause::conflict) {
             log::warning("registration \"" + name +
-                         "\" from the state file dropped: " + *removed.conflict);
+                         "\" from the state file dropped: " + removed.conflict);
         } else {
             log::notice("registration \"" + name + "\" expired while stopped, dropped");
         }
     }
+    watch_owners();
     if (!loaded.missing) {
         log::notice("state file " + path + ": " + std::to_string(store_.size()) +
                     " dynamic registrations");
@@ -87,11 +100,18 @@ void Server::arm_lease_timer(std::optional<WallClock::time_point> deadline) {
 void Server::log_removed(const RegistrationStore::Change& change, std::string_view context) {
     for (const auto& removed : change.removed) {
         const std::string& name = removed.registration.service.name;
-        if (removed.conflict) {
-            log::warning(std::string(context) + "registration \"" + name +
-                         "\" removed: " + *removed.conflict);
-        } else {
-            log::notice("registration \"" + name + "\" lease expired, removed");
+        switch (removed.cause) {
+            case RegistrationStore::Cause::conflict:
+                log::warning(std::string(context) + "registration \"" + name +
+                             "\" removed: " + removed.conflict);
+                break;
+            case RegistrationStore::Cause::owner_exited:
+                log::notice("registration \"" + name + "\" removed: its owner process " +
+                            std::to_string(removed.registration.process->pid) + " exited");
+                break;
+            case RegistrationStore::Cause::lease_expired:
+                log::notice("registration \"" + name + "\" lease expired, removed");
+                break;
         }
     }
 }
@@ -101,10 +121,20 @@ void Server::apply_change(const RegistrationStore::Change& change, std::string_v
     if (!change.changed) {
         return;
     }
+    watch_owners();
     publish(make_registry(config_.services));
     if (auto error = persist()) {
         log::err("state file: " + *error);
     }
+}
+
+void Server::owner_exited(std::int64_t pid) {
+    if (stopping_) {
+        return;
+    }
+    const auto change = store_.owner_exited(pid);
+    apply_change(change, "");
+    arm_lease_timer(change.next_deadline);
 }
 
 void Server::expire_leases() {

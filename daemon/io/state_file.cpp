@@ -83,11 +83,14 @@ std::variant<Registration, std::string> parse_registration(const json& args, boo
     if (!args.is_object()) {
         return std::string("arguments: expected an object");
     }
-    static constexpr std::string_view kKeys[] = {"name",    "conventional", "sdp",   "policy",
-                                                 "pm_time", "allow",        "lease", "owner"};
+    static constexpr std::string_view kKeys[] = {
+        "name", "conventional", "sdp", "policy", "pm_time", "allow", "lease", "owner", "pid"};
+    static constexpr std::string_view kStateKeys[] = {"expires_at", "pid_start_time", "boot_id"};
     for (const auto& [key, value] : args.items()) {
-        bool known = std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys);
-        if (!known && !(from_state && key == "expires_at")) {
+        bool known = std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys) ||
+                     (from_state && std::find(std::begin(kStateKeys), std::end(kStateKeys), key) !=
+                                        std::end(kStateKeys));
+        if (!known) {
             return "unknown argument \"" + (printable(key) && key.size() < 64 ? key : "?") + "\"";
         }
     }
@@ -147,6 +150,33 @@ std::variant<Registration, std::string> parse_registration(const json& args, boo
         r.lease = *d;
         r.start_lease(now);
     }
+    if (auto it = args.find("pid"); it != args.end() && !it->is_null()) {
+        if (!it->is_number_integer() || it->get<std::int64_t>() < 1 ||
+            it->get<std::int64_t>() > kMaxPid) {
+            return "pid: expected a process ID (1 to " + std::to_string(kMaxPid) + ")" +
+                   (from_state ? "" : " or \"peer\"");
+        }
+        OwnerProcess p;
+        p.pid = it->get<std::int64_t>();
+        if (from_state) {
+            if (auto st = args.find("pid_start_time"); st != args.end() && !st->is_null()) {
+                if (!st->is_number_unsigned()) {
+                    return std::string("pid_start_time: expected a number of clock ticks");
+                }
+                p.start_time = st->get<std::uint64_t>();
+            }
+            if (auto b = args.find("boot_id"); b != args.end() && !b->is_null()) {
+                if (!b->is_string() || b->get<std::string>().size() > 64 ||
+                    !printable(b->get<std::string>())) {
+                    return std::string("boot_id: expected the kernel's boot ID");
+                }
+                p.boot_id = b->get<std::string>();
+            }
+        }
+        r.process = std::move(p);
+    } else if (from_state && (args.contains("pid_start_time") || args.contains("boot_id"))) {
+        return std::string("pid_start_time, boot_id: only with a pid");
+    }
     if (from_state) {
         auto it = args.find("expires_at");
         if (it != args.end() && !it->is_null()) {
@@ -175,6 +205,7 @@ json service_json(const Service& s) {
 json registration_json(const Registration& r, WallClock::time_point now) {
     json j = service_json(r.service);
     j["owner"] = r.owner;
+    j["pid"] = r.process ? json(r.process->pid) : json(nullptr);
     if (r.expires) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*r.expires - now);
         j["lease_expires_in"] = std::max<double>(0.0, static_cast<double>(left.count()) / 1000.0);
@@ -199,6 +230,15 @@ std::string state_text(std::span<const Registration> registrations) {
         }
         if (!r.owner.empty()) {
             j["owner"] = r.owner;
+        }
+        if (r.process) {
+            j["pid"] = r.process->pid;
+            if (r.process->start_time) {
+                j["pid_start_time"] = *r.process->start_time;
+            }
+            if (!r.process->boot_id.empty()) {
+                j["boot_id"] = r.process->boot_id;
+            }
         }
         if (r.lease && r.expires) {
             j["lease"] = std::to_string(r.lease->count()) + "ms";

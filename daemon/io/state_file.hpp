@@ -11,7 +11,8 @@
 //
 //   {"version": 1, "registrations": [{"name": "web", "conventional": "...",
 //     "sdp": ["..."], "policy": "first", "pm_time": 120, "allow": ["..."],
-//     "owner": "...", "lease": "30000ms", "expires_at": 1700000000000}]}
+//     "owner": "...", "lease": "30000ms", "expires_at": 1700000000000,
+//     "pid": 4242, "pid_start_time": 123456, "boot_id": "..."}]}
 #pragma once
 
 #include <chrono>
@@ -29,9 +30,12 @@ namespace pmd::io {
 inline constexpr std::chrono::milliseconds kMinLease{1000};
 inline constexpr std::chrono::milliseconds kMaxLease = std::chrono::hours{24 * 365};
 inline constexpr std::size_t kMaxOwner = 256;
+// PID_MAX_LIMIT on 64-bit Linux.
+inline constexpr std::int64_t kMaxPid = 4'194'304;
 // Reads `register` arguments (or, with from_state, a state file entry, which
-// may carry "expires_at"). The lease starts at `now`. On error returns one
-// line naming the argument at fault.
+// may carry "expires_at", "pid_start_time" and "boot_id"). A "pid" of
+// "peer" must have been replaced by the caller's pid already. The lease starts at `now`. On error
+// returns one line naming the argument at fault.
 std::variant<Registration, std::string> parse_registration(const nlohmann::json& args,
                                                            bool from_state,
                                                            WallClock::time_point now);

@@ -195,18 +195,18 @@ void print_human(const std::string& command, const json& response) {
             std::string live = s.contains("counters")
                                    ? text_of(s["counters"].value("transactions", json(0)))
                                    : "-";
-            rows.push_back({text_of(s["name"]), text_of(s["conventional"]), text_of(s["sdp"]),
-                            text_of(s["policy"]),
-                            pm::pm_time_to_string(s.value("pm_time", std::uint8_t{0})),
-                            s.value("dynamic", false) ? "dynamic" : "static",
-                            s.value("owner", json(nullptr)).is_null() || text_of(s["owner"]).empty()
-                                ? "-"
-                                : text_of(s["owner"]),
-                            lease, live});
+            rows.push_back(
+                {text_of(s["name"]), text_of(s["conventional"]), text_of(s["sdp"]),
+                 text_of(s["policy"]), pm::pm_time_to_string(s.value("pm_time", std::uint8_t{0})),
+                 s.value("dynamic", false) ? "dynamic" : "static",
+                 s.value("owner", json(nullptr)).is_null() || text_of(s["owner"]).empty()
+                     ? "-"
+                     : text_of(s["owner"]),
+                 s.value("pid", json(nullptr)).is_null() ? "-" : text_of(s["pid"]), lease, live});
         }
-        print_table(
-            {"NAME", "CONVENTIONAL", "SDP", "POLICY", "PM_TIME", "KIND", "OWNER", "LEASE", "LIVE"},
-            rows);
+        print_table({"NAME", "CONVENTIONAL", "SDP", "POLICY", "PM_TIME", "KIND", "OWNER", "PID",
+                     "LEASE", "LIVE"},
+                    rows);
         return;
     }
     if (command == "transactions" && args.contains("transactions")) {
@@ -435,6 +435,9 @@ int run_daemon_command(const std::string& command, const po::variables_map& vm, 
         if (vm.count("allow")) {
             args["allow"] = vm["allow"].as<std::vector<std::string>>();
         }
+        if (vm.count("pid")) {
+            args["pid"] = vm["pid"].as<std::int64_t>();
+        }
     } else if (command == "unregister") {
         if (operands.size() != 1) {
             fail(kExitUsage, "unregister needs exactly one NAME");
@@ -490,6 +493,8 @@ int main(int argc, char** argv) {
             ("lease", po::value<std::string>()->value_name("DURATION"),
              "register: expire unless renewed within DURATION")
             ("owner", po::value<std::string>()->value_name("TEXT"), "register: free text")
+            ("pid", po::value<std::int64_t>()->value_name("PID"),
+             "register: remove the mapping when process PID exits")
             ("limit", po::value<unsigned>()->value_name("N"), "transactions: at most N")
             ("reset", "stats: reset the counters")
             ("service", po::value<std::string>()->value_name("IP:PORT"),
@@ -535,9 +540,10 @@ int main(int argc, char** argv) {
             std::vector<std::string> commands;
         };
         const std::vector<Allowed> allowed = {
-            {"policy", {"register"}}, {"pm-time", {"register"}}, {"allow", {"register"}},
-            {"lease", {"register"}},  {"owner", {"register"}},   {"limit", {"transactions"}},
-            {"reset", {"stats"}},     {"service", {"query"}},    {"from", {"query"}},
+            {"policy", {"register"}},    {"pm-time", {"register"}}, {"allow", {"register"}},
+            {"lease", {"register"}},     {"owner", {"register"}},   {"pid", {"register"}},
+            {"limit", {"transactions"}}, {"reset", {"stats"}},      {"service", {"query"}},
+            {"from", {"query"}},
         };
         const std::vector<std::string> words = command_words();
         if (std::find(words.begin(), words.end(), command) == words.end()) {

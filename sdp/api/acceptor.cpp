@@ -98,6 +98,9 @@ std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint
     if (opts.pm_time) {
         args["pm_time"] = *opts.pm_time;
     }
+    if (opts.registration_follows_process) {
+        args["pid"] = "peer";
+    }
     auto answer = pmctl::call(*opts.control_socket, "register", args, opts.control_timeout);
     if (answer.ok() && answer.reply().result == 0) {
         return {};

@@ -174,6 +174,11 @@ struct AcceptorOptions {
     std::optional<std::string> conventional;  // "IP:PORT" or "*:PORT"
     std::optional<std::string> sdp_address;  // default: the listening "IP:PORT" ("*:P" for 0.0.0.0)
     std::optional<std::string> pm_time;      // e.g. "30s", "permanent"
+    // The registration lives as long as this process: sdp-pmd watches the
+    // process that registered (its pid as the kernel gives it, SO_PEERCRED)
+    // and removes the mapping as soon as it exits, however it exits. Off:
+    // the mapping stays until close() unregisters it (a crash leaves it).
+    bool registration_follows_process = true;
     std::chrono::milliseconds control_timeout{2000};
     // MPA/SDP startups in progress at once, plus established streams not
     // yet returned by accept(). Beyond it a new TCP connection is closed at

@@ -683,4 +683,114 @@ TEST_F(Control, CliUsageAndErrorsHaveDocumentedExitCodes) {
         << unreachable.err;
 }
 
+// A stand-in for a service process: `sleep` (bounded: it ends by itself
+// after a minute if a test leaves it behind).
+std::unique_ptr<Process> owner_process(const fs::path& dir, const std::string& tag) {
+    return std::make_unique<Process>(std::vector<std::string>{"/bin/sleep", "60"},
+                                     dir / (tag + ".out"), dir / (tag + ".err"));
+}
+
+std::optional<std::int64_t> pid_of(const json& services, const std::string& name) {
+    for (const auto& s : services["arguments"]["services"]) {
+        if (s["name"] == name && s["pid"].is_number_integer()) {
+            return s["pid"].get<std::int64_t>();
+        }
+    }
+    return std::nullopt;
+}
+
+// `register --pid`: the mapping lives as long as that process, however it
+// ends; a mapping without a pid is not touched.
+TEST_F(Control, RegistrationTiedToAProcessGoesWhenItExits) {
+    ASSERT_NO_FATAL_FAILURE(start());
+    auto owner = owner_process(dir_.path(), "owner");
+    ASSERT_TRUE(owner->started());
+    const std::string pid = std::to_string(owner->pid());
+    auto reg = ctl({"register", "tied", "127.0.0.1:7400", "127.0.0.1:7401", "--pid", pid});
+    ASSERT_EQ(reg.exit_code, std::optional<int>(0)) << reg.err << full_log();
+    ASSERT_EQ(ctl({"register", "free", "127.0.0.1:7500", "127.0.0.1:7501"}).exit_code,
+              std::optional<int>(0));
+    EXPECT_EQ(pid_of(ctl_json({"services"}), "tied"), std::optional<std::int64_t>(owner->pid()));
+    auto human = ctl({"services"});
+    EXPECT_NE(human.out.find(" PID "), std::string::npos) << human.out;
+    // Kept in the state file with the process's identity.
+    json state = json::parse(pmtest::read_file(state_), nullptr, false);
+    ASSERT_FALSE(state.is_discarded());
+    ASSERT_EQ(state["registrations"].size(), 2u);
+    EXPECT_EQ(state["registrations"][1]["pid"], owner->pid()) << state.dump();
+    EXPECT_TRUE(state["registrations"][1]["boot_id"].is_string()) << state.dump();
+    EXPECT_EQ(query("127.0.0.1:7400").exit_code, std::optional<int>(0));
+
+    ASSERT_TRUE(owner->signal(SIGKILL));
+    ASSERT_TRUE(pmtest::wait_until([&] { return !has_service("tied"); }, 5000ms)) << full_log();
+    EXPECT_TRUE(has_service("free"));
+    EXPECT_NE(full_log().find("its owner process " + pid + " exited"), std::string::npos)
+        << full_log();
+    EXPECT_EQ(query("127.0.0.1:7400").exit_code, std::optional<int>(1));  // PMDeny
+    json stats = ctl_json({"stats"});
+    EXPECT_EQ(stats["arguments"]["owner_exits"], 1) << stats.dump();
+    state = json::parse(pmtest::read_file(state_), nullptr, false);
+    EXPECT_EQ(state["registrations"].size(), 1u) << state.dump();
+}
+
+TEST_F(Control, RegistrationForAMissingProcessIsRefused) {
+    ASSERT_NO_FATAL_FAILURE(start());
+    auto gone = owner_process(dir_.path(), "gone");
+    ASSERT_TRUE(gone->started());
+    const std::string pid = std::to_string(gone->pid());
+    ASSERT_TRUE(gone->signal(SIGKILL));
+    ASSERT_TRUE(gone->wait_exit(5000ms).has_value());
+    auto r = ctl({"register", "x", "127.0.0.1:7600", "127.0.0.1:7601", "--pid", pid});
+    EXPECT_EQ(r.exit_code, std::optional<int>(1)) << r.out << r.err;
+    EXPECT_NE(r.err.find("no such process"), std::string::npos) << r.err;
+    for (const std::string bad : {"0", "-5", "99999999999"}) {
+        auto b = ctl({"register", "x", "127.0.0.1:7600", "127.0.0.1:7601", "--pid", bad});
+        EXPECT_NE(b.exit_code, std::optional<int>(0)) << bad;
+    }
+    EXPECT_FALSE(has_service("x"));
+    // "peer" through the raw protocol: the asking process is the owner;
+    // this connection's process (the test) outlives the check.
+    RawStream raw(socket_);
+    ASSERT_TRUE(raw.ok());
+    ASSERT_TRUE(raw.send(R"({"command": "register", "arguments": {"name": "me", )"
+                         R"("conventional": "127.0.0.1:7700", "sdp": ["127.0.0.1:7701"], )"
+                         R"("pid": "peer"}})"
+                         "\n"));
+    json reply = json::parse(raw.line(), nullptr, false);
+    ASSERT_FALSE(reply.is_discarded());
+    EXPECT_EQ(reply["result"], 0) << reply.dump();
+    EXPECT_EQ(pid_of(ctl_json({"services"}), "me"), std::optional<std::int64_t>(::getpid()));
+}
+
+// After a restart, a stored registration whose owner exited while the
+// daemon was down is dropped (and said so); one whose owner runs is kept
+// and watched again.
+TEST_F(Control, RestartDropsRegistrationsOfOwnersThatExited) {
+    ASSERT_NO_FATAL_FAILURE(start());
+    auto stays = owner_process(dir_.path(), "stays");
+    auto leaves = owner_process(dir_.path(), "leaves");
+    ASSERT_TRUE(stays->started() && leaves->started());
+    ASSERT_EQ(ctl({"register", "stays", "127.0.0.1:7800", "127.0.0.1:7801", "--pid",
+                   std::to_string(stays->pid())})
+                  .exit_code,
+              std::optional<int>(0));
+    ASSERT_EQ(ctl({"register", "leaves", "127.0.0.1:7900", "127.0.0.1:7901", "--pid",
+                   std::to_string(leaves->pid())})
+                  .exit_code,
+              std::optional<int>(0));
+    ASSERT_NO_FATAL_FAILURE(stop(SIGTERM));
+    ASSERT_TRUE(leaves->signal(SIGKILL));
+    ASSERT_TRUE(leaves->wait_exit(5000ms).has_value());
+    ASSERT_NO_FATAL_FAILURE(start());
+    EXPECT_TRUE(has_service("stays")) << full_log();
+    EXPECT_FALSE(has_service("leaves")) << full_log();
+    EXPECT_NE(full_log().find("\"leaves\" from the state file dropped: its owner process " +
+                              std::to_string(leaves->pid()) + " is gone"),
+              std::string::npos)
+        << full_log();
+    // The kept one is watched again by the new daemon.
+    ASSERT_TRUE(stays->signal(SIGKILL));
+    EXPECT_TRUE(pmtest::wait_until([&] { return !has_service("stays"); }, 5000ms)) << full_log();
+}
+
 }  // namespace

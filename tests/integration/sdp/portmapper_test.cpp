@@ -6,7 +6,10 @@
 
 #include <thread>
 
+#include <signal.h>
+
 #include "integration/daemon/harness.hpp"
+#include "pmctl/client.hpp"
 #include "pmd_fixture.hpp"
 #include "sdp/stream.hpp"
 #include "sdp_test_util.hpp"
@@ -25,6 +28,17 @@ class SdpPortMapper : public sdptest::PmdFixture {
         o.use_pm_cache = false;
         return o;
     }
+    std::filesystem::path control_socket() const { return dir_.path() / "control.sock"; }
+    // Starts sdp-pmd with a control socket and a state file in dir_;
+    // control_ready_ tells whether the socket appeared.
+    void start_with_control() {
+        ASSERT_NO_FATAL_FAILURE(start("listen: [\"127.0.0.1:{PORT}\"]\ncontrol:\n  socket: \"" +
+                                      control_socket().string() + "\"\nstate_file: \"" +
+                                      (dir_.path() / "state.json").string() + "\"\n"));
+        control_ready_ =
+            pmtest::wait_until([&] { return std::filesystem::exists(control_socket()); }, 2000ms);
+    }
+    bool control_ready_ = false;
 };
 
 // Sends "ping" and expects "pong" back from a peer running `serve`.
@@ -168,11 +182,9 @@ TEST_F(SdpPortMapper, NoFallbackWhenDisabled) {
 // The acceptor registers its mapping through the control socket; a client
 // then resolves it and lands on SDP; close() unregisters it.
 TEST_F(SdpPortMapper, AcceptorRegistersThroughTheControlSocket) {
-    const auto sock = dir_.path() / "control.sock";
-    ASSERT_NO_FATAL_FAILURE(start("listen: [\"127.0.0.1:{PORT}\"]\ncontrol:\n  socket: \"" +
-                                  sock.string() + "\"\nstate_file: \"" +
-                                  (dir_.path() / "state.json").string() + "\"\n"));
-    if (!pmtest::wait_until([&] { return std::filesystem::exists(sock); }, 2000ms)) {
+    const auto sock = control_socket();
+    ASSERT_NO_FATAL_FAILURE(start_with_control());
+    if (!control_ready_) {
         GTEST_SKIP() << "sdp-pmd has no control socket yet: " << log();
     }
     sdptest::TcpListener conv;
@@ -206,6 +218,56 @@ TEST_F(SdpPortMapper, AcceptorRegistersThroughTheControlSocket) {
     // Unregistered: the same Conventional Address is now denied -> TCP.
     sdp::Stream t;
     ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(t, conv, conv.endpoint(), opts()));
+}
+
+// The pid sdp-pmd lists for the dynamic service `name`: 0 when the service
+// is not listed, -1 when it is listed without a pid.
+std::int64_t listed_pid(const std::filesystem::path& sock, const std::string& name) {
+    auto answer = pmctl::call(sock.string(), "services", nullptr, 2000ms);
+    if (!answer.ok() || answer.reply().result != 0) {
+        return 0;
+    }
+    for (const auto& s : answer.reply().arguments["services"]) {
+        if (s["name"] == name) {
+            return s["pid"].is_number_integer() ? s["pid"].get<std::int64_t>() : -1;
+        }
+    }
+    return 0;
+}
+
+// An sdp-cat -l --register killed with SIGKILL cannot unregister: the
+// daemon sees its process exit (pidfd) and drops the mapping, so clients
+// are denied and go to TCP instead of trying a dead SDP Address.
+TEST_F(SdpPortMapper, KilledRegisteredListenerIsUnmapped) {
+    const auto sock = control_socket();
+    ASSERT_NO_FATAL_FAILURE(start_with_control());
+    if (!control_ready_) {
+        GTEST_SKIP() << "sdp-pmd has no control socket yet: " << log();
+    }
+    sdptest::TcpListener conv;
+    sdptest::TcpListener reserve;  // a free port for sdp-cat (reused at once)
+    const std::uint16_t port = reserve.port();
+    reserve.close();
+    const std::string name = "sdp-" + std::to_string(port);
+    pmtest::Process cat({SDPPM_SDP_CAT_BIN, "-v", "-l", "--register", conv.endpoint().to_string(),
+                         "--control", sock.string(), "--bind", "127.0.0.1", std::to_string(port)},
+                        dir_.path() / "cat.out", dir_.path() / "cat.err");
+    ASSERT_TRUE(cat.started());
+    ASSERT_TRUE(pmtest::wait_until([&] { return listed_pid(sock, name) != 0; }, 10000ms))
+        << pmtest::read_file(dir_.path() / "cat.err") << log();
+    EXPECT_EQ(listed_pid(sock, name), cat.pid());
+
+    ASSERT_TRUE(cat.signal(SIGKILL));
+    const auto killed = std::chrono::steady_clock::now();
+    ASSERT_TRUE(pmtest::wait_until([&] { return listed_pid(sock, name) == 0; }, 5000ms)) << log();
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - killed);
+    RecordProperty("unmapped_after_ms", static_cast<int>(took.count()));
+    EXPECT_NE(log().find("owner process " + std::to_string(cat.pid()) + " exited"),
+              std::string::npos)
+        << log();
+    sdp::Stream s;
+    ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(s, conv, conv.endpoint(), opts()));
 }
 
 TEST_F(SdpPortMapper, RegistrationWithoutDaemonIsAClearError) {

@@ -83,7 +83,7 @@ TEST(RegistrationStore, ExpireRemovesRunOutLeasesOnly) {
     EXPECT_TRUE(first.changed);
     ASSERT_EQ(first.removed.size(), 1u);
     EXPECT_EQ(first.removed[0].registration.service.name, "a");
-    EXPECT_FALSE(first.removed[0].conflict);
+    EXPECT_EQ(first.removed[0].cause, RegistrationStore::Cause::lease_expired);
     EXPECT_EQ(first.next_deadline, kT0 + 2s);
 
     auto rest = store.expire(kT0 + 1h);
@@ -142,8 +142,8 @@ TEST(RegistrationStore, LoadDropsExpiredAndConflictingEntries) {
     auto change = store.load(std::move(file), statics, kT0);
     EXPECT_TRUE(change.changed);
     ASSERT_EQ(change.removed.size(), 2u);
-    EXPECT_FALSE(change.removed[0].conflict);  // expired while stopped
-    EXPECT_TRUE(change.removed[1].conflict);
+    EXPECT_EQ(change.removed[0].cause, RegistrationStore::Cause::lease_expired);  // while stopped
+    EXPECT_EQ(change.removed[1].cause, RegistrationStore::Cause::conflict);
     EXPECT_EQ(names(store), (std::vector<std::string>{"api", "web"}));
     // The later "web" replaced the earlier one (and its lease).
     EXPECT_EQ(store.registrations()[1].service.conventional_port, 84);
@@ -165,9 +165,46 @@ TEST(RegistrationStore, RestrictToANewConfiguration) {
     EXPECT_TRUE(change.changed);
     ASSERT_EQ(change.removed.size(), 1u);
     EXPECT_EQ(change.removed[0].registration.service.name, "web");
-    EXPECT_EQ(*change.removed[0].conflict,
+    EXPECT_EQ(change.removed[0].cause, RegistrationStore::Cause::conflict);
+    EXPECT_EQ(change.removed[0].conflict,
               "conventional address *:80 is used by static service \"static\"");
     EXPECT_EQ(change.next_deadline, kT0 + 10s);
+}
+
+Registration owned(const char* name, std::uint16_t port, std::int64_t pid) {
+    Registration r = reg(name, port);
+    r.process = OwnerProcess{pid, 1000 + static_cast<std::uint64_t>(pid), "boot-a"};
+    return r;
+}
+
+TEST(RegistrationStore, OwnerExitRemovesEveryRegistrationOfThatProcessOnly) {
+    RegistrationStore store;
+    ASSERT_TRUE(store.add(owned("a", 80, 42), {}, kT0).ok());
+    ASSERT_TRUE(store.add(owned("b", 81, 42), {}, kT0).ok());
+    ASSERT_TRUE(store.add(owned("c", 82, 43), {}, kT0).ok());
+    ASSERT_TRUE(store.add(reg("d", 83, 10s), {}, kT0).ok());
+    const auto owners = store.owners();
+    ASSERT_EQ(owners.size(), 2u);  // each process once, by pid
+    EXPECT_EQ(owners[0].pid, 42);
+    EXPECT_EQ(owners[1].pid, 43);
+    EXPECT_EQ(owners[0].start_time, std::optional<std::uint64_t>(1042));
+
+    EXPECT_FALSE(store.owner_exited(7).changed);  // nobody's
+    auto change = store.owner_exited(42);
+    EXPECT_TRUE(change.changed);
+    ASSERT_EQ(change.removed.size(), 2u);
+    EXPECT_EQ(change.removed[0].cause, RegistrationStore::Cause::owner_exited);
+    EXPECT_EQ(change.removed[1].registration.service.name, "b");
+    EXPECT_EQ(change.next_deadline, kT0 + 10s);  // "d"'s lease is still there
+    EXPECT_EQ(names(store), (std::vector<std::string>{"c", "d"}));
+    EXPECT_EQ(store.counts().owner_exits, 2u);
+    EXPECT_EQ(store.counts().changes, 5u);  // four adds, one exit
+    EXPECT_EQ(store.owners().size(), 1u);
+
+    // A renewal without a pid unties the registration.
+    ASSERT_TRUE(store.add(reg("c", 82), {}, kT0).ok());
+    EXPECT_TRUE(store.owners().empty());
+    EXPECT_FALSE(store.owner_exited(43).changed);
 }
 
 }  // namespace
