@@ -161,7 +161,8 @@ std::vector<std::uint64_t> HealthMonitor::start_due(HealthCheck check, HealthTim
         if (out.size() >= limit) {
             break;
         }
-        if (e.target.check != check || e.in_flight || e.next_probe > now) {
+        if (check == HealthCheck::off || e.target.check != check || e.in_flight ||
+            e.next_probe > now) {
             continue;
         }
         e.in_flight = true;

@@ -63,7 +63,7 @@ bool is_local_address(const pm::IpAddress& a, const std::vector<pm::IpAddress>& 
         return true;
     }
     const pm::IpAddress u = a.unmapped();
-    if (u.is_v4() && u.bytes()[12] == 127) {
+    if (u.is_v4() && u.bytes()[0] == 127) {
         return true;  // the whole of 127.0.0.0/8 answers locally
     }
     if (u == pm::IpAddress::parse("::1")) {
