@@ -90,10 +90,12 @@ void HealthChecker::update(std::shared_ptr<const Registry> registry,
             HealthCheck check = effective_check(settings, local);
             if (check == HealthCheck::listener && !local) {
                 // The kernel can only tell about this host's listeners.
-                log::warning("health: service \"" + s.name + "\" SDP address " +
-                             address_text(s.sdp[i]) +
-                             " is not an address of this host; a listener check cannot see it, "
-                             "left unchecked (use check: connect)");
+                log::logger().limited(LogLevel::warning, "health_not_local", [&] {
+                    return "health: service \"" + s.name + "\" SDP address " +
+                           address_text(s.sdp[i]) +
+                           " is not an address of this host; a listener check cannot see it, "
+                           "left unchecked (use check: connect)";
+                });
                 check = HealthCheck::off;
             }
             targets.push_back(HealthTarget{s.name, i, s.sdp[i], check, settings});
@@ -239,20 +241,22 @@ void HealthChecker::start_dump(std::vector<std::uint64_t> ids) {
         return;
     }
     dump_in_flight_ = true;
+    ++dump_generation_;
     dump_ids_ = std::move(ids);
     dump_families_ = {AF_INET, AF_INET6};
     dump_listeners_.clear();
     dump_timer_.expires_after(kDumpTimeout);
     std::weak_ptr<int> alive = alive_;
-    dump_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-        if (ec || alive.expired() || !dump_in_flight_) {
-            return;
-        }
-        log::logger().limited(LogLevel::warning, "health_netlink", [] {
-            return std::string("health: the sock_diag dump did not end in time; no verdict");
+    dump_timer_.async_wait(
+        [this, alive, generation = dump_generation_](const boost::system::error_code& ec) {
+            if (ec || alive.expired() || !dump_in_flight_ || generation != dump_generation_) {
+                return;
+            }
+            log::logger().limited(LogLevel::warning, "health_netlink", [] {
+                return std::string("health: the sock_diag dump did not end in time; no verdict");
+            });
+            finish_dump(false);
         });
-        finish_dump(false);
-    });
     send_dump_request();
 }
 
@@ -276,17 +280,21 @@ void HealthChecker::send_dump_request() {
 
 void HealthChecker::wait_dump() {
     std::weak_ptr<int> alive = alive_;
-    netlink_->async_wait(asio::posix::stream_descriptor::wait_read,
-                         [this, alive](const boost::system::error_code& ec) {
-                             if (alive.expired() || !dump_in_flight_ || !netlink_) {
-                                 return;
-                             }
-                             if (ec) {
-                                 finish_dump(false);
-                                 return;
-                             }
-                             on_dump_readable();
-                         });
+    netlink_->async_wait(
+        asio::posix::stream_descriptor::wait_read,
+        [this, alive, generation = dump_generation_](const boost::system::error_code& ec) {
+            // A wait of an abandoned dump (its socket closed)
+            // must not touch the next one.
+            if (alive.expired() || !dump_in_flight_ || !netlink_ ||
+                generation != dump_generation_) {
+                return;
+            }
+            if (ec) {
+                finish_dump(false);
+                return;
+            }
+            on_dump_readable();
+        });
 }
 
 void HealthChecker::on_dump_readable() {

@@ -99,6 +99,7 @@ class HealthChecker {
     std::unique_ptr<boost::asio::posix::stream_descriptor> netlink_;
     boost::asio::steady_timer dump_timer_;
     bool dump_in_flight_ = false;
+    std::uint64_t dump_generation_ = 0;  // tells a stale wait from the current dump's
     std::vector<std::uint64_t> dump_ids_;
     std::vector<int> dump_families_;  // still to ask, the current one first
     std::uint32_t dump_seq_ = 0;

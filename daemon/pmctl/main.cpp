@@ -217,10 +217,9 @@ void print_human(const std::string& command, const json& response) {
                                 : text_of(s["owner"]),
                             lease, live});
         }
-        print_table(
-            {"NAME", "CONVENTIONAL", "SDP", "HEALTH", "POLICY", "PM_TIME", "KIND", "OWNER", "LEASE",
-             "LIVE"},
-            rows);
+        print_table({"NAME", "CONVENTIONAL", "SDP", "HEALTH", "POLICY", "PM_TIME", "KIND", "OWNER",
+                     "LEASE", "LIVE"},
+                    rows);
         return;
     }
     if (command == "transactions" && args.contains("transactions")) {

@@ -49,15 +49,15 @@ TEST(HealthConfig, NothingSetMeansBuiltInDefaults) {
 }
 
 TEST(HealthConfig, TopLevelAndPerServiceKeys) {
-    Config c = ok(
-        "health:\n"
-        "  interval: 500ms\n"
-        "  fall: 3\n" +
-        kService +
-        "    health:\n"
-        "      check: connect\n"
-        "      timeout: 250ms\n"
-        "      rise: 4\n");
+    Config c =
+        ok("health:\n"
+           "  interval: 500ms\n"
+           "  fall: 3\n" +
+           kService +
+           "    health:\n"
+           "      check: connect\n"
+           "      timeout: 250ms\n"
+           "      rise: 4\n");
     EXPECT_EQ(c.health.interval, 500ms);
     EXPECT_EQ(c.health.fall, 3u);
     EXPECT_FALSE(c.health.check);

@@ -94,8 +94,8 @@ TEST(HealthSettings, ServiceFieldsThenTopLevelThenBuiltIns) {
     EXPECT_EQ(effective_check(resolve_health({}, top), true), HealthCheck::off);
 }
 
-HealthTarget target(const char* service, std::size_t index, const char* address,
-                    HealthCheck check, std::chrono::milliseconds interval = 1000ms) {
+HealthTarget target(const char* service, std::size_t index, const char* address, HealthCheck check,
+                    std::chrono::milliseconds interval = 1000ms) {
     HealthTarget t;
     t.service = service;
     t.address_index = index;

@@ -584,7 +584,8 @@ TEST_F(PmspHealthTest, FirstSkipsDownAddressesAndUnknownCountsAsAvailable) {
 }
 
 TEST_F(PmspHealthTest, NoAvailableAddressIsDeniedUnavailable) {
-    make({service("web", "192.0.2.10:80", {"198.51.100.1:1", "198.51.100.2:2", "[2001:db8::1]:3"})});
+    make(
+        {service("web", "192.0.2.10:80", {"198.51.100.1:1", "198.51.100.2:2", "[2001:db8::1]:3"})});
     set(0, pmd::HealthState::down);
     set(1, pmd::HealthState::down);
     // The IPv6 address is up but of the other family: it does not count.

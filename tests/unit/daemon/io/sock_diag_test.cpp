@@ -48,8 +48,7 @@ Bytes listener(int family, const char* addr, std::uint16_t port, std::optional<b
     m.idiag_state = 10;
     m.id.idiag_sport = htons(port);
     auto ip = *pm::IpAddress::parse(addr);
-    std::memcpy(m.id.idiag_src, ip.bytes().data(),
-                family == AF_INET ? 4 : 16);
+    std::memcpy(m.id.idiag_src, ip.bytes().data(), family == AF_INET ? 4 : 16);
     Bytes out;
     append(out, &m, sizeof m);
     pad4(out);
