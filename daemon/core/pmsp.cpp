@@ -536,6 +536,18 @@ std::optional<pm::Endpoint> Pmsp::choose(const Service& service, const pm::Messa
             chosen = e;
         }
     });
+    if (!chosen) {
+        // The health checker changed a flag between the passes (they are
+        // read without a lock): take any available address, or deny.
+        for_each_candidate(service, req, [&](const pm::Endpoint& e, std::size_t i) {
+            if (!chosen && registry_->available(service, i)) {
+                chosen = e;
+            }
+        });
+        if (!chosen) {
+            deny_reason = Outcome::denied_unavailable;
+        }
+    }
     return chosen;
 }
 

@@ -281,7 +281,8 @@ inline bool ipv6_loopback_available() {
 
 // A plain TCP listener on `local` (port 0: an ephemeral one), standing in
 // for an SDP listener whose health sdp-pmd checks. close() stops listening;
-// open() listens again on the same port (SO_REUSEADDR).
+// open() listens again on the same port (SO_REUSEADDR). It never accepts:
+// connect checks' connections wait in its backlog (SOMAXCONN of them).
 class TcpListener {
   public:
     explicit TcpListener(const pm::Endpoint& local) : local_(local) { open(); }
@@ -299,7 +300,8 @@ class TcpListener {
         }
         int on = 1;
         ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-        if (::bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd_, 16) != 0 ||
+        if (::bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
+            ::listen(fd_, SOMAXCONN) != 0 ||
             ::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
             close();
             return false;
