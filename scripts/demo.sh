@@ -53,6 +53,18 @@ for _ in $(seq 50); do   # bounded wait until the control socket answers
 done
 "${ctl[@]}" status
 
+echo "== start the demo services' SDP listeners on 127.0.0.1:7001 and [::1]:7001"
+echo "   (sdp-pmd hands out an SDP Address only while a listener is there)"
+"$bin/sdp-cat" -l --bind 127.0.0.1 7001 >/dev/null 2>"$work/demo-listener.err" &
+demo_listener=$!
+pids+=("$demo_listener")
+"$bin/sdp-cat" -l --bind '[::1]' 7001 >/dev/null 2>"$work/demo6-listener.err" &
+demo6_listener=$!
+pids+=("$demo6_listener")
+for _ in $(seq 50); do   # bounded wait until both listen
+  [[ $(ss -Hltn 'sport = :7001' 2>/dev/null | wc -l) -ge 2 ]] && break
+  sleep 0.1
+done
 echo "== register demo services: 127.0.0.1:7000 -> 127.0.0.1:7001 and [::1]:7000 -> [::1]:7001"
 "${ctl[@]}" register demo 127.0.0.1:7000 127.0.0.1:7001 --pm-time 30s --owner demo.sh
 "${ctl[@]}" register demo6 '[::1]:7000' '[::1]:7001' --owner demo.sh
@@ -64,6 +76,13 @@ echo "== resolve a port with no mapping (the client falls back to the Convention
 "$bin/pm-resolve" 127.0.0.1 7999 || echo "(exit $?: denied, as expected)"
 echo "== ask the Port Mapper directly, as an operator would"
 "${ctl[@]}" query 127.0.0.1 --service 127.0.0.1:7000
+echo "== stop the SDP listener of demo: after 2 failed checks (health fall) the answer is PMDeny"
+kill -TERM "$demo_listener" 2>/dev/null || true
+for _ in $(seq 50); do   # bounded: 2 checks 1 s apart
+  "$bin/pm-resolve" 127.0.0.1 7000 >/dev/null 2>&1 || break
+  sleep 0.1
+done
+"$bin/pm-resolve" 127.0.0.1 7000 || echo "(exit $?: denied, denied_unavailable in the counters)"
 
 echo "== move a file over SDP: the listener registers 127.0.0.1:7100 -> its SDP port 7101,"
 echo "   the client resolves 127.0.0.1:7100 through sdp-pmd and connects over SDP"
@@ -90,10 +109,11 @@ grep -q "connected over SDP" "$work/cat.err" || { echo "the copy did not use SDP
 cmp "$work/file" "$work/copy" && echo "4 MiB copied over SDP, contents identical"
 
 "${ctl[@]}" services
-"${ctl[@]}" stats | grep -E "^(accepted|acked|denied_no_service|transactions):" || true
+"${ctl[@]}" stats | grep -E "^(accepted|acked|denied_no_service|denied_unavailable|transactions):" || true
 echo "== unregister the demo services and stop"
 "${ctl[@]}" unregister demo
 "${ctl[@]}" unregister demo6
+kill -TERM "$demo6_listener" 2>/dev/null || true
 kill -TERM "$pmd"
 wait "$pmd" && echo "== sdp-pmd stopped cleanly"
 pids=()

@@ -174,7 +174,9 @@ struct Pmd {
               ("pmclient-bench-" + std::to_string(::getpid()));
         std::filesystem::create_directories(dir);
         auto config = (dir / "sdp-pmd.yaml").string();
+        // health: off: nothing listens on 127.0.0.1:7001.
         std::ofstream(config) << "listen: [\"127.0.0.1:" << port << "\"]\n"
+                              << "health: off\n"
                               << "services:\n"
                               << "  - name: bench\n"
                               << "    conventional: \"127.0.0.1:7000\"\n"

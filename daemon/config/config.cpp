@@ -37,12 +37,19 @@ constexpr std::uint64_t kMaxTransactions = 100'000'000;
 constexpr std::uint64_t kMaxLogRateLimit = 1'000'000;
 constexpr std::size_t kMaxServiceName = 64;
 
-constexpr std::array<std::string_view, 13> kTopLevelKeys = {
+constexpr std::array<std::string_view, 14> kTopLevelKeys = {
     "limits",         "listen",       "ack_timeout",         "max_transactions",
     "services",       "deny_ap_port", "accept_iwpm_request", "log_level",
     "log_rate_limit", "control",      "state_file",          "metrics",
-    "workers",
+    "workers",        "health",
 };
+constexpr std::array<std::string_view, 5> kHealthKeys = {"check", "interval", "timeout", "rise",
+                                                         "fall"};
+constexpr std::chrono::milliseconds kMinHealthInterval{100};
+constexpr std::chrono::milliseconds kMaxHealthInterval = std::chrono::hours{1};
+constexpr std::chrono::milliseconds kMinHealthTimeout{10};
+constexpr std::chrono::milliseconds kMaxHealthTimeout = std::chrono::minutes{1};
+constexpr std::uint64_t kMaxHealthCount = 100;
 constexpr std::array<std::string_view, 3> kControlKeys = {"socket", "admin_group", "read_group"};
 constexpr std::array<std::string_view, 2> kLimitsKeys = {"per_source", "source_quench"};
 constexpr std::array<std::string_view, 3> kPerSourceKeys = {"rate", "burst", "max_sources"};
@@ -52,8 +59,8 @@ constexpr std::uint64_t kMaxRate = 100'000'000;
 constexpr std::uint64_t kMaxTrackedSources = 10'000'000;
 constexpr std::size_t kMaxSocketPath = 107;  // sizeof(sockaddr_un::sun_path) - 1
 constexpr std::size_t kMaxGroupName = 256;
-constexpr std::array<std::string_view, 6> kServiceKeys = {
-    "name", "conventional", "sdp", "policy", "pm_time", "allow",
+constexpr std::array<std::string_view, 7> kServiceKeys = {
+    "name", "conventional", "sdp", "policy", "pm_time", "allow", "health",
 };
 
 template <class E>
@@ -66,6 +73,11 @@ constexpr std::array<Named<Policy>, 3> kPolicies{{
     {"first", Policy::first},
     {"round-robin", Policy::round_robin},
     {"hash", Policy::hash},
+}};
+constexpr std::array<Named<HealthCheck>, 3> kHealthChecks{{
+    {"listener", HealthCheck::listener},
+    {"connect", HealthCheck::connect},
+    {"off", HealthCheck::off},
 }};
 constexpr std::array<Named<pm::DenyApPort>, 2> kDenyApPorts{{
     {"echo", pm::DenyApPort::echo},
@@ -368,6 +380,7 @@ class Loader {
     bool load_group(const Field& f, std::string& out);
     bool load_metrics(const Field& f, std::optional<pm::Endpoint>& out);
     bool load_workers(const Field& f, unsigned& out);
+    bool load_health(const Field& f, HealthOverrides& out);
 
   public:
     // For make_service(): one service from a node tree built in memory.
@@ -520,6 +533,8 @@ bool Loader::load_root(const Field& root, Config& config) {
             ok = load_limits(f, config);
         } else if (e.key == "workers") {
             ok = load_workers(f, config.workers);
+        } else if (e.key == "health") {
+            ok = load_health(f, config.health);
         }
         if (!ok) {
             return false;
@@ -722,6 +737,52 @@ bool Loader::load_service(const Field& f, ParsedService& out) {
     if (const Field* allow = find("allow"); allow && !load_allow(*allow, s.allow)) {
         return false;
     }
+    if (const Field* health = find("health"); health && !load_health(*health, s.health)) {
+        return false;
+    }
+    return true;
+}
+
+// `health: off`, or a map with check, interval, timeout, rise, fall.
+bool Loader::load_health(const Field& f, HealthOverrides& out) {
+    if (f.node.IsScalar()) {
+        if (f.node.Scalar() == "off") {
+            out = HealthOverrides{};
+            out.check = HealthCheck::off;
+            return true;
+        }
+        return fail(f, "expected off or a map with check, interval, timeout, rise, fall, got " +
+                           describe(f.node));
+    }
+    std::vector<Entry> entries;
+    if (!map_entries(f, "off or a map with check, interval, timeout, rise, fall", kHealthKeys,
+                     entries)) {
+        return false;
+    }
+    HealthOverrides h;
+    for (const Entry& e : entries) {
+        bool ok = true;
+        std::uint64_t n = 0;
+        std::chrono::milliseconds d{0};
+        if (e.key == "check") {
+            HealthCheck c = HealthCheck::off;
+            ok = load_enum(e.value, kHealthChecks, c);
+            h.check = c;
+        } else if (e.key == "interval") {
+            ok = load_duration(e.value, kMinHealthInterval, kMaxHealthInterval, "100ms and 1h", d);
+            h.interval = d;
+        } else if (e.key == "timeout") {
+            ok = load_duration(e.value, kMinHealthTimeout, kMaxHealthTimeout, "10ms and 1m", d);
+            h.timeout = d;
+        } else {
+            ok = load_number(e.value, 1, kMaxHealthCount, n);
+            (e.key == "rise" ? h.rise : h.fall) = static_cast<std::uint32_t>(n);
+        }
+        if (!ok) {
+            return false;
+        }
+    }
+    out = h;
     return true;
 }
 

@@ -66,6 +66,9 @@ struct Config {
     // Set by `sdp-pmd --workers`: the file's `workers:` is then ignored, on
     // reload too. Not a file key.
     bool workers_from_command_line = false;
+    // Top-level `health:`: the defaults of every service's `health:`,
+    // static and dynamic (daemon/core/health.hpp).
+    HealthOverrides health;
 
     static Config defaults();
 };

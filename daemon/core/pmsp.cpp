@@ -176,6 +176,8 @@ std::string_view to_string(Outcome o) {
             return "denied_not_allowed";
         case Outcome::denied_no_address:
             return "denied_no_address";
+        case Outcome::denied_unavailable:
+            return "denied_unavailable";
         case Outcome::acked:
             return "acked";
         case Outcome::ack_unknown:
@@ -360,14 +362,16 @@ Result Pmsp::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoint
 namespace {
 
 // The SDP Addresses of `s` usable for `req`: same IP version as the request,
-// with a wildcard address standing for the ApIPAddr asked for.
+// with a wildcard address standing for the ApIPAddr asked for. `fn` gets the
+// endpoint to hand out and the index of the configured address (its health).
 template <typename Fn>
 void for_each_candidate(const Service& s, const pm::Message& req, Fn&& fn) {
-    for (const auto& e : s.sdp) {
+    for (std::size_t i = 0; i < s.sdp.size(); ++i) {
+        const auto& e = s.sdp[i];
         if (e.address.is_unspecified()) {
-            fn(pm::Endpoint{req.ap_addr, e.port});
+            fn(pm::Endpoint{req.ap_addr, e.port}, i);
         } else if (e.address.family() == req.ipv) {
-            fn(e);
+            fn(e, i);
         }
     }
 }
@@ -438,37 +442,7 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
     if (service && !allowed(*service, req, source)) {
         deny_reason = Outcome::denied_not_allowed;
     } else if (service) {
-        std::size_t n = 0;
-        bool keep = false;
-        for_each_candidate(*service, req, [&](const pm::Endpoint& e) {
-            ++n;
-            keep = keep || (existing != kNil && table_->slab[existing].sdp == e);
-        });
-        if (n == 0) {
-            deny_reason = Outcome::denied_no_address;
-        } else if (keep) {
-            // A retransmitted PMReq gets the address it was already given.
-            chosen = table_->slab[existing].sdp;
-        } else {
-            std::uint64_t pick = 0;
-            switch (service->policy) {
-                case Policy::first:
-                    break;
-                case Policy::round_robin:
-                    pick = registry_->next_round_robin(*service);
-                    break;
-                case Policy::hash:
-                    pick = policy_hash(req.cp_addr);
-                    break;
-            }
-            std::size_t target = pick % n;
-            std::size_t index = 0;
-            for_each_candidate(*service, req, [&](const pm::Endpoint& e) {
-                if (index++ == target) {
-                    chosen = e;
-                }
-            });
-        }
+        chosen = choose(*service, req, existing, deny_reason);
     }
 
     if (!chosen) {
@@ -496,6 +470,85 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
     }
     table_->insert(req, *chosen, expires);
     return count(Outcome::accepted, reply);
+}
+
+// Picks the SDP Address for `req` among the candidates whose address is
+// available (health: not down), by the service's policy. A retransmitted
+// PMReq keeps the address it was given while that address is available.
+std::optional<pm::Endpoint> Pmsp::choose(const Service& service, const pm::Message& req,
+                                         std::uint32_t existing, Outcome& deny_reason) {
+    std::size_t n = 0;
+    std::size_t up = 0;
+    bool keep = false;
+    for_each_candidate(service, req, [&](const pm::Endpoint& e, std::size_t i) {
+        ++n;
+        if (registry_->available(service, i)) {
+            ++up;
+            keep = keep || (existing != kNil && table_->slab[existing].sdp == e);
+        }
+    });
+    if (n == 0) {
+        deny_reason = Outcome::denied_no_address;
+        return std::nullopt;
+    }
+    if (up == 0) {
+        deny_reason = Outcome::denied_unavailable;
+        return std::nullopt;
+    }
+    if (keep) {
+        return table_->slab[existing].sdp;
+    }
+    // The position among all candidates (hash) or among the available ones.
+    std::optional<std::size_t> among_all;
+    std::uint64_t pick = 0;
+    switch (service.policy) {
+        case Policy::first:
+            break;
+        case Policy::round_robin:
+            pick = registry_->next_round_robin(service);
+            break;
+        case Policy::hash: {
+            const std::uint64_t h = policy_hash(req.cp_addr);
+            among_all = static_cast<std::size_t>(h % n);
+            // The client's own address when it is up; else a stable choice
+            // among the rest, spread by a second hash so that the clients of
+            // a dead address do not all land on its neighbour.
+            pick = mix(h, 0x68656c7468ull);
+            break;
+        }
+    }
+    std::optional<pm::Endpoint> chosen;
+    if (among_all) {
+        std::size_t index = 0;
+        for_each_candidate(service, req, [&](const pm::Endpoint& e, std::size_t i) {
+            if (index++ == *among_all && registry_->available(service, i)) {
+                chosen = e;
+            }
+        });
+        if (chosen) {
+            return chosen;
+        }
+    }
+    const std::size_t target = static_cast<std::size_t>(pick % up);
+    std::size_t index = 0;
+    for_each_candidate(service, req, [&](const pm::Endpoint& e, std::size_t i) {
+        if (registry_->available(service, i) && index++ == target) {
+            chosen = e;
+        }
+    });
+    if (!chosen) {
+        // The health checker changed a flag between the passes (they are
+        // read without a lock): take any available address, or deny.
+        for_each_candidate(service, req, [&](const pm::Endpoint& e, std::size_t i) {
+            if (!chosen && registry_->available(service, i)) {
+                chosen = e;
+            }
+        });
+        if (!chosen) {
+            deny_reason = Outcome::denied_unavailable;
+        }
+    }
+    return chosen;
 }
 
 Result Pmsp::handle_ack(const pm::Message& ack) {

@@ -46,6 +46,7 @@ enum class Outcome : std::uint8_t {
     denied_no_service,    // PMDeny: no mapping for ApIPAddr:ApPort
     denied_not_allowed,   // PMDeny: client outside the service's allow list
     denied_no_address,    // PMDeny: service has no SDP address for this family
+    denied_unavailable,   // PMDeny: no SDP address of the family is available (health)
     acked,                // PMAck matched: timer stopped, state released
     ack_unknown,          // PMAck with no matching state: discarded (7.5.2)
     drop_too_short,       // datagram shorter than 48 bytes
@@ -124,6 +125,8 @@ class Pmsp {
     Result admit_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now);
     Result handle_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now);
     Result handle_ack(const pm::Message& ack);
+    std::optional<pm::Endpoint> choose(const Service& service, const pm::Message& req,
+                                       std::uint32_t existing, Outcome& deny_reason);
     Result count(Outcome o, std::optional<pm::Wire> reply = std::nullopt);
 
     Limits limits_;

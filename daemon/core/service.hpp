@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/core/health.hpp"
 #include "pmclient/address.hpp"
 
 namespace pmd {
@@ -38,6 +39,9 @@ struct Service {
     // source address and CpIPAddr (see docs/protocol-notes.md).
     std::vector<pm::Prefix> allow;
     bool dynamic = false;  // registered at run time rather than configured
+    // `health:` of this service; unset fields come from the top-level
+    // `health:` (resolved by the shell, see daemon/core/health.hpp).
+    HealthOverrides health;
 
     // A copy-constructible description; the round-robin cursor lives in the
     // Registry so that snapshots can share Service values freely.
@@ -48,7 +52,7 @@ struct Service {
 struct ServiceCounts {
     std::uint64_t accepted = 0;            // new transactions
     std::uint64_t accepted_duplicate = 0;  // PMAccept re-sent for a duplicate PMReq
-    std::uint64_t denied = 0;              // not allowed, or no address of the family
+    std::uint64_t denied = 0;              // not allowed, no address of the family, none available
 };
 
 // Immutable snapshot of all services. Lookups are lock-free; a reload or a
@@ -75,6 +79,19 @@ class Registry {
     void note_deny(const Service& s) const;
     ServiceCounts counts(const Service& s) const;
 
+    // Health of each SDP address (s.sdp[i]): relaxed atomics written by the
+    // health checker on the main thread, read by every worker's Pmsp when it
+    // picks an address. A service of the same name in the next snapshot
+    // keeps the state of the SDP addresses it still has.
+    void set_health(const Service& s, std::size_t address_index, HealthState state) const;
+    HealthState health(const Service& s, std::size_t address_index) const;
+    // Unknown counts as available: only `down` is skipped.
+    bool available(const Service& s, std::size_t address_index) const {
+        return health(s, address_index) != HealthState::down;
+    }
+    // The service of that name in this snapshot, or nullptr.
+    const Service* find_by_name(std::string_view name) const;
+
   private:
     struct EndpointHash {
         std::size_t operator()(const pm::Endpoint& e) const noexcept {
@@ -89,6 +106,12 @@ class Registry {
         std::atomic<std::uint64_t> denied{0};
     };
     std::vector<std::shared_ptr<AtomicCounts>> counts_;
+    struct HealthFlags {
+        std::vector<pm::Endpoint> sdp;  // the addresses the flags are for
+        std::unique_ptr<std::atomic<std::uint8_t>[]> state;
+    };
+    std::vector<std::shared_ptr<HealthFlags>> health_;
+    std::unordered_map<std::string_view, std::size_t> by_name_;
     std::size_t index_of(const Service& s) const {
         return static_cast<std::size_t>(&s - services_.data());
     }

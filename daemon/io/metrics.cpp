@@ -114,6 +114,37 @@ std::vector<MetricDef> make_defs() {
     d.push_back(counter("control_oversized", "sdp_pmd_control_oversized_total",
                         "Control requests over the size limit.", InLine::no,
                         [](S s) { return n(s.control.oversized); }));
+    d.push_back(counter(
+        "health_transitions_up", "sdp_pmd_health_transitions_total",
+        "SDP addresses that changed health state, by new state.", InLine::nonzero,
+        [](S s) { return n(s.health.transitions_up); }, "to=\"up\""));
+    d.push_back(counter(
+        "health_transitions_down", "sdp_pmd_health_transitions_total",
+        "SDP addresses that changed health state, by new state.", InLine::nonzero,
+        [](S s) { return n(s.health.transitions_down); }, "to=\"down\""));
+    d.push_back(counter(
+        "health_listener_rounds", "sdp_pmd_health_checks_total",
+        "Health check rounds: sock_diag dumps of listeners, connect probes.", InLine::no,
+        [](S s) { return n(s.health.listener_rounds); }, "check=\"listener\""));
+    d.push_back(counter(
+        "health_connect_probes", "sdp_pmd_health_checks_total",
+        "Health check rounds: sock_diag dumps of listeners, connect probes.", InLine::no,
+        [](S s) { return n(s.health.connect_probes); }, "check=\"connect\""));
+    d.push_back(counter("health_connect_failures", "sdp_pmd_health_connect_failures_total",
+                        "Connect probes refused, failed or timed out.", InLine::no,
+                        [](S s) { return n(s.health.connect_failures); }));
+    d.push_back(counter("health_listener_errors", "sdp_pmd_health_listener_errors_total",
+                        "sock_diag dumps that failed or timed out (no verdict).", InLine::nonzero,
+                        [](S s) { return n(s.health.listener_errors); }));
+    d.push_back(counter("health_netlink_malformed", "sdp_pmd_health_netlink_malformed_total",
+                        "sock_diag reply messages skipped as malformed.", InLine::nonzero,
+                        [](S s) { return n(s.health.netlink_malformed); }));
+    d.push_back(gauge("sdp_addresses_down", "sdp_pmd_sdp_addresses_down",
+                      "Checked SDP addresses whose state is down.", InLine::nonzero, [](S s) {
+                          return static_cast<double>(std::count_if(
+                              s.addresses.begin(), s.addresses.end(),
+                              [](const AddressHealth& a) { return a.state == HealthState::down; }));
+                      }));
     d.push_back(gauge("workers", "sdp_pmd_workers", "UDP worker shards.", InLine::several_workers,
                       [](S s) { return n(s.workers.per_worker.size()); }));
     d.push_back(gauge("workers_unresponsive", "sdp_pmd_workers_unresponsive",
@@ -222,6 +253,27 @@ std::vector<MetricValue> metric_values(const MetricSources& s) {
         }
         out.push_back(MetricValue{d.stat, d.prom, d.label, d.help, gauge, in_line, value});
     }
+    // Per SDP address (Prometheus only): its state as a one-hot enum, and
+    // the wall time of its last change.
+    const auto labels_of = [](const AddressHealth& a) {
+        return "service=\"" + a.service + "\",address=\"" + a.address + "\",check=\"" +
+               std::string(to_string(a.check)) + "\"";
+    };
+    for (const AddressHealth& a : s.addresses) {
+        for (HealthState st : {HealthState::unknown, HealthState::up, HealthState::down}) {
+            out.push_back(MetricValue{
+                "", "sdp_pmd_sdp_address_state",
+                labels_of(a) + ",state=\"" + std::string(to_string(st)) + "\"",
+                "Health of each SDP address: 1 for its current state (unknown, up, down).", true,
+                false, a.state == st ? 1.0 : 0.0});
+        }
+    }
+    for (const AddressHealth& a : s.addresses) {
+        out.push_back(MetricValue{"", "sdp_pmd_sdp_address_last_change_seconds", labels_of(a),
+                                  "Unix time of the SDP address's last health state change "
+                                  "(or of when checking began).",
+                                  true, false, a.changed_unix_seconds});
+    }
     return out;
 }
 
@@ -248,6 +300,9 @@ std::string prometheus_text(const std::vector<MetricValue>& values) {
 nlohmann::json stats_json(const std::vector<MetricValue>& values) {
     nlohmann::json j = nlohmann::json::object();
     for (const MetricValue& m : values) {
+        if (m.stat.empty()) {
+            continue;
+        }
         if (m.gauge) {
             j[m.stat] = m.value;
         } else {

@@ -15,6 +15,7 @@
 
 #include "daemon/core/registrations.hpp"
 #include "daemon/io/control_socket.hpp"
+#include "daemon/io/health_checker.hpp"
 #include "daemon/io/worker.hpp"
 
 namespace pmd::io {
@@ -38,6 +39,8 @@ struct MetricSources {
     std::size_t static_services = 0;
     std::size_t dynamic_services = 0;
     double uptime_seconds = 0;
+    HealthCounters health;
+    std::vector<AddressHealth> addresses;  // one sample set each, Prometheus only
 };
 
 enum class MetricKind : std::uint8_t { counter, gauge };
@@ -67,7 +70,7 @@ const std::vector<MetricDef>& metric_defs();
 
 // One sample of the table.
 struct MetricValue {
-    std::string stat;
+    std::string stat;  // empty: Prometheus only (per-address samples)
     std::string prom;
     std::string label;
     std::string help;

@@ -70,8 +70,10 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
       lease_timer_(io),
       owners_(io, [this](std::int64_t pid) { owner_exited(pid); }),
       status_timer_(io),
-      watchdog_timer_(io) {
+      watchdog_timer_(io),
+      health_(io) {
     apply_logging(config_);
+    health_.update(registry_, config_.health);
     // Registered now so that a signal arriving during startup is queued for
     // the loop instead of taking its default action.
     signals_.add(SIGHUP);
@@ -100,6 +102,7 @@ void Server::metric_values(std::function<void(std::vector<MetricValue>)> done) {
 
 void Server::publish(std::shared_ptr<const Registry> registry, std::function<void()> done) {
     registry_ = registry;
+    health_.update(registry_, config_.health);
     // Done once every shard answers from the new snapshot, so a `register`
     // reply means every worker knows the service.
     shards_.publish(std::move(registry), nullptr, std::move(done));
@@ -199,6 +202,7 @@ void Server::start() {
         metrics_->start();
     }
     arm_lease_timer(store_.next_deadline());
+    health_.start();
     notify("READY=1\nSTATUS=" + last_status_);
     arm_status_timer();
     if (auto timeout = watchdog_timeout()) {
@@ -228,6 +232,7 @@ void Server::stop(std::string_view why) {
     owners_.stop();
     status_timer_.cancel();
     watchdog_timer_.cancel();
+    health_.stop();
     if (control_) {
         control_->stop();
     }
@@ -437,6 +442,7 @@ bool Server::apply_reload(std::function<void()> then) {
         listeners_.commit(std::move(*listeners));
     }
     config_ = std::move(next);
+    health_.update(registry, config_.health);
     config_optional_ = false;
     ++shell_.reloads;
     log::notice("reloaded configuration from " + config_path_ + ": " +

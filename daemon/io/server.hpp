@@ -9,6 +9,8 @@
 //                          (io/gather.hpp)
 //   io/listen_set.hpp      the UDP listen sockets and their reload diff
 //                          (core/listen_plan.hpp)
+//   io/health_checker.hpp  the health of every SDP address (listener and
+//                          connect checks) into the registry's flags
 //   core/registrations.hpp the dynamic registrations, their leases and
 //                          owner processes, wired to the state file, the
 //                          lease timer and the owners' pidfds
@@ -56,6 +58,7 @@
 #include "daemon/core/registrations.hpp"
 #include "daemon/io/control_handler.hpp"
 #include "daemon/io/control_socket.hpp"
+#include "daemon/io/health_checker.hpp"
 #include "daemon/io/listen_set.hpp"
 #include "daemon/io/metrics.hpp"
 #include "daemon/io/metrics_http.hpp"
@@ -172,6 +175,9 @@ class Server final : public ControlBackend {
     boost::asio::steady_timer watchdog_timer_;
     std::chrono::microseconds watchdog_interval_{0};  // 0: no watchdog
     std::uint64_t watchdog_withheld_ = 0;             // WATCHDOG=1 not sent: a worker stuck
+    // Health of the SDP addresses (io/health_checker.hpp); told of every
+    // new registry snapshot before the workers get it.
+    HealthChecker health_;
 };
 
 }  // namespace pmd::io

@@ -89,6 +89,19 @@ json Server::services_json(const LiveMap& live) const {
     for (const Service& s : registry_->services()) {
         counts[s.name] = registry_->counts(s);
     }
+    // Each SDP address's health, in the order of `sdp`.
+    std::map<std::string, json, std::less<>> health;
+    for (const AddressHealth& a : health_.addresses()) {
+        auto& h = health[a.service];
+        if (h.is_null()) {
+            h = json::array();
+        }
+        h.push_back(json{{"address", a.address},
+                         {"check", std::string(to_string(a.check))},
+                         {"state", std::string(to_string(a.state))},
+                         {"since_seconds", std::floor(a.since_seconds * 1000.0) / 1000.0},
+                         {"transitions", a.transitions}});
+    }
     auto add = [&](json j) {
         const auto name = j["name"].get<std::string>();
         auto it = live.find(name);
@@ -97,6 +110,8 @@ json Server::services_json(const LiveMap& live) const {
                              {"accepted", c.accepted},
                              {"accepted_duplicate", c.accepted_duplicate},
                              {"denied", c.denied}};
+        auto h = health.find(name);
+        j["health"] = h == health.end() ? json::array() : h->second;
         list.push_back(std::move(j));
     };
     for (const Service& s : config_.services) {
@@ -247,6 +262,8 @@ MetricSources Server::metric_sources(Aggregate workers) const {
     s.static_services = config_.services.size();
     s.dynamic_services = store_.size();
     s.uptime_seconds = std::floor(seconds_since(started_));
+    s.health = health_.counters();
+    s.addresses = health_.addresses();
     return s;
 }
 
@@ -259,6 +276,7 @@ void Server::reset_stats(std::function<void()> done) {
     shell_ = {};
     watchdog_withheld_ = 0;
     store_.reset_counts();
+    health_.reset_counters();
     state_write_errors_ = 0;
     if (control_) {
         control_->reset_counters();

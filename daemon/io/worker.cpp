@@ -28,6 +28,7 @@ LogLevel level_of(Outcome o) {
         case Outcome::denied_no_service:
         case Outcome::denied_not_allowed:
         case Outcome::denied_no_address:
+        case Outcome::denied_unavailable:
             return LogLevel::info;
         case Outcome::drop_rate_limited:
         case Outcome::drop_quenched:

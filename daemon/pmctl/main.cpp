@@ -195,17 +195,31 @@ void print_human(const std::string& command, const json& response) {
             std::string live = s.contains("counters")
                                    ? text_of(s["counters"].value("transactions", json(0)))
                                    : "-";
-            rows.push_back(
-                {text_of(s["name"]), text_of(s["conventional"]), text_of(s["sdp"]),
-                 text_of(s["policy"]), pm::pm_time_to_string(s.value("pm_time", std::uint8_t{0})),
-                 s.value("dynamic", false) ? "dynamic" : "static",
-                 s.value("owner", json(nullptr)).is_null() || text_of(s["owner"]).empty()
-                     ? "-"
-                     : text_of(s["owner"]),
-                 s.value("pid", json(nullptr)).is_null() ? "-" : text_of(s["pid"]), lease, live});
+            // Each SDP address's health, in the order of SDP: "up 12s" (state
+            // and time since it last changed), "-" when not checked.
+            std::string health;
+            for (const auto& h : s.value("health", json::array())) {
+                std::string one = "-";
+                if (h.value("check", "off") != "off") {
+                    one = h.value("state", "?");
+                    if (h.contains("since_seconds") && h["since_seconds"].is_number()) {
+                        one += ' ' + std::to_string(h["since_seconds"].get<long long>()) + 's';
+                    }
+                }
+                health += (health.empty() ? "" : ",") + one;
+            }
+            rows.push_back({text_of(s["name"]), text_of(s["conventional"]), text_of(s["sdp"]),
+                            health.empty() ? "-" : health, text_of(s["policy"]),
+                            pm::pm_time_to_string(s.value("pm_time", std::uint8_t{0})),
+                            s.value("dynamic", false) ? "dynamic" : "static",
+                            s.value("owner", json(nullptr)).is_null() || text_of(s["owner"]).empty()
+                                ? "-"
+                                : text_of(s["owner"]),
+                            s.value("pid", json(nullptr)).is_null() ? "-" : text_of(s["pid"]),
+                            lease, live});
         }
-        print_table({"NAME", "CONVENTIONAL", "SDP", "POLICY", "PM_TIME", "KIND", "OWNER", "PID",
-                     "LEASE", "LIVE"},
+        print_table({"NAME", "CONVENTIONAL", "SDP", "HEALTH", "POLICY", "PM_TIME", "KIND", "OWNER",
+                     "PID", "LEASE", "LIVE"},
                     rows);
         return;
     }

@@ -69,6 +69,7 @@ cat >"$tmp/pmd.yaml" <<YAML
 listen: ["10.99.0.1:3935"]
 log_level: notice
 ack_timeout: 1s
+health: off  # nothing listens on the SDP address; this is about the PM exchange
 services:
   - name: web
     conventional: "10.99.0.1:80"

@@ -279,6 +279,7 @@ class Attack : public ::testing::Test {
                        "ack_timeout: 2s\n"
                        "max_transactions: " +
                        std::to_string(kMaxTransactions) + "\n" + limits +
+                       "health: off\n"  // nothing listens on 127.0.0.1:8080
                        "services:\n"
                        "  - name: web\n"
                        "    conventional: \"127.0.0.1:80\"\n"

@@ -153,6 +153,7 @@ control:
   {GROUPS}
 state_file: "{DIR}/state/registrations.json"
 {METRICS}
+{HEALTH}
 services:
   - name: web
     conventional: "127.0.0.1:80"
@@ -199,6 +200,7 @@ class Control : public ::testing::Test {
                                with_metrics_
                                    ? "metrics: \"127.0.0.1:" + std::to_string(metrics_port_) + "\""
                                    : "");
+            yaml = replace_all(yaml, "{HEALTH}", "health: " + health_);
             pmtest::write_file(config_, yaml);
             const auto before = pmtest::count_occurrences(log(), "ready");
             daemon_.reset();
@@ -302,6 +304,9 @@ class Control : public ::testing::Test {
     std::uint16_t metrics_port_ = 0;
     bool with_metrics_ = false;
     std::string groups_;
+    // Nothing listens on the SDP addresses of these tests: checks off unless
+    // a test is about them.
+    std::string health_ = "off";
     int runs_ = 0;
     std::unique_ptr<Process> daemon_;
 };
@@ -791,6 +796,67 @@ TEST_F(Control, RestartDropsRegistrationsOfOwnersThatExited) {
     // The kept one is watched again by the new daemon.
     ASSERT_TRUE(stays->signal(SIGKILL));
     EXPECT_TRUE(pmtest::wait_until([&] { return !has_service("stays"); }, 5000ms)) << full_log();
+}
+
+// Issue #15: each SDP address's health in `services` (JSON and table),
+// `stats` and the metrics. Polled within a bound, never timed.
+TEST_F(Control, ServicesAndMetricsShowTheHealthOfEachAddress) {
+    health_ = "{interval: 100ms}";
+    with_metrics_ = true;
+    pmtest::TcpListener live(*pm::Endpoint::parse("127.0.0.1:0"));
+    pmtest::TcpListener dead(*pm::Endpoint::parse("127.0.0.1:0"));
+    ASSERT_TRUE(live.ok() && dead.ok());
+    const std::string live_addr = "127.0.0.1:" + std::to_string(live.port());
+    const std::string dead_addr = "127.0.0.1:" + std::to_string(dead.port());
+    dead.close();
+    ASSERT_NO_FATAL_FAILURE(start());
+    auto reg = ctl({"register", "hc", "127.0.0.1:7700", live_addr, dead_addr});
+    ASSERT_EQ(reg.exit_code, std::optional<int>(0)) << reg.err;
+    json hc;
+    ASSERT_TRUE(pmtest::wait_until(
+        [&] {
+            const json services = ctl_json({"services"});
+            for (const auto& s : services["arguments"]["services"]) {
+                if (s["name"] == "hc") {
+                    hc = s;
+                }
+            }
+            return hc.contains("health") && hc["health"].size() == 2 &&
+                   hc["health"][0]["state"] == "up" && hc["health"][1]["state"] == "down";
+        },
+        10000ms))
+        << hc.dump() << full_log();
+    EXPECT_EQ(hc["health"][0]["address"], live_addr);
+    EXPECT_EQ(hc["health"][0]["check"], "listener");
+    EXPECT_EQ(hc["health"][0]["transitions"], 1);
+    EXPECT_GE(hc["health"][0]["since_seconds"].get<double>(), 0.0);
+    EXPECT_EQ(hc["health"][1]["address"], dead_addr);
+    const auto table = ctl({"services"}).out;
+    EXPECT_NE(table.find("HEALTH"), std::string::npos) << table;
+    EXPECT_NE(table.find(",down "), std::string::npos) << table;
+
+    json stats = ctl_json({"stats"})["arguments"];
+    EXPECT_GE(stats["health_transitions_down"].get<std::uint64_t>(), 1u);
+    EXPECT_GE(stats["health_transitions_up"].get<std::uint64_t>(), 1u);
+    EXPECT_GE(stats["sdp_addresses_down"].get<double>(), 1.0);
+
+    RawStream http(metrics_port_);
+    ASSERT_TRUE(http.ok());
+    http.send("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    const std::string response = http.all();
+    const std::string body = response.substr(response.find("\r\n\r\n") + 4);
+    auto metrics = parse_prometheus(body);
+    const std::string labels = "{service=\"hc\",address=\"" + live_addr + "\",check=\"listener\"";
+    EXPECT_EQ(metrics["sdp_pmd_sdp_address_state" + labels + ",state=\"up\"}"], 1) << body;
+    EXPECT_EQ(metrics["sdp_pmd_sdp_address_state" + labels + ",state=\"down\"}"], 0) << body;
+    EXPECT_GT(metrics["sdp_pmd_sdp_address_last_change_seconds" + labels + "}"], 1e9) << body;
+    EXPECT_NE(body.find("# TYPE sdp_pmd_sdp_address_state gauge"), std::string::npos);
+
+    // A PMReq for it names the live address.
+    for (int i = 0; i < 3; ++i) {
+        auto q = query("127.0.0.1:7700");
+        EXPECT_NE(q.out.find("SDP address:  " + live_addr), std::string::npos) << q.out;
+    }
 }
 
 }  // namespace

@@ -279,6 +279,50 @@ inline bool ipv6_loopback_available() {
     return ok;
 }
 
+// A plain TCP listener on `local` (port 0: an ephemeral one), standing in
+// for an SDP listener whose health sdp-pmd checks. close() stops listening;
+// open() listens again on the same port (SO_REUSEADDR). It never accepts:
+// connect checks' connections wait in its backlog (SOMAXCONN of them).
+class TcpListener {
+  public:
+    explicit TcpListener(const pm::Endpoint& local) : local_(local) { open(); }
+    ~TcpListener() { close(); }
+    TcpListener(const TcpListener&) = delete;
+    TcpListener& operator=(const TcpListener&) = delete;
+
+    bool open() {
+        close();
+        sockaddr_storage ss{};
+        socklen_t len = to_sockaddr(local_, ss);
+        fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd_ < 0) {
+            return false;
+        }
+        int on = 1;
+        ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+        if (::bind(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
+            ::listen(fd_, SOMAXCONN) != 0 ||
+            ::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+            close();
+            return false;
+        }
+        local_ = from_sockaddr(ss);
+        return true;
+    }
+    void close() {
+        if (fd_ >= 0) {
+            ::close(fd_);
+            fd_ = -1;
+        }
+    }
+    bool ok() const { return fd_ >= 0; }
+    std::uint16_t port() const { return local_.port; }
+
+  private:
+    pm::Endpoint local_;
+    int fd_ = -1;
+};
+
 // A UDP socket bound to `local` (port 0: any) that sends raw bytes and
 // receives with a bounded wait, reporting where each reply came from.
 // Starts `bin --config DIR/pmd.yaml` on a loopback port that was free, with

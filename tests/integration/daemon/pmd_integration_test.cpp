@@ -52,7 +52,11 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
     return s;
 }
 
+// The configs of these tests say `health: off`: nothing listens on their SDP
+// addresses, which the default listener check would find down (the health
+// tests at the end turn it on).
 const std::string kWebConfig = R"(listen: ["127.0.0.1:{PORT}"]
+health: off
 log_level: debug
 services:
   - name: web
@@ -187,6 +191,7 @@ TEST_F(SdpPmd, AcceptIpv6CarriesFieldsOfSection74) {
         GTEST_SKIP() << "no IPv6 loopback";
     }
     ASSERT_NO_FATAL_FAILURE(start(R"(listen: ["127.0.0.1:{PORT}", "[::1]:{PORT}"]
+health: off
 log_level: debug
 services:
   - name: web6
@@ -237,6 +242,7 @@ TEST_F(SdpPmd, DenyForUnknownServiceReflectsRequest) {
 
 TEST_F(SdpPmd, DenyForClientOutsideAllowList) {
     ASSERT_NO_FATAL_FAILURE(start(R"(listen: ["127.0.0.1:{PORT}"]
+health: off
 services:
   - name: private
     conventional: "127.0.0.1:80"
@@ -257,6 +263,7 @@ services:
 
 TEST_F(SdpPmd, DuplicateRequestGetsSameAccept) {
     ASSERT_NO_FATAL_FAILURE(start(R"(listen: ["127.0.0.1:{PORT}"]
+health: off
 services:
   - name: web
     conventional: "*:80"
@@ -391,6 +398,7 @@ TEST_F(SdpPmd, IwpmdRequestOf64BytesGets48ByteAccept) {
 
 TEST_F(SdpPmd, ReplyLeavesFromAddressRequestWasSentTo) {
     ASSERT_NO_FATAL_FAILURE(start(R"(listen: ["0.0.0.0:{PORT}"]
+health: off
 services:
   - name: any
     conventional: "*:80"
@@ -624,6 +632,192 @@ TEST_F(SdpPmd, BindFailureExitsOneNamingAddress) {
     auto r = pmtest::run({SDPPM_PMD_BIN, "--config", cfg.string()}, dir_.path());
     EXPECT_EQ(r.exit_code, std::optional<int>(1));
     EXPECT_NE(r.err.find(addr), std::string::npos) << r.err;
+}
+
+// --- Health of SDP addresses (issue #15) ------------------------------------
+//
+// Plain TCP listeners stand in for SDP listeners. Every wait is "within the
+// configured bound, polled": nothing asserts how fast a state changes.
+
+class SdpPmdHealth : public SdpPmd {
+  protected:
+    // Sends fresh PMReqs (new CpPort each) until one gets `type`, at most
+    // for `timeout`; returns that reply.
+    std::optional<pm::Message> poll_until(pm::MessageType type, const char* conventional,
+                                          std::chrono::milliseconds timeout = 10000ms) {
+        UdpClient c(ep("127.0.0.1:0"));
+        std::optional<pm::Message> got;
+        pmtest::wait_until(
+            [&] {
+                auto reply = exchange(
+                    c,
+                    bytes_of(request(next_handle_, ep(conventional), ip("127.0.0.1"),
+                                     static_cast<std::uint16_t>(20000 + next_handle_ % 20000))),
+                    server());
+                ++next_handle_;
+                if (reply && decoded(*reply).type == type) {
+                    got = decoded(*reply);
+                    return true;
+                }
+                std::this_thread::sleep_for(20ms);
+                return false;
+            },
+            timeout);
+        return got;
+    }
+
+    std::uint64_t next_handle_ = 1000;
+};
+
+std::string health_config(const std::string& sdp, const std::string& health) {
+    return R"(listen: ["127.0.0.1:{PORT}"]
+log_level: debug
+health: )" +
+           health + R"(
+services:
+  - name: web
+    conventional: "127.0.0.1:80"
+    sdp: )" +
+           sdp + R"(
+    policy: round-robin
+)";
+}
+
+TEST_F(SdpPmdHealth, StoppedListenerIsDeniedAfterFallAndAcceptedAgainAfterRise) {
+    pmtest::TcpListener sdp(ep("127.0.0.1:0"));
+    ASSERT_TRUE(sdp.ok());
+    const std::string port = std::to_string(sdp.port());
+    ASSERT_NO_FATAL_FAILURE(start(
+        health_config("[\"127.0.0.1:" + port + "\"]", "{interval: 100ms, rise: 2, fall: 3}")));
+    auto accept = poll_until(pm::MessageType::accept, "127.0.0.1:80");
+    ASSERT_TRUE(accept) << log();
+    EXPECT_EQ(accept->ap_port, sdp.port());
+
+    sdp.close();
+    ASSERT_TRUE(poll_until(pm::MessageType::deny, "127.0.0.1:80")) << log();
+    EXPECT_NE(log().find("SDP address 127.0.0.1:" + port + " is down (3 listener checks failed)"),
+              std::string::npos)
+        << log();
+    EXPECT_NE(counters().find(" health_transitions_down=1 "), std::string::npos);
+    EXPECT_EQ(counters().find(" denied_unavailable=0 "), std::string::npos);
+
+    ASSERT_TRUE(sdp.open());
+    accept = poll_until(pm::MessageType::accept, "127.0.0.1:80");
+    ASSERT_TRUE(accept) << log();
+    EXPECT_EQ(accept->ap_port, sdp.port());
+    EXPECT_NE(log().find("SDP address 127.0.0.1:" + port + " is up (2 listener checks passed)"),
+              std::string::npos)
+        << log();
+}
+
+TEST_F(SdpPmdHealth, WildcardListenerCoversTheLoopbackAddress) {
+    pmtest::TcpListener sdp(ep("0.0.0.0:0"));
+    ASSERT_TRUE(sdp.ok());
+    const std::string port = std::to_string(sdp.port());
+    ASSERT_NO_FATAL_FAILURE(
+        start(health_config("[\"127.0.0.1:" + port + "\"]", "{interval: 100ms}")));
+    // The first check decides: up at once, and it stays up.
+    ASSERT_TRUE(pmtest::wait_until([&] {
+        return log().find("127.0.0.1:" + port + " is up (first listener check passed)") !=
+               std::string::npos;
+    })) << log();
+    EXPECT_TRUE(poll_until(pm::MessageType::accept, "127.0.0.1:80"));
+}
+
+TEST_F(SdpPmdHealth, EveryAcceptNamesTheLiveAddress) {
+    pmtest::TcpListener live(ep("127.0.0.1:0"));
+    pmtest::TcpListener dead(ep("127.0.0.1:0"));
+    ASSERT_TRUE(live.ok() && dead.ok());
+    const std::uint16_t dead_port = dead.port();
+    dead.close();
+    ASSERT_NO_FATAL_FAILURE(
+        start(health_config("[\"127.0.0.1:" + std::to_string(dead_port) +
+                                "\", \"127.0.0.1:" + std::to_string(live.port()) + "\"]",
+                            "{interval: 100ms}")));
+    ASSERT_TRUE(pmtest::wait_until([&] {
+        return log().find("127.0.0.1:" + std::to_string(dead_port) + " is down") !=
+               std::string::npos;
+    })) << log();
+    UdpClient c(ep("127.0.0.1:0"));
+    for (std::uint16_t i = 0; i < 10; ++i) {
+        auto reply =
+            exchange(c, bytes_of(request(500 + i, ep("127.0.0.1:80"), ip("127.0.0.1"), 41000 + i)),
+                     server());
+        ASSERT_TRUE(reply) << log();
+        pm::Message m = decoded(*reply);
+        EXPECT_EQ(m.type, pm::MessageType::accept);
+        EXPECT_EQ(m.ap_port, live.port()) << i;  // round-robin skips the dead one
+    }
+}
+
+TEST_F(SdpPmdHealth, DuplicateRequestGetsTheStateAfterAChange) {
+    pmtest::TcpListener sdp(ep("127.0.0.1:0"));
+    ASSERT_TRUE(sdp.ok());
+    const std::string port = std::to_string(sdp.port());
+    ASSERT_NO_FATAL_FAILURE(start(
+        health_config("[\"127.0.0.1:" + port + "\"]", "{interval: 100ms, rise: 1, fall: 1}")));
+    ASSERT_TRUE(pmtest::wait_until([&] {
+        return log().find("127.0.0.1:" + port + " is up") != std::string::npos;
+    })) << log();
+    UdpClient c(ep("127.0.0.1:0"));
+    const auto req = bytes_of(request(0x77, ep("127.0.0.1:80"), ip("127.0.0.1"), 42000));
+    auto reply = exchange(c, req, server());
+    ASSERT_TRUE(reply) << log();
+    EXPECT_EQ(decoded(*reply).type, pm::MessageType::accept);
+
+    // The listener goes away before the PMAck: the duplicate gets a PMDeny.
+    sdp.close();
+    ASSERT_TRUE(pmtest::wait_until([&] {
+        return log().find("127.0.0.1:" + port + " is down") != std::string::npos;
+    })) << log();
+    reply = exchange(c, req, server());
+    ASSERT_TRUE(reply) << log();
+    EXPECT_EQ(decoded(*reply).type, pm::MessageType::deny);
+    const std::string after_deny = counters();
+    EXPECT_NE(after_deny.find(" released_on_deny=1 "), std::string::npos) << after_deny;
+    EXPECT_NE(after_deny.find(" denied_unavailable=1 "), std::string::npos) << after_deny;
+
+    // Back: the same PMReq again gets a PMAccept.
+    ASSERT_TRUE(sdp.open());
+    ASSERT_TRUE(pmtest::wait_until([&] {
+        return pmtest::count_occurrences(log(), "127.0.0.1:" + port + " is up") >= 2;
+    })) << log();
+    reply = exchange(c, req, server());
+    ASSERT_TRUE(reply) << log();
+    EXPECT_EQ(decoded(*reply).type, pm::MessageType::accept);
+    EXPECT_EQ(decoded(*reply).ap_port, sdp.port());
+}
+
+TEST_F(SdpPmdHealth, ConnectCheckOnLoopback) {
+    pmtest::TcpListener sdp(ep("127.0.0.1:0"));
+    ASSERT_TRUE(sdp.ok());
+    const std::string port = std::to_string(sdp.port());
+    ASSERT_NO_FATAL_FAILURE(
+        start(health_config("[\"127.0.0.1:" + port + "\"]",
+                            "{check: connect, interval: 100ms, timeout: 500ms, fall: 2}")));
+    ASSERT_TRUE(pmtest::wait_until([&] {
+        return log().find("127.0.0.1:" + port + " is up (first connect check passed)") !=
+               std::string::npos;
+    })) << log();
+    EXPECT_TRUE(poll_until(pm::MessageType::accept, "127.0.0.1:80"));
+    sdp.close();
+    ASSERT_TRUE(poll_until(pm::MessageType::deny, "127.0.0.1:80")) << log();
+    EXPECT_NE(log().find("127.0.0.1:" + port + " is down (2 connect checks failed)"),
+              std::string::npos)
+        << log();
+}
+
+TEST_F(SdpPmdHealth, HealthOffHandsOutAddressesWithoutAListener) {
+    pmtest::TcpListener probe(ep("127.0.0.1:0"));
+    const std::uint16_t port = probe.port();
+    probe.close();
+    ASSERT_NO_FATAL_FAILURE(
+        start(health_config("[\"127.0.0.1:" + std::to_string(port) + "\"]", "off")));
+    UdpClient c(ep("127.0.0.1:0"));
+    auto reply =
+        exchange(c, bytes_of(request(9, ep("127.0.0.1:80"), ip("127.0.0.1"), 43000)), server());
+    ASSERT_TRUE(reply) << log();
+    EXPECT_EQ(decoded(*reply).type, pm::MessageType::accept);
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ class Faults : public ::testing::Test {
                 return "listen: [\"127.0.0.1:" + std::to_string(port) +
                        "\"]\nlog_level: notice\nack_timeout: " +
                        std::to_string(kAckTimeout.count()) +
-                       "ms\nservices:\n  - name: web\n    conventional: "
+                       "ms\nhealth: off\nservices:\n  - name: web\n    conventional: "
                        "\"127.0.0.1:80\"\n    sdp: [\"127.0.0.1:8080\"]\n"
                        "    pm_time: 30s\n";
             },

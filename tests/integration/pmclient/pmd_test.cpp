@@ -42,7 +42,9 @@ class PmdTest : public ::testing::Test {
         dir = std::filesystem::temp_directory_path() / ("pmclient-pmd-" + std::to_string(getpid()));
         std::filesystem::create_directories(dir);
         config = (dir / "sdp-pmd.yaml").string();
+        // health: off: nothing listens on 127.0.0.1:7001.
         std::ofstream(config) << "listen: [\"127.0.0.1:" << port << "\"]\n"
+                              << "health: off\n"
                               << "services:\n"
                               << "  - name: demo\n"
                               << "    conventional: \"127.0.0.1:7000\"\n"

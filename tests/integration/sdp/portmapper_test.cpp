@@ -143,8 +143,10 @@ TEST_F(SdpPortMapper, RefusedSdpAddressFallsBackToPlainTcp) {
     sdptest::TcpListener gone;
     const auto dead = gone.port();
     gone.close();
+    // health: off, so that the PMAccept names the dead address (the health
+    // check would deny it): this test is about the refused connect.
     ASSERT_NO_FATAL_FAILURE(
-        start("listen: [\"127.0.0.1:{PORT}\"]\nservices:\n"
+        start("listen: [\"127.0.0.1:{PORT}\"]\nhealth: off\nservices:\n"
               "  - name: app\n    conventional: \"127.0.0.1:" +
               std::to_string(conv.port()) + "\"\n    sdp: [\"127.0.0.1:" + std::to_string(dead) +
               "\"]\n"));

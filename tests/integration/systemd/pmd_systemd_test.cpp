@@ -64,6 +64,7 @@ std::string config_text(std::uint16_t listen_port, const fs::path& dir) {
            "  socket: " +
            (dir / "config-control.sock").string() +
            "\n"
+           "health: off\n"  // nothing listens on 127.0.0.1:8080
            "services:\n"
            "  - name: web\n"
            "    conventional: \"127.0.0.1:80\"\n"

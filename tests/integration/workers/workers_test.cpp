@@ -94,6 +94,7 @@ max_transactions: 100000
 control:
   socket: "{DIR}/control.sock"
 state_file: "{DIR}/registrations.json"
+health: off
 services:
   - name: web
     conventional: "127.0.0.1:80"
@@ -460,7 +461,7 @@ TEST(WorkersCommandLine, OverridesTheFileAndRejectsBadValues) {
             }
             pmtest::write_file(dir.path() / "pmd.yaml",
                                "listen: [\"127.0.0.1:" + std::to_string(*free) +
-                                   "\"]\nworkers: 2\ncontrol:\n  socket: \"" + d +
+                                   "\"]\nworkers: 2\nhealth: off\ncontrol:\n  socket: \"" + d +
                                    "/control.sock\"\nstate_file: \"" + d + "/reg.json\"\n");
             auto p = std::make_unique<Process>(
                 std::vector<std::string>{SDPPM_PMD_BIN, "--config", d + "/pmd.yaml", "--workers",
@@ -553,11 +554,12 @@ TEST_P(Activated, InheritedSocketGetsSiblingsOnlyWithReusePort) {
     ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
     const pm::Endpoint server{pm::IpAddress::v4({127, 0, 0, 1}), ntohs(a.sin_port)};
     const std::string d = dir.path().string();
-    pmtest::write_file(dir.path() / "pmd.yaml",
-                       "listen: [\"127.0.0.1:9\"]\nworkers: 2\ncontrol:\n  socket: \"" + d +
-                           "/control.sock\"\nstate_file: \"" + d +
-                           "/reg.json\"\nservices:\n  - name: web\n    conventional: "
-                           "\"127.0.0.1:80\"\n    sdp: [\"127.0.0.1:8080\"]\n");
+    pmtest::write_file(
+        dir.path() / "pmd.yaml",
+        "listen: [\"127.0.0.1:9\"]\nworkers: 2\nhealth: off\ncontrol:\n  socket: \"" + d +
+            "/control.sock\"\nstate_file: \"" + d +
+            "/reg.json\"\nservices:\n  - name: web\n    conventional: "
+            "\"127.0.0.1:80\"\n    sdp: [\"127.0.0.1:8080\"]\n");
     const fs::path err = dir.path() / "pmd.err";
     const pid_t pid = start_activated({SDPPM_PMD_BIN, "--config", d + "/pmd.yaml"}, fd, err);
     ::close(fd);

@@ -562,3 +562,137 @@ TEST_F(PmspTest, RandomDatagramsNeverAmplifyOrGrowPastBounds) {
 }
 
 }  // namespace
+
+// --- Health of SDP addresses (issue #15): policies skip down addresses -----
+
+class PmspHealthTest : public PmspTest {
+  protected:
+    void set(std::size_t address, pmd::HealthState state) {
+        registry->set_health(registry->services()[0], address, state);
+    }
+};
+
+TEST_F(PmspHealthTest, FirstSkipsDownAddressesAndUnknownCountsAsAvailable) {
+    make({service("web", "192.0.2.10:80", {"198.51.100.1:1", "198.51.100.2:2"})});
+    // Nothing checked yet: unknown is available.
+    EXPECT_EQ(reply_of(send(request("192.0.2.10:80", "10.0.0.5:1000", 1))).ap_port, 1);
+    set(0, pmd::HealthState::down);
+    set(1, pmd::HealthState::up);
+    EXPECT_EQ(reply_of(send(request("192.0.2.10:80", "10.0.0.5:1001", 2))).ap_port, 2);
+    set(0, pmd::HealthState::up);
+    EXPECT_EQ(reply_of(send(request("192.0.2.10:80", "10.0.0.5:1002", 3))).ap_port, 1);
+}
+
+TEST_F(PmspHealthTest, NoAvailableAddressIsDeniedUnavailable) {
+    make(
+        {service("web", "192.0.2.10:80", {"198.51.100.1:1", "198.51.100.2:2", "[2001:db8::1]:3"})});
+    set(0, pmd::HealthState::down);
+    set(1, pmd::HealthState::down);
+    // The IPv6 address is up but of the other family: it does not count.
+    set(2, pmd::HealthState::up);
+    auto r = send(request("192.0.2.10:80", "10.0.0.5:1000"));
+    EXPECT_EQ(r.outcome, Outcome::denied_unavailable);
+    EXPECT_EQ(reply_of(r).type, MessageType::deny);
+    EXPECT_EQ(core->counters()[Outcome::denied_unavailable], 1u);
+    EXPECT_EQ(core->counters()[Outcome::denied_no_address], 0u);
+    EXPECT_EQ(registry->counts(registry->services()[0]).denied, 1u);
+    EXPECT_EQ(core->transactions(), 0u);
+    EXPECT_EQ(pmd::to_string(Outcome::denied_unavailable), "denied_unavailable");
+}
+
+TEST_F(PmspHealthTest, WildcardSdpAddressFollowsItsHealth) {
+    make({service("web", "*:80", {"0.0.0.0:8080"})});  // "*:8080"
+    EXPECT_EQ(send(request("192.0.2.10:80", "10.0.0.5:1000", 1)).outcome, Outcome::accepted);
+    set(0, pmd::HealthState::down);
+    EXPECT_EQ(send(request("192.0.2.10:80", "10.0.0.5:1001", 2)).outcome,
+              Outcome::denied_unavailable);
+}
+
+TEST_F(PmspHealthTest, RoundRobinRotatesOverAvailableAddressesOnly) {
+    make({service("web", "192.0.2.10:80", {"198.51.100.1:1", "198.51.100.2:2", "198.51.100.3:3"},
+                  Policy::round_robin)});
+    set(1, pmd::HealthState::down);
+    std::vector<std::uint16_t> ports;
+    for (std::uint16_t cp = 1; cp <= 6; ++cp) {
+        auto req = request("192.0.2.10:80", "10.0.0.5:1");
+        req.cp_port = cp;
+        ports.push_back(reply_of(send(req)).ap_port);
+    }
+    EXPECT_EQ(std::count(ports.begin(), ports.end(), 2), 0);
+    EXPECT_EQ(std::count(ports.begin(), ports.end(), 1), 3);
+    EXPECT_EQ(std::count(ports.begin(), ports.end(), 3), 3);
+}
+
+TEST_F(PmspHealthTest, HashKeepsLiveAddressesAndMovesClientsOfADeadOneStably) {
+    make({service("web", "192.0.2.10:80", {"198.51.100.1:1", "198.51.100.2:2", "198.51.100.3:3"},
+                  Policy::hash)});
+    std::map<std::string, std::uint16_t> before;
+    std::uint64_t handle = 1;
+    for (int host = 1; host <= 60; ++host) {
+        std::string cp = "10.0.0." + std::to_string(host) + ":1000";
+        before[cp] = reply_of(send(request("192.0.2.10:80", cp.c_str(), handle++))).ap_port;
+    }
+    set(1, pmd::HealthState::down);  // port 2
+    std::set<std::uint16_t> moved_to;
+    for (const auto& [cp, port] : before) {
+        auto now1 = reply_of(send(request("192.0.2.10:80", cp.c_str(), handle++))).ap_port;
+        auto now2 = reply_of(send(request("192.0.2.10:80", cp.c_str(), handle++))).ap_port;
+        EXPECT_EQ(now1, now2) << cp;  // deterministic
+        EXPECT_NE(now1, 2) << cp;
+        if (port != 2) {
+            EXPECT_EQ(now1, port) << cp;  // a client whose address is up keeps it
+        } else {
+            moved_to.insert(now1);
+        }
+    }
+    // The clients of the dead address spread over the rest.
+    EXPECT_EQ(moved_to, (std::set<std::uint16_t>{1, 3}));
+}
+
+TEST_F(PmspHealthTest, DuplicateAfterItsAddressWentDownGetsALiveOne) {
+    make({service("web", "192.0.2.10:80", {"198.51.100.1:1", "198.51.100.2:2"})});
+    Message req = request("192.0.2.10:80", "10.0.0.5:51000");
+    EXPECT_EQ(reply_of(send(req)).ap_port, 1);
+    set(0, pmd::HealthState::down);
+    auto r = send(req);
+    EXPECT_EQ(r.outcome, Outcome::accepted_duplicate);
+    Message a = reply_of(r);
+    EXPECT_EQ(a.ap_port, 2);
+    EXPECT_EQ(core->transactions(), 1u);
+    // The PMAck echoes the address now handed out.
+    EXPECT_EQ(send(ack_for(a)).outcome, Outcome::acked);
+}
+
+TEST_F(PmspHealthTest, DuplicateAcceptTurnsIntoDenyAndBackAsTheStateChanges) {
+    make({service("web", "192.0.2.10:80", {"198.51.100.1:1"})});
+    Message req = request("192.0.2.10:80", "10.0.0.5:51000");
+    EXPECT_EQ(send(req).outcome, Outcome::accepted);
+    // 7.4: a duplicate gets the most recent state of the service.
+    set(0, pmd::HealthState::down);
+    auto r = send(req);
+    EXPECT_EQ(r.outcome, Outcome::denied_unavailable);
+    EXPECT_EQ(reply_of(r).type, MessageType::deny);
+    EXPECT_EQ(core->counters().released_on_deny, 1u);
+    EXPECT_EQ(core->transactions(), 0u);
+    // Still down: the retransmission is denied again (no state is kept).
+    EXPECT_EQ(send(req).outcome, Outcome::denied_unavailable);
+    // Up again: the same PMReq is now accepted, as a new transaction.
+    set(0, pmd::HealthState::up);
+    r = send(req);
+    EXPECT_EQ(r.outcome, Outcome::accepted);
+    EXPECT_EQ(reply_of(r).type, MessageType::accept);
+    EXPECT_EQ(core->transactions(), 1u);
+}
+
+TEST_F(PmspHealthTest, HealthSurvivesANewSnapshotOfTheSameAddresses) {
+    make({service("web", "192.0.2.10:80", {"198.51.100.1:1", "198.51.100.2:2"})});
+    set(0, pmd::HealthState::down);
+    auto next = std::make_shared<const Registry>(
+        std::vector<Service>{service("web", "192.0.2.10:80", {"198.51.100.1:1", "198.51.100.2:2"})},
+        registry.get());
+    core->set_registry(next);
+    EXPECT_EQ(reply_of(send(request("192.0.2.10:80", "10.0.0.5:1000"))).ap_port, 2);
+    // Written through either snapshot, seen through both.
+    registry->set_health(registry->services()[0], 0, pmd::HealthState::up);
+    EXPECT_EQ(next->health(next->services()[0], 0), pmd::HealthState::up);
+}

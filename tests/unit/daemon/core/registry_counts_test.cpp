@@ -41,3 +41,39 @@ TEST(RegistryCounts, SharedWithTheNextSnapshotByName) {
 
 }  // namespace
 }  // namespace pmd
+
+namespace pmd {
+namespace {
+
+Service with_sdp(const char* name, std::vector<const char*> sdp) {
+    Service s;
+    s.name = name;
+    s.conventional_port = 80;
+    for (auto* a : sdp) {
+        s.sdp.push_back(*pm::Endpoint::parse(a));
+    }
+    return s;
+}
+
+TEST(RegistryHealth, AddressesKeepTheirStateAcrossSnapshotsByAddress) {
+    Registry r1({with_sdp("a", {"127.0.0.1:1", "127.0.0.1:2"})});
+    EXPECT_EQ(r1.health(r1.services()[0], 0), HealthState::unknown);
+    r1.set_health(r1.services()[0], 0, HealthState::down);
+    r1.set_health(r1.services()[0], 1, HealthState::up);
+    EXPECT_FALSE(r1.available(r1.services()[0], 0));
+    EXPECT_TRUE(r1.available(r1.services()[0], 1));
+    // Reordered, one address added: states follow the addresses.
+    Registry r2({with_sdp("a", {"127.0.0.1:3", "127.0.0.1:2", "127.0.0.1:1"})}, &r1);
+    const Service& a = r2.services()[0];
+    EXPECT_EQ(r2.health(a, 0), HealthState::unknown);
+    EXPECT_EQ(r2.health(a, 1), HealthState::up);
+    EXPECT_EQ(r2.health(a, 2), HealthState::down);
+    // Out of range: unknown, and writes are ignored.
+    r2.set_health(a, 7, HealthState::down);
+    EXPECT_EQ(r2.health(a, 7), HealthState::unknown);
+    EXPECT_EQ(r2.find_by_name("a"), &a);
+    EXPECT_EQ(r2.find_by_name("b"), nullptr);
+}
+
+}  // namespace
+}  // namespace pmd
