@@ -830,6 +830,10 @@ bool Loader::load_sdp(const Field& f, Service& s) {
     if (items.empty()) {
         return fail(f, "must not be empty: list at least one SDP address");
     }
+    if (items.size() > kMaxSdpAddresses) {
+        return fail(f,
+                    "at most " + std::to_string(kMaxSdpAddresses) + " SDP addresses per service");
+    }
     for (const Field& item : items) {
         std::string text;
         if (!scalar(item, "an address such as \"192.0.2.10:8080\" or \"*:8080\"", text)) {

@@ -34,6 +34,10 @@ struct ControlConfig {
     bool operator==(const ControlConfig&) const = default;
 };
 
+// SDP addresses of one service (each is health-checked and has its own
+// metrics series).
+inline constexpr std::size_t kMaxSdpAddresses = 64;
+
 // Upper bound of `workers:` (and of what "auto" resolves to).
 inline constexpr unsigned kMaxWorkers = 64;
 // `workers:` when the file does not say: 0 is "auto".

@@ -21,6 +21,25 @@ namespace pmd::io {
 
 namespace asio = boost::asio;
 
+struct HealthChecker::Probe {
+    asio::ip::tcp::socket socket;
+    asio::steady_timer timer;
+    bool done = false;
+    explicit Probe(asio::io_context& io) : socket(io), timer(io) {}
+};
+
+namespace {
+
+// Failures that say nothing about the address: this process or host ran
+// out of descriptors, buffers or local ports. No verdict, not "down".
+bool local_shortage(const boost::system::error_code& ec) {
+    return ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+           ec == boost::system::errc::too_many_files_open_in_system ||
+           ec == boost::system::errc::address_not_available;
+}
+
+}  // namespace
+
 namespace {
 
 constexpr std::size_t kDumpBufferSize = 64 * 1024;
@@ -122,6 +141,18 @@ void HealthChecker::start() {
 
 void HealthChecker::stop() {
     running_ = false;
+    // Probes in flight end now (their handlers see operation_aborted or
+    // running_ false), so the loop does not wait for their timeouts.
+    for (const auto& weak : probes_) {
+        if (auto p = weak.lock()) {
+            p->done = true;
+            boost::system::error_code ignored;
+            p->timer.cancel();
+            p->socket.close(ignored);
+        }
+    }
+    probes_.clear();
+    connects_in_flight_ = 0;
     timer_.cancel();
     dump_timer_.cancel();
     if (netlink_) {
@@ -387,17 +418,14 @@ void HealthChecker::start_connect(std::uint64_t id) {
         target.address = *pm::IpAddress::parse("127.0.0.1");  // "*:P": this host
     }
     const auto timeout = e->target.settings.timeout;
-    struct Probe {
-        asio::ip::tcp::socket socket;
-        asio::steady_timer timer;
-        bool done = false;
-        explicit Probe(asio::io_context& io) : socket(io), timer(io) {}
-    };
     auto probe = std::make_shared<Probe>(io_);
+    std::erase_if(probes_, [](const std::weak_ptr<Probe>& p) { return p.expired(); });
+    probes_.push_back(probe);
     ++counters_.connect_probes;
     ++connects_in_flight_;
     std::weak_ptr<int> alive = alive_;
-    auto finish = [this, alive, probe, id](bool pass) {
+    // pass: nullopt is no verdict.
+    auto finish = [this, alive, probe, id](std::optional<bool> pass) {
         if (probe->done) {
             return;
         }
@@ -405,14 +433,18 @@ void HealthChecker::start_connect(std::uint64_t id) {
         boost::system::error_code ignored;
         probe->timer.cancel();
         probe->socket.close(ignored);
-        if (alive.expired()) {
+        if (alive.expired() || !running_) {
             return;
         }
         --connects_in_flight_;
         if (!pass) {
-            ++counters_.connect_failures;
+            monitor_.abandon(id);
+        } else {
+            if (!*pass) {
+                ++counters_.connect_failures;
+            }
+            apply(id, *pass, "connect");
         }
-        apply(id, pass, "connect");
         schedule();
     };
     boost::system::error_code bad;
@@ -427,12 +459,14 @@ void HealthChecker::start_connect(std::uint64_t id) {
             finish(false);  // timed out
         }
     });
-    probe->socket.async_connect(asio::ip::tcp::endpoint(address, target.port),
-                                [finish](const boost::system::error_code& ec) {
-                                    if (ec != asio::error::operation_aborted) {
-                                        finish(!ec);
-                                    }
-                                });
+    probe->socket.async_connect(
+        asio::ip::tcp::endpoint(address, target.port),
+        [finish](const boost::system::error_code& ec) {
+            if (ec == asio::error::operation_aborted) {
+                return;
+            }
+            finish(local_shortage(ec) ? std::nullopt : std::optional<bool>(!ec));
+        });
 }
 
 std::vector<AddressHealth> HealthChecker::addresses() const {

@@ -107,6 +107,9 @@ class HealthChecker {
     std::vector<std::uint8_t> dump_buffer_;
 
     std::size_t connects_in_flight_ = 0;
+    // Connect probes in flight, so that stop() can cancel them.
+    struct Probe;
+    std::vector<std::weak_ptr<Probe>> probes_;
 };
 
 // The addresses of this host (getifaddrs), for the local/remote decision.

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "daemon/io/log.hpp"
+
 namespace pmd::io {
 
 namespace {
@@ -69,11 +71,11 @@ std::optional<std::string> OwnerWatch::identify(OwnerProcess& p) {
         }
         return "pid " + std::to_string(p.pid) +
                ": cannot watch it (pidfd_open: " + std::strerror(err) +
-               "; Linux 5.3 or later is needed)";
+               (err == ENOSYS ? "; Linux 5.3 or later is needed" : "") + ")";
     }
     p.start_time = process_start_time(p.pid);
     p.boot_id = boot_id();
-    ::close(fd);
+    identified_[p.pid] = std::make_unique<Watch>(io_, fd);
     return std::nullopt;
 }
 
@@ -118,17 +120,29 @@ void OwnerWatch::watch(std::span<const OwnerProcess> owners) {
             kept.emplace(p.pid, std::move(it->second));
             continue;
         }
-        const int fd = open_pidfd(p.pid);
-        if (fd < 0) {
-            // Exited already (ESRCH) or cannot be watched: either way nobody
-            // will tell us later, so report it now, from the loop.
-            boost::asio::post(io_, [this, pid = p.pid] { on_exit_(pid); });
-            continue;
+        std::unique_ptr<Watch> w;
+        if (auto it = identified_.find(p.pid); it != identified_.end()) {
+            w = std::move(it->second);
+        } else {
+            const int fd = open_pidfd(p.pid);
+            if (fd < 0) {
+                if (errno == ESRCH) {
+                    // Exited already: nobody will tell us later, so report
+                    // it now, from the loop.
+                    boost::asio::post(io_, [this, pid = p.pid] { on_exit_(pid); });
+                } else {
+                    log::warning("cannot watch owner process " + std::to_string(p.pid) +
+                                 " (pidfd_open: " + std::strerror(errno) +
+                                 "); its registrations stay, tried again at the next change");
+                }
+                continue;
+            }
+            w = std::make_unique<Watch>(io_, fd);
         }
-        auto w = std::make_unique<Watch>(io_, fd);
         arm(p.pid, *w);
         kept.emplace(p.pid, std::move(w));
     }
+    identified_.clear();
     // What is left in watches_ is no longer wanted: closing cancels its wait.
     watches_ = std::move(kept);
 }

@@ -38,16 +38,22 @@ class OwnerWatch {
     OwnerWatch(const OwnerWatch&) = delete;
     OwnerWatch& operator=(const OwnerWatch&) = delete;
 
-    // For a new registration: checks that process p.pid runs and fills in
-    // its start time (when readable) and the boot ID. Returns why not.
-    static std::optional<std::string> identify(OwnerProcess& p);
+    // For a new registration: checks that process p.pid runs, fills in
+    // its start time (when readable) and the boot ID, and keeps a pidfd for
+    // it, so that the process is pinned from this moment (watch() uses it).
+    // Returns why not.
+    std::optional<std::string> identify(OwnerProcess& p);
     // For a registration read back from the state file: why `p` is no
     // longer running (another boot, no such pid, another start time), or
     // nullopt when it still is.
     static std::optional<std::string> gone(const OwnerProcess& p);
 
     // Watches exactly the processes `owners` (sorted by pid, each once):
-    // new pids get a pidfd, pids no longer listed lose theirs.
+    // new pids get a pidfd (the one identify() opened, if any), pids no
+    // longer listed lose theirs. A pid that no longer exists is reported
+    // through OnExit; one that cannot be watched for another reason (out of
+    // descriptors) is logged and tried again at the next call, never taken
+    // for an exit.
     void watch(std::span<const OwnerProcess> owners);
     // Closes every pidfd.
     void stop();
@@ -62,6 +68,8 @@ class OwnerWatch {
     boost::asio::io_context& io_;
     OnExit on_exit_;
     std::map<std::int64_t, std::unique_ptr<Watch>> watches_;
+    // pidfds opened by identify() and not yet taken by watch().
+    std::map<std::int64_t, std::unique_ptr<Watch>> identified_;
 };
 
 // The kernel's boot ID (/proc/sys/kernel/random/boot_id), "" when unreadable.

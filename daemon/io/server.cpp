@@ -415,6 +415,7 @@ bool Server::apply_reload(std::function<void()> then) {
     const auto change = store_.restrict_to(next.services);
     log_removed(change, "reload: ");
     if (change.changed) {
+        watch_owners();
         if (auto error = persist()) {
             log::err("state file: " + *error);
         }

@@ -129,9 +129,16 @@ json Server::services_json(const LiveMap& live) const {
 
 void Server::register_service(Registration r, Done<Reply> done) {
     if (r.process) {
-        if (auto why = OwnerWatch::identify(*r.process)) {
+        if (auto why = owners_.identify(*r.process)) {
             return done(Reply{kResultError, *why, nullptr});
         }
+        // Refused below: the pidfd identify() opened is let go.
+        done = [this, done = std::move(done)](Reply reply) {
+            if (reply.result != kResultOk) {
+                watch_owners();
+            }
+            done(std::move(reply));
+        };
     }
     auto before = store_.save_point();
     const std::string name = r.service.name;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/io/sock_diag.hpp"
 
+#include <algorithm>
+
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
@@ -103,10 +105,17 @@ DumpParse parse_sock_diag(std::span<const std::uint8_t> bytes, std::uint32_t seq
             return r;
         }
         if (h.nlmsg_type == NLMSG_ERROR) {
-            r.status = DumpStatus::error;
+            // nlmsgerr.error is a negative errno; 0 is an acknowledgement,
+            // which a dump does not ask for: skipped. Negated in 64 bits so
+            // that INT_MIN cannot overflow.
             if (payload.size() >= sizeof(int)) {
-                r.error = -read_at<int>(payload, 0);
+                const std::int64_t code = read_at<int>(payload, 0);
+                if (code == 0) {
+                    continue;
+                }
+                r.error = static_cast<int>(std::clamp<std::int64_t>(-code, 1, 4095));
             }
+            r.status = DumpStatus::error;
             return r;
         }
         if (h.nlmsg_type != SOCK_DIAG_BY_FAMILY) {

@@ -102,6 +102,20 @@ std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint
         args["pid"] = "peer";
     }
     auto answer = pmctl::call(*opts.control_socket, "register", args, opts.control_timeout);
+    if (answer.ok() && answer.reply().result == 1 && args.contains("pid")) {
+        // A daemon that cannot tie it to this process (an older one without
+        // "pid", no pidfd support, another PID namespace): register without
+        // the tie, as before, and say so; close() still unregisters.
+        const std::string why = answer.reply().text;
+        if (why.rfind("pid", 0) == 0 || why.find("\"pid\"") != std::string::npos) {
+            args.erase("pid");
+            answer = pmctl::call(*opts.control_socket, "register", args, opts.control_timeout);
+            if (answer.ok() && answer.reply().result == 0) {
+                reg_error = "registered without following this process: " + why;
+                return {};
+            }
+        }
+    }
     if (answer.ok() && answer.reply().result == 0) {
         return {};
     }

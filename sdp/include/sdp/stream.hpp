@@ -212,7 +212,10 @@ class Acceptor {
 
     // Listens (SO_REUSEADDR) and, with a control socket, registers the
     // mapping. A failed registration closes the listener and returns the
-    // error; registration_error() has the daemon's text.
+    // error; registration_error() has the daemon's text. After a successful
+    // open() a non-empty registration_error() is a warning: the daemon
+    // could not tie the mapping to this process (registration_follows_process)
+    // and it was registered without the tie.
     std::error_code open(const pm::Endpoint& local, const AcceptorOptions& opts = {});
     // Returns the next connection whose MPA/SDP startup completed. Startups
     // run concurrently (one thread each, at most max_pending_handshakes),

@@ -6,7 +6,12 @@
 
 #include <thread>
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
 
 #include "integration/daemon/harness.hpp"
 #include "pmctl/client.hpp"
@@ -270,6 +275,54 @@ TEST_F(SdpPortMapper, KilledRegisteredListenerIsUnmapped) {
         << log();
     sdp::Stream s;
     ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(s, conv, conv.endpoint(), opts()));
+}
+
+// A daemon that refuses "pid" (older, or unable to watch processes): the
+// acceptor registers without the tie and says so, instead of failing.
+TEST_F(SdpPortMapper, AcceptorRegistersWithoutTheTieWhenTheDaemonRefusesPid) {
+    const auto sock = dir_.path() / "old.sock";
+    int srv = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, sock.c_str(), sizeof a.sun_path - 1);
+    ASSERT_EQ(::bind(srv, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::listen(srv, 4), 0);
+    std::vector<std::string> requests;
+    std::thread daemon([&] {
+        for (int i = 0; i < 2; ++i) {  // two requests, one per connection
+            pollfd p{srv, POLLIN, 0};
+            if (::poll(&p, 1, 10000) <= 0) {
+                return;
+            }
+            int c = ::accept(srv, nullptr, nullptr);
+            std::string line;
+            char ch = 0;
+            while (line.size() < 65536 && ::recv(c, &ch, 1, 0) == 1 && ch != '\n') {
+                line += ch;
+            }
+            requests.push_back(line);
+            const std::string reply =
+                line.find("\"pid\"") != std::string::npos
+                    ? "{\"result\": 1, \"text\": \"unknown argument \\\"pid\\\"\"}\n"
+                    : "{\"result\": 0, \"text\": \"registered\"}\n";
+            ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+            ::close(c);
+        }
+    });
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
+    ao.control_socket = sock.string();
+    ao.conventional = "127.0.0.1:1";
+    auto ec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao);
+    daemon.join();
+    ::close(srv);
+    ASSERT_FALSE(ec) << ec.message() << ": " << acc.registration_error();
+    EXPECT_TRUE(acc.registered());
+    ASSERT_EQ(requests.size(), 2u);
+    EXPECT_NE(requests[0].find("\"pid\":\"peer\""), std::string::npos) << requests[0];
+    EXPECT_EQ(requests[1].find("\"pid\""), std::string::npos) << requests[1];
+    EXPECT_NE(acc.registration_error().find("without following this process"), std::string::npos)
+        << acc.registration_error();
 }
 
 TEST_F(SdpPortMapper, RegistrationWithoutDaemonIsAClearError) {

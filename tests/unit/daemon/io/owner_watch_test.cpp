@@ -39,8 +39,10 @@ void reap(pid_t pid) {
 }
 
 TEST(OwnerWatch, IdentifiesALiveProcessAndRefusesAMissingOne) {
+    boost::asio::io_context io;
+    OwnerWatch watch(io, [](std::int64_t) {});
     OwnerProcess self{::getpid(), std::nullopt, ""};
-    ASSERT_FALSE(OwnerWatch::identify(self));
+    ASSERT_FALSE(watch.identify(self));
     EXPECT_TRUE(self.start_time.has_value());  // our own /proc entry is readable
     EXPECT_EQ(self.start_time, process_start_time(::getpid()));
     EXPECT_EQ(self.boot_id, boot_id());
@@ -50,15 +52,17 @@ TEST(OwnerWatch, IdentifiesALiveProcessAndRefusesAMissingOne) {
     ASSERT_GT(child, 0);
     reap(child);
     OwnerProcess dead{child, std::nullopt, ""};
-    auto why = OwnerWatch::identify(dead);
+    auto why = watch.identify(dead);
     ASSERT_TRUE(why);
     EXPECT_NE(why->find("no such process"), std::string::npos) << *why;
     EXPECT_TRUE(OwnerWatch::gone(dead));
 }
 
 TEST(OwnerWatch, AnotherBootOrStartTimeIsAnotherProcess) {
+    boost::asio::io_context io;
+    OwnerWatch watch(io, [](std::int64_t) {});
     OwnerProcess self{::getpid(), std::nullopt, ""};
-    ASSERT_FALSE(OwnerWatch::identify(self));
+    ASSERT_FALSE(watch.identify(self));
     if (self.boot_id.empty()) {
         GTEST_SKIP() << "no /proc/sys/kernel/random/boot_id here";
     }
@@ -113,6 +117,27 @@ TEST(OwnerWatch, ReportsEachWatchedProcessThatExitsOnce) {
     reap(b);
     watch.stop();
     EXPECT_EQ(watch.size(), 0u);
+}
+
+// identify() pins the process: when it exits before watch() runs, the
+// pidfd opened at identify() still reports it (no pid-reuse window).
+TEST(OwnerWatch, IdentifiedProcessThatExitsBeforeTheWatchIsReported) {
+    boost::asio::io_context io;
+    std::vector<std::int64_t> exited;
+    OwnerWatch watch(io, [&](std::int64_t pid) { exited.push_back(pid); });
+    const pid_t child = spawn_child();
+    ASSERT_GT(child, 0);
+    OwnerProcess p{child, std::nullopt, ""};
+    ASSERT_FALSE(watch.identify(p));
+    reap(child);
+    std::vector<OwnerProcess> owners{p};
+    watch.watch(owners);
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (exited.empty() && std::chrono::steady_clock::now() < end) {
+        io.run_for(50ms);
+        io.restart();
+    }
+    EXPECT_EQ(exited, std::vector<std::int64_t>{child});
 }
 
 TEST(StateFile, KeepsAndChecksTheOwnerProcess) {
