@@ -27,6 +27,16 @@ std::chrono::milliseconds left(Clock::time_point deadline) {
     return std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
 }
 
+// Registers the adapter's buffers on `qp`; on failure *why also says why
+// the device refused them (RLIMIT_MEMLOCK, EINVAL, ...).
+std::error_code attach_to(EngineAdapter& adapter, RdmaQueuePair& qp, std::string* why) {
+    auto ec = adapter.attach(qp, why);
+    if (ec && why != nullptr && !qp.reg_error_text().empty()) {
+        *why += ": " + qp.reg_error_text();
+    }
+    return ec;
+}
+
 }  // namespace
 
 CmOptions RdmaSession::cm_options(const RdmaSessionConfig& cfg) {
@@ -89,7 +99,7 @@ std::error_code RdmaSession::connect_to(const sockaddr* dst, std::string* why) {
 }
 
 std::error_code RdmaSession::start_connect(std::string* why) {
-    if (auto ec = adapter_.attach(conn_->qp(), why)) {
+    if (auto ec = attach_to(adapter_, conn_->qp(), why)) {
         return ec;
     }
     // 8.1.1 step 1c: the receive buffers are posted (QP in INIT) before the
@@ -148,7 +158,7 @@ std::unique_ptr<RdmaSession> RdmaSession::accept(std::unique_ptr<Connection> req
         set_why(why, "no connection request");
         return nullptr;
     }
-    if ((ec = s->adapter_.attach(s->conn_->qp(), why))) {
+    if ((ec = attach_to(s->adapter_, s->conn_->qp(), why))) {
         (void)s->conn_->reject();
         return nullptr;
     }
@@ -196,8 +206,8 @@ bool RdmaSession::progress() {
                 teardown_issued_ = true;
                 moved = true;
             } else if (adapter_.teardown() == EngineAdapter::Teardown::graceful &&
-                       adapter_.sends_drained()) {
-                conn_->disconnect();  // FIN after every Send completed
+                       adapter_.sends_drained() && graceful_teardown_due()) {
+                conn_->disconnect();  // FIN after the peer has all our messages
                 teardown_issued_ = true;
                 moved = true;
             }
@@ -208,6 +218,26 @@ bool RdmaSession::progress() {
         }
     }
     return any;
+}
+
+bool RdmaSession::graceful_teardown_due() {
+    // 8.2.1: the DisConn exchange is done and every Send has completed. A
+    // Send completion only says the bytes left our QP (siw completes a Send
+    // once it is in the kernel socket): tearing down now could reset the TCP
+    // connection with our last data and DisConn still queued (seen: 262144 of
+    // 300000 bytes, then a reset). So wait until the peer's MSeqAck covers our
+    // last message (6.1.6; a first closer gets it in the peer's DisConn), or
+    // the peer's own teardown (handled in progress()), or
+    // cm.disconnect_timeout (a simultaneous close, where neither DisConn
+    // acknowledges the other), whichever comes first.
+    if (sdp().all_acked()) {
+        return true;
+    }
+    const auto now = Clock::now();
+    if (!linger_deadline_) {
+        linger_deadline_ = now + cfg_.cm.disconnect_timeout;
+    }
+    return now >= *linger_deadline_;
 }
 
 bool RdmaSession::wait(std::chrono::milliseconds timeout, bool solicited_only) {
@@ -222,6 +252,9 @@ bool RdmaSession::wait(std::chrono::milliseconds timeout, bool solicited_only) {
     // A completion that arrived before the CQs were armed raises no event.
     if (progress()) {
         return true;
+    }
+    if (linger_deadline_ && !teardown_issued_) {
+        timeout = std::min(timeout, left(*linger_deadline_) + std::chrono::milliseconds(1));
     }
     pollfd p[2] = {{qp.fd(), POLLIN, 0}, {conn_->cm_fd(), POLLIN, 0}};
     const int rc = ::poll(p, 2, static_cast<int>(std::min<long long>(timeout.count(), 60'000)));
