@@ -22,6 +22,7 @@ ONLY=${ONLY:-*} # run only what matches one of these patterns (debugging)
 want() {
   set -f
   for pat in $ONLY; do
+    # shellcheck disable=SC2254 # a pattern on purpose
     case $1 in $pat) set +f; return 0 ;; esac
   done
   set +f
@@ -59,6 +60,7 @@ ip link set lo up
 ip addr add $A/24 dev eth0
 ip link set eth0 up
 ip route add default via 10.0.2.2
+# shellcheck disable=SC3045 # busybox sh has it
 ulimit -l unlimited # siw pins registered memory against RLIMIT_MEMLOCK, root too
 host_port=$(cat /out/host_port 2>/dev/null || echo 0)
 
