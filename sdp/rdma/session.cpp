@@ -60,12 +60,24 @@ RdmaSession::~RdmaSession() {
 
 std::unique_ptr<RdmaSession> RdmaSession::connect(const sockaddr* dst, const RdmaSessionConfig& cfg,
                                                   std::error_code& ec, std::string* why) {
-    std::unique_ptr<RdmaSession> s(new RdmaSession(engine::Role::connecting, cfg));
-    s->conn_ = Connection::create_active(dst, nullptr, s->cfg_.cm, ec, why);
-    if (!s->conn_ || (ec = s->start_connect(why))) {
-        return nullptr;
+    // rdma_cm picks the source port from its own port space; siw then binds
+    // a kernel TCP socket to it, which fails (EADDRINUSE) when a host socket
+    // holds that port (seen in the VM lab after many soft connections).
+    // The port is ours to choose here, so try a few fresh ids.
+    constexpr int kAttempts = 4;
+    for (int attempt = 1;; ++attempt) {
+        std::unique_ptr<RdmaSession> s(new RdmaSession(engine::Role::connecting, cfg));
+        s->conn_ = Connection::create_active(dst, nullptr, s->cfg_.cm, ec, why);
+        if (!s->conn_) {
+            return nullptr;
+        }
+        if (!(ec = s->start_connect(why))) {
+            return s;
+        }
+        if (!s->conn_->port_in_use() || attempt == kAttempts) {
+            return nullptr;
+        }
     }
-    return s;
 }
 
 std::unique_ptr<RdmaSession> RdmaSession::bind(const sockaddr* src, const RdmaSessionConfig& cfg,
