@@ -154,6 +154,13 @@ xfer() {
   got_l=$(sha /tmp/l.out) got_c=$(sha /tmp/c.out)
   if [ $crc -eq 0 ] && [ $lrc -eq 0 ] && [ "$got_l" = "$want_l" ] && [ "$got_c" = "$want_c" ]; then
     R "$name" PASS "$size B $dir, sha256 ok, $((t1 - t0)) s"
+  elif [ "$v" = stock ] && [ "$lp" = rdma ] && [ "$cp" = rdma ] &&
+    grep -q 'RDMA_CM_EVENT_CONNECT_ERROR (status -22' /tmp/c.err; then
+    # Stock siw to stock siw (client-server MPA): the responder sends the
+    # HelloAck at once and the siw initiator refuses an FPDU that comes
+    # with the MPA Reply (RFC 5044 7.1.2, "peer sent extra data"): a race
+    # SDP cannot avoid without peer-to-peer mode (docs/rdma.md).
+    R "$name" KNOWN "stock-siw startup race (RFC 5044 7.1.2): $(tail -1 /tmp/c.err)"
   else
     R "$name" FAIL "$size B $dir: client rc $crc, listener rc $lrc, listener got $(wc -c </tmp/l.out) B (sha ok: $([ "$got_l" = "$want_l" ] && echo y || echo n)), client got $(wc -c </tmp/c.out) B (sha ok: $([ "$got_c" = "$want_c" ] && echo y || echo n)); client: $(tail -1 /tmp/c.err); listener: $(tail -1 /tmp/l.err)"
     cp /tmp/c.err "/out/$name.client.err"
