@@ -38,7 +38,7 @@ if [[ -n $asan ]]; then
   cmake --preset asan >/dev/null
   cmake --build --preset asan -j "$jobs"
   echo "== tests (asan preset)"
-  ctest --preset asan -j "$jobs" -LE "fuzz|topology"
+  ctest --preset asan -j "$jobs" -LE "fuzz|topology|vm"
 fi
 if [[ -n $fuzz ]]; then
   if [[ -n "${CI:-}" ]]; then default_seconds=60; else default_seconds=20; fi

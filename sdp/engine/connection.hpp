@@ -175,6 +175,11 @@ class Connection {
     std::uint16_t peer_max_adverts() const { return peer_max_adverts_; }
     std::uint32_t next_mseq() const { return next_mseq_; }
     std::uint32_t last_received_mseq() const { return last_rx_mseq_; }
+    // The MSeqAck of the last message received (6.1.6): every message of
+    // ours up to this MSeq has reached the peer. all_acked(): all of them
+    // (used to hold a graceful LLP teardown until the peer has our DisConn).
+    std::uint32_t peer_mseq_ack() const { return peer_ack_; }
+    bool all_acked() const { return peer_ack_ == next_mseq_ - 1; }
     const Stats& stats() const { return stats_; }
     // One line for logs and error messages, e.g.
     // "established, send draining, recv open" or "reset (peer_abort), ...".

@@ -387,6 +387,7 @@ std::error_code Connection::connect(std::span<const std::uint8_t> private_data, 
     }
     if (rdma_connect(id_, &p.value()) != 0) {
         const int e = errno;
+        port_in_use_ = e == EADDRINUSE;
         set_why(why, errno_text("rdma_connect", e));
         return errno_errc(e) == Errc::cm_error ? Errc::connect_error : errno_errc(e);
     }

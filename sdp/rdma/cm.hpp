@@ -87,6 +87,10 @@ class Connection {
     [[nodiscard]] int cm_fd() const;
     [[nodiscard]] bool established() const { return established_; }
     [[nodiscard]] bool disconnected() const { return disconnected_; }
+    // connect() failed because rdma_connect said EADDRINUSE: siw binds a
+    // kernel TCP socket to the port rdma_cm picked from its own port space,
+    // which a host TCP socket (one in TIME_WAIT, say) may hold.
+    [[nodiscard]] bool port_in_use() const { return port_in_use_; }
 
     // Handles pending CM events without blocking; true when the connection
     // is gone (DISCONNECTED, DEVICE_REMOVAL).
@@ -122,6 +126,7 @@ class Connection {
     bool established_ = false;
     bool disconnected_ = false;
     bool disconnect_sent_ = false;
+    bool port_in_use_ = false;
 };
 
 class Listener {

@@ -27,6 +27,16 @@ std::chrono::milliseconds left(Clock::time_point deadline) {
     return std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
 }
 
+// Registers the adapter's buffers on `qp`; on failure *why also says why
+// the device refused them (RLIMIT_MEMLOCK, EINVAL, ...).
+std::error_code attach_to(EngineAdapter& adapter, RdmaQueuePair& qp, std::string* why) {
+    auto ec = adapter.attach(qp, why);
+    if (ec && why != nullptr && !qp.reg_error_text().empty()) {
+        *why += ": " + qp.reg_error_text();
+    }
+    return ec;
+}
+
 }  // namespace
 
 CmOptions RdmaSession::cm_options(const RdmaSessionConfig& cfg) {
@@ -50,12 +60,24 @@ RdmaSession::~RdmaSession() {
 
 std::unique_ptr<RdmaSession> RdmaSession::connect(const sockaddr* dst, const RdmaSessionConfig& cfg,
                                                   std::error_code& ec, std::string* why) {
-    std::unique_ptr<RdmaSession> s(new RdmaSession(engine::Role::connecting, cfg));
-    s->conn_ = Connection::create_active(dst, nullptr, s->cfg_.cm, ec, why);
-    if (!s->conn_ || (ec = s->start_connect(why))) {
-        return nullptr;
+    // rdma_cm picks the source port from its own port space; siw then binds
+    // a kernel TCP socket to it, which fails (EADDRINUSE) when a host socket
+    // holds that port (seen in the VM lab after many soft connections).
+    // The port is ours to choose here, so try a few fresh ids.
+    constexpr int kAttempts = 4;
+    for (int attempt = 1;; ++attempt) {
+        std::unique_ptr<RdmaSession> s(new RdmaSession(engine::Role::connecting, cfg));
+        s->conn_ = Connection::create_active(dst, nullptr, s->cfg_.cm, ec, why);
+        if (!s->conn_) {
+            return nullptr;
+        }
+        if (!(ec = s->start_connect(why))) {
+            return s;
+        }
+        if (!s->conn_->port_in_use() || attempt == kAttempts) {
+            return nullptr;
+        }
     }
-    return s;
 }
 
 std::unique_ptr<RdmaSession> RdmaSession::bind(const sockaddr* src, const RdmaSessionConfig& cfg,
@@ -89,7 +111,7 @@ std::error_code RdmaSession::connect_to(const sockaddr* dst, std::string* why) {
 }
 
 std::error_code RdmaSession::start_connect(std::string* why) {
-    if (auto ec = adapter_.attach(conn_->qp(), why)) {
+    if (auto ec = attach_to(adapter_, conn_->qp(), why)) {
         return ec;
     }
     // 8.1.1 step 1c: the receive buffers are posted (QP in INIT) before the
@@ -148,7 +170,7 @@ std::unique_ptr<RdmaSession> RdmaSession::accept(std::unique_ptr<Connection> req
         set_why(why, "no connection request");
         return nullptr;
     }
-    if ((ec = s->adapter_.attach(s->conn_->qp(), why))) {
+    if ((ec = attach_to(s->adapter_, s->conn_->qp(), why))) {
         (void)s->conn_->reject();
         return nullptr;
     }
@@ -196,8 +218,8 @@ bool RdmaSession::progress() {
                 teardown_issued_ = true;
                 moved = true;
             } else if (adapter_.teardown() == EngineAdapter::Teardown::graceful &&
-                       adapter_.sends_drained()) {
-                conn_->disconnect();  // FIN after every Send completed
+                       adapter_.sends_drained() && graceful_teardown_due()) {
+                conn_->disconnect();  // FIN after the peer has all our messages
                 teardown_issued_ = true;
                 moved = true;
             }
@@ -208,6 +230,26 @@ bool RdmaSession::progress() {
         }
     }
     return any;
+}
+
+bool RdmaSession::graceful_teardown_due() {
+    // 8.2.1: the DisConn exchange is done and every Send has completed. A
+    // Send completion only says the bytes left our QP (siw completes a Send
+    // once it is in the kernel socket): tearing down now could reset the TCP
+    // connection with our last data and DisConn still queued (seen: 262144 of
+    // 300000 bytes, then a reset). So wait until the peer's MSeqAck covers our
+    // last message (6.1.6; a first closer gets it in the peer's DisConn), or
+    // the peer's own teardown (handled in progress()), or
+    // cm.disconnect_timeout (a simultaneous close, where neither DisConn
+    // acknowledges the other), whichever comes first.
+    if (sdp().all_acked()) {
+        return true;
+    }
+    const auto now = Clock::now();
+    if (!linger_deadline_) {
+        linger_deadline_ = now + cfg_.cm.disconnect_timeout;
+    }
+    return now >= *linger_deadline_;
 }
 
 bool RdmaSession::wait(std::chrono::milliseconds timeout, bool solicited_only) {
@@ -222,6 +264,9 @@ bool RdmaSession::wait(std::chrono::milliseconds timeout, bool solicited_only) {
     // A completion that arrived before the CQs were armed raises no event.
     if (progress()) {
         return true;
+    }
+    if (linger_deadline_ && !teardown_issued_) {
+        timeout = std::min(timeout, left(*linger_deadline_) + std::chrono::milliseconds(1));
     }
     pollfd p[2] = {{qp.fd(), POLLIN, 0}, {conn_->cm_fd(), POLLIN, 0}};
     const int rc = ::poll(p, 2, static_cast<int>(std::min<long long>(timeout.count(), 60'000)));

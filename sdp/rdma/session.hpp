@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -98,12 +99,15 @@ class RdmaSession {
     explicit RdmaSession(engine::Role role, const RdmaSessionConfig& cfg);
     std::error_code start_connect(std::string* why);
     std::error_code await_established(std::string* why);
+    // Graceful teardown may start now (see session.cpp).
+    bool graceful_teardown_due();
 
     RdmaSessionConfig cfg_;
     // Declared before conn_: the QP and its regions go before the buffers.
     EngineAdapter adapter_;
     std::unique_ptr<Connection> conn_;
     bool teardown_issued_ = false;
+    std::optional<std::chrono::steady_clock::time_point> linger_deadline_;
 };
 
 }  // namespace sdp::rdma

@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sdp/rdma/translate.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 
 namespace sdp::rdma {
@@ -53,6 +57,27 @@ int to_ibv_access(std::uint32_t access, bool iwarp) {
         f |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
     }
     return f;
+}
+
+std::string describe_reg_failure(int err, std::size_t len, std::uint64_t memlock_cur) {
+    std::string s = "ibv_reg_mr of " + std::to_string(len) +
+                    " bytes failed: " + (err != 0 ? std::strerror(err) : "unknown error");
+    if ((err == EPERM || err == ENOMEM) && memlock_cur != RLIM_INFINITY) {
+        s += " (RLIMIT_MEMLOCK is " + std::to_string(memlock_cur) +
+             " bytes: registered memory is pinned against the lock limit, even for root; "
+             "raise it, e.g. 'ulimit -l unlimited' or memlock in "
+             "/etc/security/limits.conf / LimitMEMLOCK= for a systemd unit)";
+    }
+    return s;
+}
+
+std::string describe_reg_failure(int err, std::size_t len) {
+    rlimit rl{};
+    std::uint64_t cur = RLIM_INFINITY;
+    if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+        cur = rl.rlim_cur;
+    }
+    return describe_reg_failure(err, len, cur);
 }
 
 std::optional<ibv_sge> sge_for_bytes(const RegionView& r, const void* p, std::size_t len) {

@@ -48,6 +48,14 @@ inline constexpr std::uint32_t kAccessRecvOnly = 1u << 8;
 // REMOTE_WRITE is set, so kAccessRemoteWrite implies it.
 [[nodiscard]] int to_ibv_access(std::uint32_t access, bool iwarp);
 
+// Why ibv_reg_mr failed with errno `err` for `len` bytes, for messages.
+// EPERM/ENOMEM while `memlock_cur` (RLIMIT_MEMLOCK's soft limit, bytes;
+// RLIM_INFINITY when unlimited) is finite name the lock limit and the fix
+// (siw and RNIC drivers pin registered pages against it, even for root).
+[[nodiscard]] std::string describe_reg_failure(int err, std::size_t len, std::uint64_t memlock_cur);
+// The same with the process's current RLIMIT_MEMLOCK.
+[[nodiscard]] std::string describe_reg_failure(int err, std::size_t len);
+
 // One registered region as the translation sees it.
 struct RegionView {
     std::uintptr_t addr = 0;  // first byte in our address space

@@ -23,18 +23,27 @@ iwarp::Result<iwarp::MemoryRegion, VerbsError> RdmaQueuePair::reg_mr(std::span<s
     if (mem.empty() || res_.pd == nullptr) {
         return iwarp::unexpected(VerbsError::invalid_region);
     }
-    // The region's tagged offsets start at `base` (ibv_reg_mr_iova), so the
-    // peer addresses it exactly as it would on the soft provider.
+    // iova = the buffer's own address, whatever `base` asks for. The kernel
+    // refuses (EINVAL) an iova whose offset within a page differs from the
+    // buffer's (ib_umem / ib_umem_find_best_pgsz), and our heap buffers are
+    // not page aligned; siw 6.1 also keys its regions by virtual address
+    // whatever iova says, and local SGEs (sge_for_bytes) carry virtual
+    // addresses, which are in the region's iova space only when iova = addr.
+    // The tagged offset the peer must use is the returned MemoryRegion::base.
+    (void)base;
+    const auto addr = reinterpret_cast<std::uintptr_t>(mem.data());
+    errno = 0;
     ibv_mr* mr =
-        ibv_reg_mr_iova(res_.pd, mem.data(), mem.size(), base, to_ibv_access(access, res_.iwarp));
+        ibv_reg_mr_iova(res_.pd, mem.data(), mem.size(), addr, to_ibv_access(access, res_.iwarp));
     if (mr == nullptr) {
+        reg_error_ = describe_reg_failure(errno, mem.size());
         return iwarp::unexpected(VerbsError::invalid_region);
     }
     Region r;
     r.mr = mr;
     r.view.addr = reinterpret_cast<std::uintptr_t>(mem.data());
     r.view.length = mem.size();
-    r.view.base = base;
+    r.view.base = addr;
     r.view.lkey = mr->lkey;
     r.view.rkey = mr->rkey;
     r.view.access = access;
@@ -47,7 +56,7 @@ iwarp::Result<iwarp::MemoryRegion, VerbsError> RdmaQueuePair::reg_mr(std::span<s
     by_addr_.emplace(r.view.addr, mr->rkey);
     iwarp::MemoryRegion out;
     out.stag = mr->rkey;
-    out.base = base;
+    out.base = addr;
     out.length = mem.size();
     out.access = access;
     return out;

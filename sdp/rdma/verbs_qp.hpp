@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "sdp/iwarp/verbs.hpp"
 #include "sdp/rdma/translate.hpp"
@@ -42,9 +43,14 @@ class RdmaQueuePair final : public iwarp::QueuePair {
     explicit RdmaQueuePair(const QpResources& res);
     ~RdmaQueuePair() override;  // deregisters every region still registered
 
+    // Registers with iova = the buffer's address (see verbs_qp.cpp): `base`
+    // is ignored and the region's tagged offsets start at
+    // MemoryRegion::base, the address of mem[0]. On failure
+    // reg_error_text() says why (naming RLIMIT_MEMLOCK when that is it).
     iwarp::Result<iwarp::MemoryRegion, iwarp::VerbsError> reg_mr(std::span<std::uint8_t> mem,
                                                                  std::uint64_t base,
                                                                  std::uint32_t access) override;
+    [[nodiscard]] const std::string& reg_error_text() const { return reg_error_; }
     bool dereg_mr(std::uint32_t stag) override;
     // Send / Send+SE / RDMA Write: the data must lie in a region registered
     // here (any access), or be at most max_inline bytes (copied inline).
@@ -96,6 +102,7 @@ class RdmaQueuePair final : public iwarp::QueuePair {
     std::uint64_t next_id_ = 1;
     std::deque<iwarp::Completion> ready_;
     std::optional<ibv_wc_status> last_error_;
+    std::string reg_error_;
 };
 
 }  // namespace sdp::rdma

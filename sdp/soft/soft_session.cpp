@@ -81,6 +81,24 @@ void SoftSession::after_mpa() {
         llp_ = LlpRequest::fin;
         return;
     }
+    if (mpa_.state() == iwarp::MpaState::request_received && !mpa_.outcome().p2p) {
+        // An initiator that did not negotiate peer-to-peer mode (RFC 6581),
+        // e.g. Linux siw built with peer_to_peer off. In client-server mode
+        // the responder may send no FPDU before the initiator's first one
+        // (RFC 5044 7.1.2), but SDP's Connecting Peer sends nothing before
+        // the HelloAck (8.1.1): waiting would only run into the timeout on
+        // both ends. Refuse at once with an MPA Reject (RFC 5044 7.1.1),
+        // so the initiator sees a rejected connection, not a hang.
+        (void)mpa_.reject({});
+        setup_failed_ = true;
+        setup_error_ =
+            "MPA initiator did not negotiate peer-to-peer mode (RFC 6581); SDP needs it "
+            "because the Accepting Peer sends the HelloAck first (SDP 8.1.1, RFC 5044 7.1.2): "
+            "request rejected (Linux siw must be built with peer_to_peer on, see "
+            "docs/rdma.md)";
+        llp_ = LlpRequest::fin;
+        return;
+    }
     if (mpa_.state() == iwarp::MpaState::request_received) {
         // Accepting Peer: the Hello is the Request's private data (8.1.1).
         auto hello = mpa_.outcome().peer_private_data;

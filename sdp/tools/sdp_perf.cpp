@@ -5,10 +5,10 @@
 //
 //   sdp-perf [--sizes 64,4096,65536,1048576] [--time SECONDS] [--bytes N]
 //            [--no-crc] [--json] [--only sdp|tcp] [--no-latency]
-//            [--no-throughput] [--provider soft|rdma|auto]
+//            [--no-throughput] [--provider soft|rdma|auto] [--addr IP]
 //
-// --provider rdma on loopback needs an iWARP device on lo (Linux siw:
-// rdma link add siw_lo type siw netdev lo; docs/rdma.md).
+// --provider rdma needs an iWARP device; Linux siw does not work on lo with
+// rdma_cm, so pass --addr with the siw netdev's address (docs/rdma.md).
 //
 // Throughput: one stream, the client writes messages of the size for
 // --time seconds (or --bytes), the server reads until EOF; rate measured at
@@ -126,14 +126,20 @@ struct PairMaker {
 struct SdpPairs final : PairMaker {
     sdp::Acceptor acc;
     sdp::StreamOptions so;
-    SdpPairs(bool crc, sdp::Provider prov) {
+    SdpPairs(bool crc, sdp::Provider prov, const std::string& addr) {
         so.crc = crc;
         so.io_timeout = 30s;
         sdp::AcceptorOptions ao;
         ao.stream = so;
         // The acceptor resolves `automatic`; the client uses what it chose.
         ao.stream.iwarp_provider = prov;
-        if (auto ec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao)) {
+        const auto ep = pm::Endpoint::parse(addr + ":0");
+        if (!ep) {
+            std::fprintf(stderr, "sdp-perf: bad --addr '%s' (expected an IPv4 address)\n",
+                         addr.c_str());
+            std::exit(2);
+        }
+        if (auto ec = acc.open(*ep, ao)) {
             std::fprintf(stderr, "sdp-perf: listen (provider %s): %s%s%s\n", sdp::to_string(prov),
                          ec.message().c_str(), acc.open_error().empty() ? "" : ": ",
                          acc.open_error().c_str());
@@ -329,6 +335,7 @@ int main(int argc, char** argv) {
     bool crc = true, json = false;
     bool run_sdp = true, run_tcp = true, run_tput = true, run_lat = true;
     sdp::Provider prov = sdp::Provider::soft;
+    std::string sdp_addr = "127.0.0.1";
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -361,6 +368,10 @@ int main(int argc, char** argv) {
             run_lat = false;
         } else if (a == "--no-throughput") {
             run_tput = false;
+        } else if (a == "--addr") {
+            // Both SDP ends on this address (siw does not work on lo: use
+            // the siw netdev's address); kernel TCP stays on loopback.
+            sdp_addr = next();
         } else if (a == "--provider") {
             const std::string v = next();
             const auto p = sdp::parse_provider(v);
@@ -375,11 +386,11 @@ int main(int argc, char** argv) {
             std::fprintf(stderr,
                          "usage: sdp-perf [--sizes 64,4096,...] [--time SECONDS] [--bytes N] "
                          "[--no-crc] [--json] [--only sdp|tcp] [--no-latency] "
-                         "[--no-throughput] [--provider soft|rdma|auto]\n");
+                         "[--no-throughput] [--provider soft|rdma|auto] [--addr IP]\n");
             return a == "-h" || a == "--help" ? 0 : 2;
         }
     }
-    SdpPairs sdp_pairs(crc, prov);
+    SdpPairs sdp_pairs(crc, prov, sdp_addr);
     TcpPairs tcp_pairs;
     const std::chrono::duration<double> t(secs), lt(secs / 2);
     if (!json) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "sdp/iwarp/qp.hpp"
@@ -153,6 +154,39 @@ TEST(RdmaEngineAdapter, GracefulTeardown) {
     h.b.llp_closed();
     EXPECT_EQ(h.a.sdp().state(), State::closed);
     EXPECT_EQ(h.b.sdp().state(), State::closed);
+}
+
+// What RdmaSession's graceful teardown waits for (8.2.1, 6.1.6): a side
+// may start the LLP teardown once the peer's MSeqAck covers its last
+// message. The first closer learns it from the peer's DisConn; the second
+// closer's DisConn is acknowledged by nobody, so it waits for the first
+// closer's teardown instead of resetting the connection under its own
+// last bytes.
+TEST(RdmaEngineAdapter, OnlyTheFirstCloserHasItsDisConnAcknowledged) {
+    Harness h;
+    h.establish();
+    std::vector<std::uint8_t> data(20000, 7);
+    ASSERT_EQ(h.a.sdp().write(data), data.size());
+    h.a.sdp().shutdown_write();  // a closes first
+    h.pump();
+    EXPECT_FALSE(h.a.sdp().all_acked());
+    std::vector<std::uint8_t> buf(data.size() + 1);
+    std::size_t got = 0;
+    for (int i = 0; i < 100 && got < data.size(); ++i) {
+        got += h.b.sdp().read(std::span(buf).subspan(got));
+        h.pump();
+    }
+    ASSERT_EQ(got, data.size());
+    ASSERT_TRUE(h.b.sdp().eof());
+    const std::uint8_t tail[] = {1, 2, 3};
+    ASSERT_EQ(h.b.sdp().write(tail), 3u);  // b still sends, then closes
+    h.b.sdp().shutdown_write();
+    h.pump();
+    EXPECT_EQ(h.a.sdp().read(buf), 3u);
+    EXPECT_TRUE(h.a.sdp().eof());
+    EXPECT_TRUE(h.a.sdp().all_acked());   // b's DisConn acknowledged a's
+    EXPECT_FALSE(h.b.sdp().all_acked());  // nothing acknowledges b's DisConn
+    EXPECT_LT(h.b.sdp().peer_mseq_ack(), h.b.sdp().next_mseq() - 1);
 }
 
 TEST(RdmaEngineAdapter, LostQpResetsTheConnection) {

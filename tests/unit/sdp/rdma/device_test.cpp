@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -202,20 +203,30 @@ TEST(RdmaBind, TwoStepConnectChecksArgumentsAndNeedsADevice) {
 
 // --- with a device ----------------------------------------------------------------
 
-TEST(RdmaEndToEnd, TwoSdpEndpointsMoveData) {
-    std::string why;
-    if (!r::available(&why)) {
-        GTEST_SKIP() << "no iWARP device: " << why;
+// The cases that need a device: a listener on the test address, or the
+// test is skipped with the reason.
+struct RdmaEndToEnd : testing::Test {
+    std::unique_ptr<r::Listener> l;
+    r::RdmaSessionConfig cfg = small_config();
+
+    void SetUp() override {
+        std::string why;
+        if (!r::available(&why)) {
+            GTEST_SKIP() << "no iWARP device: " << why;
+        }
+        sockaddr_in la = loopback(0);
+        std::error_code ec;
+        l = r::Listener::listen(reinterpret_cast<sockaddr*>(&la), 4, ec, &why);
+        if (!l && loopback_unusable(ec)) {
+            GTEST_SKIP() << "no iWARP device on loopback (" << why
+                         << "); set SDPPM_RDMA_TEST_ADDR to the device's address";
+        }
+        ASSERT_TRUE(l) << ec.message() << ": " << why;
     }
-    auto cfg = small_config();
-    sockaddr_in la = loopback(0);
+};
+
+TEST_F(RdmaEndToEnd, TwoSdpEndpointsMoveData) {
     std::error_code ec;
-    auto l = r::Listener::listen(reinterpret_cast<sockaddr*>(&la), 4, ec, &why);
-    if (!l && loopback_unusable(ec)) {
-        GTEST_SKIP() << "no iWARP device on loopback (" << why
-                     << "); set SDPPM_RDMA_TEST_ADDR to the device's address";
-    }
-    ASSERT_TRUE(l) << ec.message() << ": " << why;
     const std::uint16_t port = l->port();
     ASSERT_NE(port, 0);
 
@@ -285,11 +296,49 @@ TEST(RdmaEndToEnd, TwoSdpEndpointsMoveData) {
     EXPECT_EQ(got, data);
 }
 
-TEST(RdmaEndToEnd, RefusedWhenNobodyListens) {
-    if (!r::available()) {
-        GTEST_SKIP() << "no iWARP device";
+// Abortive close over the device (8.2.2): the client's abort() (AbortConn,
+// QP to error, disconnect) reaches the server as a reset, not as EOF, and
+// the server's read ends within its own bound.
+TEST_F(RdmaEndToEnd, AbortIsAResetForThePeer) {
+    std::error_code ec;
+    std::string why;
+    std::error_code server_ec;
+    std::size_t server_got = 0;
+    bool server_eof = false;
+    std::thread server([&] {
+        std::string w;
+        auto s = r::RdmaSession::accept(*l, cfg, std::chrono::seconds(10), server_ec, &w);
+        if (!s) {
+            return;
+        }
+        std::vector<std::uint8_t> buf(65536);
+        for (int i = 0; i < 100000; ++i) {
+            std::error_code e;
+            const std::size_t n = s->read_some(buf, std::chrono::seconds(10), e);
+            if (e || n == 0) {
+                server_ec = e;
+                server_eof = !e;
+                return;
+            }
+            server_got += n;
+        }
+    });
+    sockaddr_in dst = loopback(l->port());
+    auto c = r::RdmaSession::connect(reinterpret_cast<sockaddr*>(&dst), cfg, ec, &why);
+    if (!c) {
+        server.join();
+        FAIL() << "connect: " << ec.message() << ": " << why;
     }
-    auto cfg = small_config();
+    const std::vector<std::uint8_t> data(100000, 0x5a);
+    EXPECT_FALSE(c->write_all(data, std::chrono::seconds(20)));
+    c->abort();
+    server.join();
+    EXPECT_FALSE(server_eof) << "an abort must not look like a graceful close";
+    EXPECT_TRUE(server_ec == std::errc::connection_reset) << server_ec.message();
+    EXPECT_LE(server_got, data.size());
+}
+
+TEST_F(RdmaEndToEnd, RefusedWhenNobodyListens) {
     sockaddr_in dst = loopback(1);  // assume nothing listens on port 1
     std::error_code ec;
     std::string why;

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <utility>
 
 namespace fakeverbs {
 
@@ -229,6 +230,8 @@ Pair::Pair() {
 
 Pair::~Pair() = default;
 
+int fail_next_reg = 0;
+
 std::size_t live_mrs() {
     return mrs().size();
 }
@@ -242,6 +245,16 @@ extern "C" {
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                          unsigned int access) {
     if (addr == nullptr || length == 0) {
+        errno = EINVAL;
+        return nullptr;
+    }
+    if (fakeverbs::fail_next_reg != 0) {
+        errno = std::exchange(fakeverbs::fail_next_reg, 0);
+        return nullptr;
+    }
+    // The kernel (ib_umem) needs the iova and the address to share their
+    // offset within a page.
+    if (((reinterpret_cast<std::uintptr_t>(addr) ^ iova) & 0xfffu) != 0) {
         errno = EINVAL;
         return nullptr;
     }

@@ -58,6 +58,9 @@ struct Pair {
     Qp b;
 };
 
+// When non-zero, the next ibv_reg_mr_iova2 fails with this errno (then 0).
+extern int fail_next_reg;
+
 // Live registrations (for leak checks).
 std::size_t live_mrs();
 

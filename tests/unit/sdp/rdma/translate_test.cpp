@@ -5,7 +5,11 @@
 // the rdma_cm event -> error mapping.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <system_error>
 #include <vector>
@@ -403,6 +407,21 @@ TEST(RdmaError, ConditionsMatchTheStreamApi) {
         EXPECT_NE(ec.message(), "unknown sdp-rdma error") << v;
         EXPECT_NE(ec.default_error_condition().category(), r::category()) << v;
     }
+}
+
+TEST(RdmaTranslate, RegistrationFailuresNameTheLockLimit) {
+    for (int e : {EPERM, ENOMEM}) {
+        const std::string t = r::describe_reg_failure(e, 4096, 65536);
+        EXPECT_NE(t.find("ibv_reg_mr of 4096 bytes failed"), std::string::npos) << t;
+        EXPECT_NE(t.find("RLIMIT_MEMLOCK is 65536 bytes"), std::string::npos) << t;
+        EXPECT_NE(t.find("ulimit -l"), std::string::npos) << t;
+    }
+    // Unlimited, or another errno: no lock-limit advice.
+    EXPECT_EQ(r::describe_reg_failure(ENOMEM, 10, RLIM_INFINITY).find("RLIMIT_MEMLOCK"),
+              std::string::npos);
+    const std::string inval = r::describe_reg_failure(EINVAL, 10, 65536);
+    EXPECT_EQ(inval.find("RLIMIT_MEMLOCK"), std::string::npos) << inval;
+    EXPECT_NE(inval.find(std::strerror(EINVAL)), std::string::npos) << inval;
 }
 
 // --- the QP without a device ----------------------------------------------------------

@@ -5,7 +5,9 @@
 // offsets, error completions and flushes, and the SDP engine adapter on top.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "fake_verbs.hpp"
@@ -145,9 +147,10 @@ TEST_F(RdmaQpOnFakeDevice, RdmaWriteAndReadUseTaggedOffsets) {
     for (std::size_t i = 0; i < local.size(); ++i) {
         local[i] = static_cast<std::uint8_t>(0xa0 + i);
     }
+    // The base asked for is ignored: the iova is the buffer's address.
     auto rmr = b->reg_mr(remote, 0x10000, kAccessRemoteWrite | kAccessRemoteRead);
     ASSERT_TRUE(rmr);
-    EXPECT_EQ(rmr->base, 0x10000u);
+    EXPECT_EQ(rmr->base, reinterpret_cast<std::uintptr_t>(remote.data()));
     ASSERT_TRUE(a->reg_mr(local, 0, 0));
     auto smr = a->reg_mr(sink, 0x700, kAccessLocalWrite);
     ASSERT_TRUE(smr);
@@ -157,20 +160,20 @@ TEST_F(RdmaQpOnFakeDevice, RdmaWriteAndReadUseTaggedOffsets) {
     w.opcode = WrOpcode::rdma_write;
     w.data = local;
     w.remote_stag = rmr->stag;
-    w.remote_to = 0x10010;
+    w.remote_to = rmr->base + 0x10;
     ASSERT_FALSE(a->post_send(w));
     EXPECT_EQ(dev.a.sent.back().opcode, IBV_WR_RDMA_WRITE);
     EXPECT_EQ(dev.a.sent.back().wr.rdma.rkey, rmr->stag);
-    EXPECT_EQ(dev.a.sent.back().wr.rdma.remote_addr, 0x10010u);
+    EXPECT_EQ(dev.a.sent.back().wr.rdma.remote_addr, rmr->base + 0x10);
     EXPECT_EQ(0, std::memcmp(remote.data() + 0x10, local.data(), local.size()));
 
     SendWr r;
     r.wr_id = 12;
     r.opcode = WrOpcode::rdma_read;
     r.remote_stag = rmr->stag;
-    r.remote_to = 0x10018;
+    r.remote_to = rmr->base + 0x18;
     r.local_stag = smr->stag;
-    r.local_to = 0x708;
+    r.local_to = smr->base + 8;
     r.read_length = 16;
     ASSERT_FALSE(a->post_send(r));
     EXPECT_EQ(0, std::memcmp(sink.data() + 8, local.data() + 8, 16));
@@ -272,6 +275,32 @@ TEST_F(RdmaQpOnFakeDevice, RegionsAreDeregistered) {
     EXPECT_FALSE(a->reg_mr({}, 0, 0));  // empty regions are refused
     a.reset();                          // the destructor deregisters what is left
     EXPECT_EQ(fakeverbs::live_mrs(), mrs_before);
+}
+
+// Registration as on a real kernel: the fake refuses an iova whose offset in
+// the page differs from the buffer's (EINVAL, as ib_umem does), so a buffer
+// that is not page aligned registers only with iova = its address.
+TEST_F(RdmaQpOnFakeDevice, UnalignedBuffersRegisterWithTheirAddressAsIova) {
+    std::vector<std::uint8_t> mem(5000);
+    for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{123}}) {
+        std::span<std::uint8_t> s(mem.data() + off, 4000);
+        auto mr = a->reg_mr(s, 0, kAccessLocalWrite);
+        ASSERT_TRUE(mr) << off << ": " << a->reg_error_text();
+        EXPECT_EQ(mr->base, reinterpret_cast<std::uintptr_t>(s.data()));
+        EXPECT_TRUE(a->dereg_mr(mr->stag));
+    }
+}
+
+TEST_F(RdmaQpOnFakeDevice, LockLimitFailureIsExplained) {
+    std::vector<std::uint8_t> mem(64);
+    fakeverbs::fail_next_reg = ENOMEM;
+    auto mr = a->reg_mr(mem, 0, kAccessLocalWrite);
+    ASSERT_FALSE(mr);
+    EXPECT_EQ(mr.error(), VerbsError::invalid_region);
+    EXPECT_NE(a->reg_error_text().find("ibv_reg_mr of 64 bytes failed"), std::string::npos)
+        << a->reg_error_text();
+    // The next registration works again.
+    EXPECT_TRUE(a->reg_mr(mem, 0, kAccessLocalWrite));
 }
 
 // The SDP engine through EngineAdapter on two RdmaQueuePairs.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "sdp/iwarp/mpa.hpp"
 #include "sdp/soft/soft_session.hpp"
 
 namespace {
@@ -110,6 +111,37 @@ TEST(SoftSession, GarbageFailsTheStartup) {
     s.on_bytes(std::span(reinterpret_cast<const std::uint8_t*>(junk.data()), junk.size()));
     EXPECT_EQ(s.phase(), SessionPhase::failed);
     EXPECT_FALSE(s.describe_error().empty());
+}
+
+// An MPA initiator without peer-to-peer mode (stock Linux siw) cannot get a
+// HelloAck within RFC 5044 7.1.2: the responder rejects at once, clearly.
+TEST(SoftSession, InitiatorWithoutPeerToPeerIsRejectedAtOnce) {
+    sdp::iwarp::MpaConfig m;
+    m.enhanced = true;
+    m.p2p = false;
+    SoftSession hello_source(sdp::iwarp::MpaRole::initiator, config());
+    ASSERT_TRUE(hello_source.start());
+    // The Hello the real initiator would carry: our initiator's request,
+    // taken apart, gives it; rebuild the request without peer-to-peer.
+    std::vector<std::uint8_t> p2p_request;
+    hello_source.take_output(p2p_request);
+    sdp::iwarp::MpaNegotiator probe(sdp::iwarp::MpaRole::responder, sdp::iwarp::MpaConfig{});
+    (void)probe.on_bytes(p2p_request);
+    ASSERT_EQ(probe.state(), sdp::iwarp::MpaState::request_received);
+    m.private_data = probe.outcome().peer_private_data;
+    sdp::iwarp::MpaNegotiator init(sdp::iwarp::MpaRole::initiator, m);
+    ASSERT_FALSE(init.start());
+    const std::vector<std::uint8_t> request = init.take_output();
+
+    SoftSession s(sdp::iwarp::MpaRole::responder, config());
+    s.on_bytes(request);
+    EXPECT_EQ(s.phase(), SessionPhase::failed);
+    EXPECT_NE(s.describe_error().find("peer-to-peer"), std::string::npos) << s.describe_error();
+    EXPECT_EQ(s.llp_request(), LlpRequest::fin);
+    std::vector<std::uint8_t> reply;
+    s.take_output(reply);
+    (void)init.on_bytes(reply);
+    EXPECT_EQ(init.state(), sdp::iwarp::MpaState::failed);  // the Reject bit
 }
 
 TEST(SoftSession, EofDuringStartupFails) {
