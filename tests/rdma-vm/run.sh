@@ -354,4 +354,10 @@ n_known=$(grep -c '^KNOWN' "$out/results.txt" || true)
 ((n_known == 0)) || say "$n_known known stock-siw startup race(s) (KNOWN lines; docs/rdma.md, 'Stock siw')"
 say "total ${t_vm}-$(($(date +%s) - t_start)) s wall; results in $out"
 echo "rdma-vm: $n_pass passed, $n_fail failed"
+# Exit 3: the VM went silent (no @@DONE) without an oops, BUG or warning in
+# its console: a stall of the VM itself, told apart so that ctest.sh can
+# run the lab once more (and say so). Anything else that failed is 1.
+if ((bad)) && grep -q '^PASS kernel' "$out/results.txt" && grep -q '^FAIL guest' "$out/results.txt"; then
+  exit 3
+fi
 exit $bad
