@@ -1109,6 +1109,13 @@ std::variant<Service, ConfigError> make_service(const ServiceFields& fields,
             }
             node["allow"] = allow;
         }
+        if (fields.health) {
+            YAML::Node health(YAML::NodeType::Map);
+            for (const auto& [key, value] : *fields.health) {
+                health[key] = value;
+            }
+            node["health"] = health;
+        }
         return Loader(context).service_from(node);
     } catch (const std::bad_alloc&) {
         return ConfigError{context, 0, "", "out of memory"};
@@ -1131,6 +1138,26 @@ ServiceFields service_fields(const Service& s) {
         f.allow.emplace();
         for (const auto& p : s.allow) {
             f.allow->push_back(p.to_string());
+        }
+    }
+    const HealthOverrides& h = s.health;
+    if (h != HealthOverrides{}) {
+        auto& out = f.health.emplace();
+        auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + "ms"; };
+        if (h.check) {
+            out.emplace_back("check", std::string(to_string(*h.check)));
+        }
+        if (h.interval) {
+            out.emplace_back("interval", ms(*h.interval));
+        }
+        if (h.timeout) {
+            out.emplace_back("timeout", ms(*h.timeout));
+        }
+        if (h.rise) {
+            out.emplace_back("rise", std::to_string(*h.rise));
+        }
+        if (h.fall) {
+            out.emplace_back("fall", std::to_string(*h.fall));
         }
     }
     return f;

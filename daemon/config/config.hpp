@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -103,6 +104,9 @@ struct ServiceFields {
     std::optional<std::string> policy;
     std::optional<std::string> pm_time;
     std::optional<std::vector<std::string>> allow;
+    // `health:` as key/value text pairs of its map (check, interval,
+    // timeout, rise, fall); "off" is {"check", "off"}.
+    std::optional<std::vector<std::pair<std::string, std::string>>> health;
 };
 // On error the ConfigError has `context` as its file, line 0 and the key
 // ("sdp[1]", "pm_time"...).

@@ -83,8 +83,9 @@ std::variant<Registration, std::string> parse_registration(const json& args, boo
     if (!args.is_object()) {
         return std::string("arguments: expected an object");
     }
-    static constexpr std::string_view kKeys[] = {
-        "name", "conventional", "sdp", "policy", "pm_time", "allow", "lease", "owner", "pid"};
+    static constexpr std::string_view kKeys[] = {"name",    "conventional", "sdp",   "policy",
+                                                 "pm_time", "allow",        "lease", "owner",
+                                                 "pid",     "health"};
     static constexpr std::string_view kStateKeys[] = {"expires_at", "pid_start_time", "boot_id"};
     for (const auto& [key, value] : args.items()) {
         bool known = std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys) ||
@@ -119,6 +120,29 @@ std::variant<Registration, std::string> parse_registration(const json& args, boo
         }
     }
     ServiceFields fields;
+    if (auto it = args.find("health"); it != args.end() && !it->is_null()) {
+        // "off", or an object of the config file's health keys, with
+        // strings ("500ms", "connect") or whole numbers (rise, fall).
+        auto& h = fields.health.emplace();
+        if (it->is_string() && *it == "off") {
+            h.emplace_back("check", "off");
+        } else if (it->is_object() && it->size() <= 5) {
+            for (const auto& [key, value] : it->items()) {
+                if (value.is_string() && value.get<std::string>().size() <= 32) {
+                    h.emplace_back(key, value.get<std::string>());
+                } else if (value.is_number_integer() && value.get<std::int64_t>() >= 0) {
+                    h.emplace_back(key, std::to_string(value.get<std::int64_t>()));
+                } else {
+                    return "health." + (printable(key) && key.size() < 64 ? key : "?") +
+                           ": expected a string or a whole number";
+                }
+            }
+        } else {
+            return std::string(
+                "health: expected \"off\" or an object with check, interval, timeout, rise, "
+                "fall");
+        }
+    }
     fields.name = *name;
     fields.conventional = *conventional;
     fields.sdp = *sdp;
@@ -227,6 +251,13 @@ std::string state_text(std::span<const Registration> registrations) {
         j["pm_time"] = r.service.pm_time;
         if (f.allow) {
             j["allow"] = *f.allow;
+        }
+        if (f.health) {
+            json h = json::object();
+            for (const auto& [key, value] : *f.health) {
+                h[key] = value;
+            }
+            j["health"] = std::move(h);
         }
         if (!r.owner.empty()) {
             j["owner"] = r.owner;

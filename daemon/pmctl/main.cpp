@@ -452,6 +452,9 @@ int run_daemon_command(const std::string& command, const po::variables_map& vm, 
         if (vm.count("pid")) {
             args["pid"] = vm["pid"].as<std::int64_t>();
         }
+        if (vm.count("health-check")) {
+            args["health"] = json{{"check", vm["health-check"].as<std::string>()}};
+        }
     } else if (command == "unregister") {
         if (operands.size() != 1) {
             fail(kExitUsage, "unregister needs exactly one NAME");
@@ -509,6 +512,8 @@ int main(int argc, char** argv) {
             ("owner", po::value<std::string>()->value_name("TEXT"), "register: free text")
             ("pid", po::value<std::int64_t>()->value_name("PID"),
              "register: remove the mapping when process PID exits")
+            ("health-check", po::value<std::string>()->value_name("C"),
+             "register: listener, connect or off (default: the daemon's health:)")
             ("limit", po::value<unsigned>()->value_name("N"), "transactions: at most N")
             ("reset", "stats: reset the counters")
             ("service", po::value<std::string>()->value_name("IP:PORT"),
@@ -554,10 +559,10 @@ int main(int argc, char** argv) {
             std::vector<std::string> commands;
         };
         const std::vector<Allowed> allowed = {
-            {"policy", {"register"}},    {"pm-time", {"register"}}, {"allow", {"register"}},
-            {"lease", {"register"}},     {"owner", {"register"}},   {"pid", {"register"}},
-            {"limit", {"transactions"}}, {"reset", {"stats"}},      {"service", {"query"}},
-            {"from", {"query"}},
+            {"policy", {"register"}},       {"pm-time", {"register"}},   {"allow", {"register"}},
+            {"lease", {"register"}},        {"owner", {"register"}},     {"pid", {"register"}},
+            {"health-check", {"register"}}, {"limit", {"transactions"}}, {"reset", {"stats"}},
+            {"service", {"query"}},         {"from", {"query"}},
         };
         const std::vector<std::string> words = command_words();
         if (std::find(words.begin(), words.end(), command) == words.end()) {

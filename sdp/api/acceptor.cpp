@@ -101,6 +101,9 @@ std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint
     if (opts.registration_follows_process) {
         args["pid"] = "peer";
     }
+    if (opts.health_check) {
+        args["health"] = {{"check", *opts.health_check}};
+    }
     auto answer = pmctl::call(*opts.control_socket, "register", args, opts.control_timeout);
     if (answer.ok() && answer.reply().result == 1 && args.contains("pid")) {
         // A daemon that cannot tie it to this process (an older one without

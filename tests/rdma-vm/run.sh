@@ -265,6 +265,12 @@ check() { # name ok detail
 }
 {
   if grep -a -E 'Oops|BUG:|Kernel panic|general protection fault|WARNING: CPU|Call Trace' "$console.txt" >/dev/null; then
+    # Where it died: a BUG whose RIP is in iw_cm or siw is the known siw 6.1
+    # event-ordering bug (docs/rdma.md, "The VM lab"); anything else is not.
+    if grep -a -E '^\[ *[0-9.]+\] RIP: .*\[(iw_cm|siw)\]' "$console.txt" >/dev/null &&
+      ! grep -a -E '^\[ *[0-9.]+\] RIP: ' "$console.txt" | grep -a -v -E '\[(iw_cm|siw)\]' >/dev/null; then
+      kernel_known=1
+    fi
     check kernel bad "oops/BUG/panic/warning in the console (see $console)"
   else
     check kernel ok "no oops, BUG, panic or warning"
@@ -357,7 +363,11 @@ echo "rdma-vm: $n_pass passed, $n_fail failed"
 # Exit 3: the VM went silent (no @@DONE) without an oops, BUG or warning in
 # its console: a stall of the VM itself, told apart so that ctest.sh can
 # run the lab once more (and say so). Anything else that failed is 1.
-if ((bad)) && grep -q '^PASS kernel' "$out/results.txt" && grep -q '^FAIL guest' "$out/results.txt"; then
+# Exit 3 too for a panic in iw_cm/siw (kernel_known), the siw 6.1 bug seen
+# once in CI: the kernel is not ours, the run is retried once, loudly.
+if ((bad)) && grep -q '^FAIL guest' "$out/results.txt" &&
+  { grep -q '^PASS kernel' "$out/results.txt" || ((${kernel_known:-0})); }; then
+  ((${kernel_known:-0})) && say "KNOWN: kernel BUG in iw_cm/siw (docs/rdma.md, 'The VM lab')"
   exit 3
 fi
 exit $bad

@@ -33,7 +33,7 @@ inline constexpr std::array<Command, 10> kCommands{{
     {"services", Access::read, "services", "static and dynamic services"},
     {"register", Access::admin,
      "register NAME CONVENTIONAL SDP... [--policy P] [--pm-time T] [--allow PREFIX]...\n"
-     "[--lease DURATION] [--owner TEXT] [--pid PID]",
+     "[--lease DURATION] [--owner TEXT] [--pid PID] [--health-check C]",
      "add or renew a dynamic mapping"},
     {"unregister", Access::admin, "unregister NAME", "remove a dynamic mapping"},
     {"transactions", Access::read, "transactions [--limit N]", "live transactions"},

@@ -179,6 +179,10 @@ struct AcceptorOptions {
     // and removes the mapping as soon as it exits, however it exits. Off:
     // the mapping stays until close() unregisters it (a crash leaves it).
     bool registration_follows_process = true;
+    // How sdp-pmd checks this SDP Address ("listener", "connect" or "off";
+    // unset: the daemon's `health:` defaults). A listener kept in an RNIC,
+    // invisible to the kernel's socket tables, wants "connect" or "off".
+    std::optional<std::string> health_check;
     std::chrono::milliseconds control_timeout{2000};
     // MPA/SDP startups in progress at once, plus established streams not
     // yet returned by accept(). Beyond it a new TCP connection is closed at

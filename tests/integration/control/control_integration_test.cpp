@@ -859,4 +859,44 @@ TEST_F(Control, ServicesAndMetricsShowTheHealthOfEachAddress) {
     }
 }
 
+// `register --health-check`: a registration's own health settings win over
+// the daemon's defaults, and are kept in the state file.
+TEST_F(Control, RegistrationCarriesItsOwnHealthCheck) {
+    health_ = "{interval: 100ms}";
+    pmtest::TcpListener gone(*pm::Endpoint::parse("127.0.0.1:0"));
+    ASSERT_TRUE(gone.ok());
+    const std::string dead = "127.0.0.1:" + std::to_string(gone.port());
+    gone.close();
+    ASSERT_NO_FATAL_FAILURE(start());
+    ASSERT_EQ(
+        ctl({"register", "unchecked", "127.0.0.1:7010", dead, "--health-check", "off"}).exit_code,
+        std::optional<int>(0));
+    ASSERT_EQ(ctl({"register", "checked", "127.0.0.1:7020", dead}).exit_code,
+              std::optional<int>(0));
+    // The checked one goes down (PMDeny); the unchecked one keeps PMAccept.
+    EXPECT_TRUE(pmtest::wait_until(
+        [&] { return query("127.0.0.1:7020").exit_code == std::optional<int>(1); }, 10000ms))
+        << full_log();
+    auto q = query("127.0.0.1:7010");
+    EXPECT_EQ(q.exit_code, std::optional<int>(0)) << q.out;
+    EXPECT_NE(q.out.find("SDP address:  " + dead), std::string::npos) << q.out;
+    json state = json::parse(pmtest::read_file(state_), nullptr, false);
+    ASSERT_FALSE(state.is_discarded());
+    bool kept = false;
+    for (const auto& r : state["registrations"]) {
+        if (r["name"] == "unchecked") {
+            kept = r["health"] == json{{"check", "off"}};
+        }
+    }
+    EXPECT_TRUE(kept) << state.dump();
+    // And after a restart.
+    ASSERT_NO_FATAL_FAILURE(stop(SIGTERM));
+    ASSERT_NO_FATAL_FAILURE(start());
+    q = query("127.0.0.1:7010");
+    EXPECT_EQ(q.exit_code, std::optional<int>(0)) << q.out << full_log();
+    auto bad = ctl({"register", "x", "127.0.0.1:7030", dead, "--health-check", "sometimes"});
+    EXPECT_EQ(bad.exit_code, std::optional<int>(1)) << bad.out << bad.err;
+    EXPECT_NE(bad.err.find("health"), std::string::npos) << bad.err;
+}
+
 }  // namespace

@@ -178,5 +178,40 @@ TEST(StateFile, KeepsAndChecksTheOwnerProcess) {
     EXPECT_TRUE(std::holds_alternative<std::string>(parse_registration(args, true, now)));
 }
 
+TEST(StateFile, RegistrationHealthSettingsRoundTrip) {
+    const auto now = WallClock::now();
+    nlohmann::json args = {{"name", "web"},
+                           {"conventional", "127.0.0.1:80"},
+                           {"sdp", {"127.0.0.1:8080"}},
+                           {"health", {{"check", "connect"}, {"interval", "500ms"}, {"rise", 3}}}};
+    auto parsed = parse_registration(args, false, now);
+    ASSERT_TRUE(std::holds_alternative<Registration>(parsed)) << std::get<std::string>(parsed);
+    const Registration r = std::get<Registration>(parsed);
+    EXPECT_EQ(r.service.health.check, std::optional(HealthCheck::connect));
+    EXPECT_EQ(r.service.health.interval, std::optional(std::chrono::milliseconds(500)));
+    EXPECT_EQ(r.service.health.rise, std::optional<std::uint32_t>(3));
+    EXPECT_FALSE(r.service.health.fall);
+    std::vector<Registration> regs{r};
+    StateLoad loaded = parse_state(state_text(regs), now);
+    ASSERT_FALSE(loaded.error) << *loaded.error;
+    ASSERT_EQ(loaded.registrations.size(), 1u);
+    EXPECT_EQ(loaded.registrations[0].service.health, r.service.health);
+
+    args["health"] = "off";
+    parsed = parse_registration(args, false, now);
+    ASSERT_TRUE(std::holds_alternative<Registration>(parsed));
+    EXPECT_EQ(std::get<Registration>(parsed).service.health.check, std::optional(HealthCheck::off));
+    for (const nlohmann::json& bad :
+         {nlohmann::json("on"), nlohmann::json(1), nlohmann::json{{"check", "maybe"}},
+          nlohmann::json{{"interval", "1ns"}}, nlohmann::json{{"rise", -1}},
+          nlohmann::json{{"colour", "red"}}, nlohmann::json{{"rise", {1, 2}}}}) {
+        args["health"] = bad;
+        auto e = parse_registration(args, false, now);
+        ASSERT_TRUE(std::holds_alternative<std::string>(e)) << bad.dump();
+        EXPECT_NE(std::get<std::string>(e).find("health"), std::string::npos)
+            << std::get<std::string>(e);
+    }
+}
+
 }  // namespace
 }  // namespace pmd::io
