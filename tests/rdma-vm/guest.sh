@@ -224,6 +224,19 @@ gtests() { # name binary filter
   passed=$(grep -o '\[  PASSED  \] [0-9]* test' "/out/$name.log" | grep -o '[0-9]*' | head -1)
   skipped=$(grep -o '\[  SKIPPED \] [0-9]* test' "/out/$name.log" | grep -o '[0-9]*' | head -1)
   failed=$(grep '\[  FAILED  \] [A-Za-z]' "/out/$name.log" | sed 's/.*FAILED  \] //' | tr '\n' ' ')
+  # Stock siw to stock siw can lose a connection to the startup race
+  # described at xfer (RFC 5044 7.1.2). When every failure of a stock run
+  # is that one, the failed tests run once more; they must pass then.
+  nfail=$(grep -c ': Failure$' "/out/$name.log")
+  nrace=$(grep -c 'RDMA_CM_EVENT_CONNECT_ERROR (status -22' "/out/$name.log")
+  case $name in stock-*) stock=1 ;; *) stock=0 ;; esac
+  if [ $rc -ne 0 ] && [ $stock = 1 ] && [ "$nfail" -gt 0 ] && [ "$nrace" -ge "$nfail" ] && [ -n "$failed" ]; then
+    R "$name-race" KNOWN "stock-siw startup race in: $failed(RFC 5044 7.1.2); running them once more"
+    again=$(grep '\[  FAILED  \] [A-Za-z]' "/out/$name.log" | sed 's/.*FAILED  \] //; s/ (.*//' | sort -u | tr '\n' ':')
+    SDPPM_RDMA_TEST_ADDR=$A timeout 300 "$bin" --gtest_filter="$again" >"/out/$name.rerun.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] && failed="" || failed="$failed(again: $(grep '\[  FAILED  \] [A-Za-z]' "/out/$name.rerun.log" | sed 's/.*FAILED  \] //' | tr '\n' ' '))"
+  fi
   if [ $rc -eq 0 ]; then
     R "$name" PASS "${passed:-0} passed, ${skipped:-0} skipped (rc 0)"
   else

@@ -10,7 +10,11 @@
 #                    MPA Reply, so an initiator's RTR that arrives in between
 #                    is lost (the connection never completes; seen ending in
 #                    a kernel BUG in iw_cm's close handler). The fix installs
-#                    the handler before the Reply is sent.
+#                    the handler before the Reply is sent, and not again
+#                    after it: a second assignment would undo the switch to
+#                    the QP's receive handler an early RTR made, and the
+#                    next FPDU would raise a second ESTABLISHED (kernel BUG
+#                    at iwcm.c:867).
 # siw 6.1 has no module parameters: both are compile-time constants.
 set -euo pipefail
 kabi=${1:?KABI}
@@ -38,6 +42,14 @@ anchor = "\trv = siw_send_mpareqrep(cep, params->private_data,\n\t\t\t\tparams->
 if s.count(anchor) != 1:
     sys.exit("siw.sh: siw_accept's MPA Reply call not found")
 s = s.replace(anchor, "\tif (wait_for_peer_rts)\n\t\tsiw_sk_assign_rtr_upcalls(cep);\n" + anchor)
+# ...and only there: the original assignment after the Reply would undo the
+# switch to the QP's receive handler that an early RTR already made, so the
+# next FPDU went through the RTR handler again and raised a second
+# ESTABLISHED (kernel BUG at iwcm.c:867, cm_conn_est_handler).
+late = "\tif (wait_for_peer_rts) {\n\t\tsiw_sk_assign_rtr_upcalls(cep);\n\t} else {\n"
+if s.count(late) != 1:
+    sys.exit("siw.sh: siw_accept's late RTR upcall assignment not found")
+s = s.replace(late, "\tif (!wait_for_peer_rts) {\n")
 open(p, "w").write(s)
 PY
       ;;
