@@ -142,9 +142,9 @@ void Server::register_service(Registration r, Done<Reply> done) {
     }
     auto before = store_.save_point();
     const std::string name = r.service.name;
-    const std::string text = conventional_text(r.service) +
-                             (r.owner.empty() ? "" : " owner " + r.owner) +
-                             (r.process ? " pid " + std::to_string(r.process->pid) : "");
+    const std::string text =
+        conventional_text(r.service) + (r.owner.empty() ? "" : " owner " + r.owner) +
+        (r.process ? ", until process " + std::to_string(r.process->pid) + " exits" : "");
     const auto now = WallClock::now();
     r.start_lease(now);
     json j = registration_json(r, now);
