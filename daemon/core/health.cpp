@@ -152,6 +152,10 @@ void HealthMonitor::set_targets(std::vector<HealthTarget> targets, HealthTime no
         }
     }
     entries_ = std::move(next);
+    index_.clear();
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+        index_.emplace(entries_[i].id, i);
+    }
 }
 
 std::vector<std::uint64_t> HealthMonitor::start_due(HealthCheck check, HealthTime now,
@@ -188,10 +192,13 @@ void HealthMonitor::abandon(std::uint64_t id) {
     }
 }
 
-std::optional<HealthTime> HealthMonitor::next_deadline() const {
+std::optional<HealthTime> HealthMonitor::next_deadline(bool listener_blocked,
+                                                       bool connect_blocked) const {
     std::optional<HealthTime> best;
     for (const auto& e : entries_) {
-        if (e.target.check == HealthCheck::off || e.in_flight) {
+        if (e.target.check == HealthCheck::off || e.in_flight ||
+            (e.target.check == HealthCheck::listener && listener_blocked) ||
+            (e.target.check == HealthCheck::connect && connect_blocked)) {
             continue;
         }
         if (!best || e.next_probe < *best) {
@@ -202,9 +209,8 @@ std::optional<HealthTime> HealthMonitor::next_deadline() const {
 }
 
 const HealthEntry* HealthMonitor::find(std::uint64_t id) const {
-    auto it = std::find_if(entries_.begin(), entries_.end(),
-                           [id](const HealthEntry& e) { return e.id == id; });
-    return it == entries_.end() ? nullptr : &*it;
+    auto it = index_.find(id);
+    return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 HealthEntry* HealthMonitor::find_mut(std::uint64_t id) {

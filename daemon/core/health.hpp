@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "pmclient/address.hpp"
@@ -142,8 +143,10 @@ class HealthMonitor {
     // itself): no result is counted, the entry is due again on schedule.
     void abandon(std::uint64_t id);
 
-    // Earliest next probe of an entry not in flight.
-    std::optional<HealthTime> next_deadline() const;
+    // Earliest next probe of an entry not in flight, leaving out the checks
+    // the shell cannot start now (a dump already running, the probe cap).
+    std::optional<HealthTime> next_deadline(bool listener_blocked = false,
+                                            bool connect_blocked = false) const;
 
     const std::vector<HealthEntry>& entries() const { return entries_; }
     const HealthEntry* find(std::uint64_t id) const;
@@ -151,6 +154,7 @@ class HealthMonitor {
   private:
     HealthEntry* find_mut(std::uint64_t id);
     std::vector<HealthEntry> entries_;
+    std::unordered_map<std::uint64_t, std::size_t> index_;  // id -> entries_ position
     std::uint64_t next_id_ = 1;
 };
 

@@ -167,17 +167,9 @@ void HealthChecker::schedule() {
     if (!running_) {
         return;
     }
-    std::optional<HealthTime> next;
-    for (const HealthEntry& e : monitor_.entries()) {
-        if (e.in_flight || e.target.check == HealthCheck::off ||
-            (e.target.check == HealthCheck::listener && dump_in_flight_) ||
-            (e.target.check == HealthCheck::connect && connects_in_flight_ >= kMaxConnectProbes)) {
-            continue;  // picked up again when what blocks it ends
-        }
-        if (!next || e.next_probe < *next) {
-            next = e.next_probe;
-        }
-    }
+    // Blocked checks are picked up again when what blocks them ends.
+    const std::optional<HealthTime> next =
+        monitor_.next_deadline(dump_in_flight_, connects_in_flight_ >= kMaxConnectProbes);
     if (!next) {
         timer_.cancel();
         timer_at_.reset();
