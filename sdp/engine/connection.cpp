@@ -188,7 +188,7 @@ void Connection::handle_hello_ack(std::span<const std::uint8_t> bytes) {
 
 void Connection::established() {
     state_ = State::established;
-    armed_ = true;
+    arm();
     next_mseq_ = 1;  // Hello/HelloAck carried 0 (6.1.5)
     last_rx_mseq_ = 0;
     pump();
@@ -310,7 +310,7 @@ bool Connection::on_message(std::span<const std::uint8_t> bytes, std::size_t len
     if (m.flags & w::flag::oob_pend)
         ++oob_pending_;
     if (h->mid != w::Mid::data || payload.size > 0)
-        armed_ = true;  // not a gratuitous update
+        arm();  // not a gratuitous update
     if (!dispatch(m, payload)) {
         go_reset(Error::unexpected_message);
         return false;
@@ -372,9 +372,16 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
             } else if constexpr (std::is_same_v<T, w::SinkAvail>) {
                 if (!v.payload.empty() && disconn_received())
                     return false;
-                // The advertisement is not used (Bcopy only, 9.5.2.2); any
-                // payload is data for this direction (9.4).
-                ++stats_.ignored;
+                // 9.5.1 step 4: stale unless NonDiscards matches. A current
+                // one is not used either (the Data Source forces Bcopy,
+                // 9.5.2.2): both are Processed here, nothing stays
+                // outstanding. Any payload is data for this direction (9.4).
+                if (v.non_discards != potential_non_discards_) {
+                    --potential_non_discards_;
+                    ++stats_.sink_avail_stale;
+                } else {
+                    ++stats_.ignored;
+                }
                 deliver(Payload{v.payload.size(), v.payload, Placement{}}, 0);
             } else if constexpr (std::is_same_v<T, w::DisConn>) {
                 if (!step(recv_, RecvEvent::disconn))
@@ -392,8 +399,11 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 deliver(none, 0);
                 control_.emplace_back(w::ChRcvBufAck{cfg_.recv_buf_size});
             } else if constexpr (std::is_same_v<T, w::SinkAvailCancel>) {
+                // 9.5.5: SinkCancelAck only when something was cancelled.
+                // Every SinkAvail was Processed on arrival (above), so all
+                // of them are: the cancel is ignored.
+                ++stats_.ignored;
                 deliver(none, 0);
-                control_.emplace_back(w::SinkCancelAck{});  // 9.5.5
             } else {
                 // SendSm, RdmaWrCompl, RdmaRdCompl, ModeChange, SrcAvailCancel,
                 // SinkCancelAck, ChRcvBufAck, SuspComm, SuspCommAck: no Zcopy,
@@ -549,7 +559,7 @@ std::size_t Connection::read(std::span<std::uint8_t> out) {
     }
     rx_bytes_ -= n;
     if (freed > 0)
-        armed_ = true;
+        arm();
     repost(freed);
     pump();
     return n;
@@ -656,10 +666,18 @@ bool Connection::needs_credit_update() const {
     if (cur <= est)
         return false;
     const std::uint32_t gain = cur - est;
-    // Ping-pong guard: an update only because the peer's own gratuitous
-    // update consumed (and we reposted) one buffer is not sent.
-    if (!armed_ && gain < 2)
-        return false;
+    // 10.5 MUST: an update when the peer holds one credit or fewer. Taken
+    // literally it never ends between two peers that each keep only two
+    // buffers free (every update costs its sender the credit the answer
+    // restores), so an update caused only by the peer's own pure update
+    // (not armed_) is sent at most once until something else happens, and
+    // always when the peer holds no credit at all (it could not even answer).
+    // docs/protocol-notes.md, "10.5".
+    if (!armed_ && gain < 2) {
+        if (est == 0)
+            return true;
+        return est == 1 && !replied_;
+    }
     if (est <= 1)
         return true;  // 10.5: MUST
     if (est <= 2 && cur >= 3)
@@ -712,6 +730,7 @@ bool Connection::send(w::Body body, std::uint8_t flags, std::vector<std::uint8_t
     last_adv_bufs_ = m.bufs;
     consumed_at_last_send_ = consumed_;
     armed_ = false;
+    replied_ = false;
     ++stats_.messages_sent;
     return true;
 }
@@ -778,6 +797,7 @@ void Connection::pump() {
             }
             stats_.bytes_sent += n;
             ++stats_.data_messages_sent;
+            ++potential_non_discards_;  // 9.5.1 step 3 (wraps at 2^32)
             send(w::Data{}, flags, &block);
             continue;
         }
@@ -790,8 +810,10 @@ void Connection::pump() {
             continue;
         }
         if (c >= 1 && needs_credit_update()) {
+            const bool reply = !armed_;
             ++stats_.credit_updates_sent;
             send(w::Data{}, c >= 2 ? take_pend_flag(false) : 0);
+            replied_ = reply;
             continue;
         }
         break;

@@ -6,7 +6,8 @@
 //
 // Zcopy is not implemented yet: a SrcAvail is answered with SendSm (9.5.2.1),
 // SinkAvail advertisements are never used (its payload is delivered), a
-// ChRcvBuf is answered with the unchanged size (10.6). See docs/sdp-wire.md.
+// ChRcvBuf is answered with the unchanged size (10.6), SinkAvailCancel is
+// ignored (every SinkAvail is Processed on arrival). See docs/sdp-wire.md.
 #pragma once
 
 #include <cstddef>
@@ -80,7 +81,8 @@ struct Stats {
     std::uint64_t credit_updates_sent = 0;  // gratuitous Data without payload
     std::uint64_t bytes_sent = 0;
     std::uint64_t bytes_received = 0;
-    std::uint64_t ignored = 0;  // messages for mechanisms not implemented yet
+    std::uint64_t ignored = 0;           // messages for mechanisms not implemented yet
+    std::uint64_t sink_avail_stale = 0;  // SinkAvail discarded as stale (9.5.1)
 };
 
 class Connection {
@@ -227,6 +229,10 @@ class Connection {
     std::size_t tx_block_payload() const;
     std::uint32_t peer_credit_estimate() const;
     bool needs_credit_update() const;
+    void arm() {
+        armed_ = true;
+        replied_ = false;
+    }
     void repost(std::uint32_t n);
     bool take_buffer();
     void go_reset(Error e);
@@ -267,6 +273,8 @@ class Connection {
     // Something other than a peer's gratuitous update happened since our
     // last send (see needs_credit_update()).
     bool armed_ = false;
+    // Our last message was an update answering only the peer's pure update.
+    bool replied_ = false;
 
     // Outbound stream and OOB marks (absolute stream offsets).
     // Queued bytes in blocks of at most one message payload, each after
@@ -288,6 +296,10 @@ class Connection {
     std::size_t rx_bytes_ = 0;
     std::optional<std::uint8_t> oob_byte_;
     std::uint32_t oob_pending_ = 0;
+
+    // 9.5.1: messages with ULP payload sent that might not make a SinkAvail
+    // stale (Data Source side).
+    std::uint32_t potential_non_discards_ = 0;
 
     // Teardown (8.2), one machine per half-connection.
     SendTeardown send_ = SendTeardown::open;

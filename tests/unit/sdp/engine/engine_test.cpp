@@ -676,3 +676,124 @@ TEST(SdpEngineClose, DisConnAfterReadIsEndOfStream) {
     EXPECT_EQ(b.read(buf), 1u);
     EXPECT_TRUE(b.eof());
 }
+
+// 10.5: "MUST send an SDP Message that provides additional credit(s) if the
+// Remote Peer's credits drop to one or fewer". Both sides keep two buffers
+// free (the rest hold unread data); each side's DisConn (no payload) needs
+// two credits or one that gives credit. Before the fix the update that the
+// rule demands after a peer's pure update was suppressed by the ping-pong
+// guard and a DisConn could wait forever.
+TEST(SdpEngineCredits, MandatoryUpdateAfterPeersPureUpdateAndNoEndlessExchange) {
+    e::Config c;
+    c.recv_buf_count = 4;
+    c.recv_buf_size = 200;
+    for (int order = 0; order < 4; ++order) {
+        Pair p(c, c);
+        ASSERT_EQ(p.handshake(), e::Error::none);
+        const Bytes chunk = pattern(150, 3);
+        // Each side sends what its credit allows; nobody reads.
+        for (int i = 0; i < 8; ++i) {
+            p.a.write(chunk);
+            p.b.write(chunk);
+            p.run();
+        }
+        ASSERT_GT(p.b.readable(), 0u);
+        ASSERT_GT(p.a.readable(), 0u);
+        // One side reads a little (a real gain, then a pure update), the
+        // other does not; then both close their send halves.
+        Bytes buf(150);
+        if (order & 1)
+            p.a.read(buf);
+        else
+            p.b.read(buf);
+        p.run();
+        const auto before = p.qa.sent_log.size() + p.qb.sent_log.size();
+        if (order & 2) {
+            p.a.shutdown_write();
+            p.b.shutdown_write();
+        } else {
+            p.b.shutdown_write();
+            p.a.shutdown_write();
+        }
+        p.run(100000);
+        EXPECT_TRUE(p.faults.empty());
+        // Bounded: no endless exchange of credit updates.
+        EXPECT_LT(p.qa.sent_log.size() + p.qb.sent_log.size() - before, 40u);
+        // Both DisConns went out once the unsent data could go.
+        Bytes sink(100000);
+        for (int i = 0; i < 100 && !(p.a.eof() && p.b.eof()); ++i) {
+            p.a.read(sink);
+            p.b.read(sink);
+            p.run(100000);
+        }
+        EXPECT_TRUE(p.a.eof()) << order << " " << p.a.describe();
+        EXPECT_TRUE(p.b.eof()) << order << " " << p.b.describe();
+    }
+}
+
+// The Bufs of a peer left with no credit by its own pure update is restored
+// at once (10.5): here A spends its last credit on an update.
+TEST(SdpEngineCredits, PeerWithNoCreditLeftIsUpdated) {
+    sdp::test::FakeQp qp;
+    e::Config cb;
+    cb.recv_buf_count = 4;
+    e::Connection b(e::Role::accepting, cb, qp);
+    ASSERT_EQ(b.accept(hello_bytes(1, 1, 1, 1)), e::Error::none);
+    ASSERT_EQ(qp.sent_log.size(), 1u);  // HelloAck advertising 4 buffers
+    std::uint32_t mseq = 1;
+    auto inject = [&](Bytes payload) {
+        w::Message m;
+        m.bufs = 8;
+        m.mseq = mseq++;
+        m.body = w::Data{std::move(payload)};
+        b.on_recv(w::encode(m), false);
+    };
+    inject(pattern(100, 1));  // A: 3 credits left
+    inject(pattern(100, 2));  // 2 left; B holds both messages unread
+    EXPECT_EQ(qp.sent_log.size(), 1u);
+    inject({});                         // A's pure update at 2 credits: 1 left
+    EXPECT_EQ(qp.sent_log.size(), 2u);  // B must give credit (10.5)
+    inject({});                         // A answers B's update: 1 left again
+    EXPECT_EQ(qp.sent_log.size(), 3u);  // the MUST again: one reply
+    inject({});                         // and again: the exchange is cut here (at 1, A can
+    EXPECT_EQ(qp.sent_log.size(), 3u);  // still send credit-giving updates)
+    inject({});                         // A spends its last credit: it holds none, B must answer
+    EXPECT_EQ(qp.sent_log.size(), 4u);
+    EXPECT_EQ(b.state(), e::State::established);
+}
+
+// 9.5.5: "If all SinkAvail advertisements have been Processed, the Data
+// Source MUST ignore the SinkAvailCancel Message" and sends SinkCancelAck
+// only when it cancelled something. 9.5.1: a SinkAvail whose NonDiscards
+// differs from PotentialNonDiscards is stale and decrements it.
+TEST(SdpEngineZcopyFallback, SinkAvailStaleRuleAndCancelWithNothingOutstanding) {
+    Pair p;
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    // b sends two Data Messages to a: PotentialNonDiscards = 2 at b.
+    const Bytes two = pattern(10, 1);
+    p.b.write(two);
+    p.run();
+    p.b.write(two);
+    p.run();
+    const auto sent = p.qb.sent_log.size();
+    std::uint32_t mseq = p.b.last_received_mseq() + 1;
+    auto inject = [&](w::Body body) {
+        w::Message m;
+        m.bufs = 16;
+        m.mseq = mseq++;
+        m.mseq_ack = p.b.next_mseq() - 1;
+        m.body = std::move(body);
+        p.inject_to_b(w::encode(m));
+        p.run_to_b();
+    };
+    // Three SinkAvails crossing those two messages, all NonDiscards 0: the
+    // first two are stale, the third current (9.5.1's own example).
+    for (int i = 0; i < 3; ++i)
+        inject(w::SinkAvail{.len = 100000, .stag = 9, .va = 0, .non_discards = 0, .payload = {}});
+    EXPECT_EQ(p.b.stats().sink_avail_stale, 2u);
+    inject(w::SinkAvailCancel{});
+    EXPECT_EQ(p.b.state(), e::State::established);
+    for (std::size_t i = sent; i < p.qb.sent_log.size(); ++i) {
+        EXPECT_NE(w::mid_of(decoded(p.qb.sent_log[i].bytes).body), w::Mid::sink_cancel_ack);
+    }
+}
