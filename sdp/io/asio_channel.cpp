@@ -4,6 +4,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
+
 #include <cerrno>
 #include <utility>
 
@@ -123,43 +125,87 @@ void AsioChannel::async_close(std::chrono::milliseconds linger, Callback cb) {
         if (ec || !self->close_cb_) {
             return;
         }
-        // 8.2.1 did not finish in time: abortive.
+        // 8.2.1 did not finish in time: abortive (8.2.2).
         self->core_.abort();
-        self->finish_close(errc(std::errc::timed_out));
+        auto done = std::move(self->close_cb_);
+        self->close_cb_ = nullptr;
+        self->post(std::move(done), errc(std::errc::timed_out));
+        self->linger_abort();
     });
     pump();
 }
 
 void AsioChannel::abort() {
     cancel_io();
-    if (finished_) {
+    if (finished_ || aborting_) {
         return;
     }
     core_.abort();
-    // Best effort: the AbortConn, unless a write is in flight (then
-    // next_output() has nothing).
-    std::span<const std::uint8_t> segs[kMaxIov];
-    if (const std::size_t nseg = core_.next_output(segs); nseg > 0) {
-        const long n = send_gathered(sock_.native_handle(), std::span(segs, nseg));
-        core_.written(n > 0 ? static_cast<std::size_t>(n) : 0);
-    }
-    const bool fin_sent = core_.wr_shut();
-    if (core_.take_reset() && !fin_sent) {
-        boost::system::error_code e;
-        sock_.set_option(boost::asio::socket_base::linger(true, 0), e);
-    }
-    finish_socket();
     if (hs_cb_) {
         hs_failing_ = false;
-        timer_.cancel();
         auto cb = std::move(hs_cb_);
         hs_cb_ = nullptr;
         boost::asio::post(
             ex_, [cb = std::move(cb)] { cb(errc(std::errc::operation_canceled), "cancelled"); });
     }
     if (close_cb_) {
-        finish_close(errc(std::errc::operation_canceled));
+        auto cb = std::move(close_cb_);
+        close_cb_ = nullptr;
+        post(std::move(cb), errc(std::errc::operation_canceled));
     }
+    linger_abort();
+}
+
+void AsioChannel::linger_abort() {
+    timer_.cancel();
+    if (!core_.abort_unsent() && !core_.abort_written()) {
+        finish_abort();  // no AbortConn: the engine asked for a reset
+        return;
+    }
+    aborting_ = true;
+    abort_deadline_ = std::chrono::steady_clock::now() + kAbortLinger;
+    pump();
+}
+
+void AsioChannel::check_abort() {
+    if (!aborting_ || finished_) {
+        return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    std::optional<std::chrono::steady_clock::time_point> wake;
+    if (now < abort_deadline_) {
+        if (core_.abort_unsent()) {
+            wake = abort_deadline_;  // the socket's completions move it on
+        } else if (core_.abort_written() && !core_.rd_eof() &&
+                   unacked_bytes(sock_.native_handle()) > 0) {
+            // Written, FIN after it: until TCP has it acknowledged.
+            wake = std::min(abort_deadline_, now + std::chrono::milliseconds(1));
+        }
+    }
+    if (!wake) {
+        finish_abort();
+        return;
+    }
+    timer_.expires_at(*wake);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+        if (!ec) {
+            self->check_abort();
+        }
+    });
+}
+
+void AsioChannel::finish_abort() {
+    aborting_ = false;
+    timer_.cancel();
+    // 8.2.2: after an AbortConn went out, the normal LLP teardown (the FIN
+    // is sent); otherwise, or out of time, RST.
+    const bool sent =
+        core_.abort_written() && (core_.rd_eof() || unacked_bytes(sock_.native_handle()) == 0);
+    if (core_.take_reset() && !sent) {
+        boost::system::error_code e;
+        sock_.set_option(boost::asio::socket_base::linger(true, 0), e);
+    }
+    finish_socket();
 }
 
 void AsioChannel::cancel() {
@@ -183,6 +229,7 @@ void AsioChannel::pump() {
     start_read();
     check_handshake();
     check_close();
+    check_abort();
 }
 
 void AsioChannel::start_read() {

@@ -73,7 +73,7 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     void cancel();
 
     [[nodiscard]] boost::asio::any_io_executor get_executor() { return ex_; }
-    [[nodiscard]] bool is_open() const { return !finished_; }
+    [[nodiscard]] bool is_open() const { return !finished_ && !aborting_; }
     [[nodiscard]] std::size_t mss() const { return mss_; }
     [[nodiscard]] bool crc() const { return core_.crc(); }
     [[nodiscard]] std::string describe() const { return core_.describe(); }
@@ -105,6 +105,12 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     void finish_handshake(std::error_code ec, std::string why);
     void finish_close(std::error_code ec);
     void finish_socket();
+    // After an abort (8.2.2): the socket keeps moving until the AbortConn and
+    // the FIN after it are written and acknowledged, within kAbortLinger;
+    // then finish_abort() closes it (RST if no AbortConn went out).
+    void linger_abort();
+    void check_abort();
+    void finish_abort();
     void lost_llp(const boost::system::error_code& ec);
     void post_io(IoCallback cb, std::error_code ec, std::size_t n);
     void post(Callback cb, std::error_code ec);
@@ -120,6 +126,8 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     std::vector<boost::asio::const_buffer> wbufs_;  // the gathered write in flight
     bool reading_ = false;
     bool finished_ = false;  // socket closed
+    bool aborting_ = false;  // abort(): the AbortConn is still going out
+    std::chrono::steady_clock::time_point abort_deadline_;
 
     HandshakeCallback hs_cb_;
     bool hs_failing_ = false;  // failed; waiting for the MPA reject to go out

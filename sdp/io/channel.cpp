@@ -2,10 +2,12 @@
 #include "sdp/io/channel.hpp"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -63,6 +65,14 @@ void reset_connection(int fd) {
     sockaddr sa{};
     sa.sa_family = AF_UNSPEC;
     ::connect(fd, &sa, sizeof sa);
+}
+
+std::size_t unacked_bytes(int fd) {
+    int n = 0;
+    if (::ioctl(fd, SIOCOUTQ, &n) != 0 || n < 0) {
+        return 0;
+    }
+    return static_cast<std::size_t>(n);
 }
 
 long send_gathered(int fd, std::span<const std::span<const std::uint8_t>> segs) {
@@ -429,6 +439,7 @@ void SoftChannel::close(std::chrono::milliseconds linger, std::error_code& ec) {
         ec = std::make_error_code(std::errc::timed_out);
         core_.abort();
         service_locked();
+        finish_abort_locked(lk);
     } else {
         ec = core_.close_error();
     }
@@ -438,11 +449,32 @@ void SoftChannel::close(std::chrono::milliseconds linger, std::error_code& ec) {
     core_.stop_input();
 }
 
+bool SoftChannel::finish_abort_locked(std::unique_lock<std::mutex>& lk) {
+    // 8.2.2: the AbortConn goes out first, then the LLP teardown; resetting
+    // the socket at once would drop it with the send queue.
+    const auto deadline = Clock::now() + kAbortLinger;
+    if (core_.abort_unsent()) {
+        drive(
+            lk, [&] { return !core_.abort_unsent(); }, deadline);
+    }
+    if (!core_.abort_written()) {
+        return false;  // none to send, or out of time: the caller resets
+    }
+    // Written, FIN after it: wait (bounded) until TCP has it acknowledged.
+    while (!core_.rd_eof() && unacked_bytes(fd_) > 0 && Clock::now() < deadline) {
+        lk.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        lk.lock();
+    }
+    core_.stop_input();
+    return true;
+}
+
 void SoftChannel::abort() {
     std::unique_lock lk(mu_);
     core_.abort();
     service_locked();
-    if (core_.take_reset()) {
+    if (!finish_abort_locked(lk) && core_.take_reset()) {
         reset_connection(fd_);
     }
     wake_poller();

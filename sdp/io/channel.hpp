@@ -67,6 +67,12 @@ bool set_nonblocking(int fd, bool on);
 std::size_t tcp_mss(int fd);
 // Abortive close without releasing the descriptor: RST to the peer.
 void reset_connection(int fd);
+// Bytes in the socket's send queue the peer has not acknowledged (SIOCOUTQ);
+// 0 on error.
+std::size_t unacked_bytes(int fd);
+// How long an abort waits for its AbortConn to be written and acknowledged
+// (8.2.2) before it resets the connection.
+inline constexpr std::chrono::milliseconds kAbortLinger{1000};
 // One non-blocking sendmsg() of gathered pieces (MSG_NOSIGNAL): the
 // bytes sent, or -1 with errno.
 long send_gathered(int fd, std::span<const std::span<const std::uint8_t>> segs);
@@ -115,6 +121,9 @@ class SoftChannel {
     SoftChannel(int fd, iwarp::MpaRole role, const ChannelOptions& opts);
     // Runs the I/O loop until pred() holds (true), the deadline passes or the
     // socket is finished (pred() again). lk holds mu_.
+    // After an abort: the AbortConn written and acknowledged (bounded by
+    // kAbortLinger); false when none went out and the socket must be reset.
+    bool finish_abort_locked(std::unique_lock<std::mutex>& lk);
     bool drive(std::unique_lock<std::mutex>& lk, const std::function<bool()>& pred,
                std::optional<Clock::time_point> deadline);
     void service_locked();

@@ -246,6 +246,20 @@ std::error_code ChannelCore::close_error() const {
     return {};
 }
 
+bool ChannelCore::abort_unsent() const {
+    // Once the FIN went (wr_shut_) nothing more can be written; an AbortConn
+    // is followed by the FIN as soon as it is written (8.2.2).
+    if (rd_eof_ || rst_done_ || wr_shut_) {
+        return false;
+    }
+    const auto st = s_.sdp().send_teardown();
+    return st == engine::SendTeardown::abort_pending || st == engine::SendTeardown::abort_sent;
+}
+
+bool ChannelCore::abort_written() const {
+    return !rst_done_ && wr_shut_ && s_.sdp().send_teardown() == engine::SendTeardown::abort_sent;
+}
+
 void ChannelCore::abort() {
     auto& c = s_.sdp();
     if (c.state() == engine::State::established || c.state() == engine::State::connecting) {

@@ -104,6 +104,14 @@ class ChannelCore {
     [[nodiscard]] std::error_code close_error() const;
     // Abortive close: AbortConn if the engine still can.
     void abort();
+    // After abort(): an AbortConn (8.2.2) still waits for credit, or it or
+    // the FIN after it is not written yet. A driver keeps the socket moving
+    // while this holds (bounded: kAbortLinger), then waits until TCP has the
+    // bytes acknowledged, and only resets the socket if time ran out; a
+    // reset at once would discard the AbortConn with the socket's queue.
+    [[nodiscard]] bool abort_unsent() const;
+    // The AbortConn and the FIN after it are written (not reset).
+    [[nodiscard]] bool abort_written() const;
     // The error a read (or write) reports in the engine's current state.
     [[nodiscard]] std::error_code state_error(bool for_write) const;
 

@@ -134,7 +134,10 @@ class Stream {
     std::error_code shutdown_write();
     // Graceful close, bounded by options().linger (then abortive: timed_out).
     std::error_code close();
-    // Abortive close: the peer gets connection_reset.
+    // Abortive close: the peer gets connection_reset. After our DisConn the
+    // AbortConn (8.2.2) goes out and is acknowledged first, which may take
+    // up to a second when it waits for the peer's credit; then the LLP is
+    // torn down (RST only if that time ran out).
     void abort();
 
     bool is_open() const;

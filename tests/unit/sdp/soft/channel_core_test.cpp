@@ -140,6 +140,36 @@ TEST(ChannelCore, AbortResetsAndThePeerSeesConnectionReset) {
     EXPECT_EQ(ec, std::errc::not_connected) << "our own abort";
 }
 
+// 8.2.2: an abort after our DisConn sends AbortConn, then the normal LLP
+// teardown (a FIN, not a reset), and the driver is told to keep the socket
+// moving until both are written.
+TEST(ChannelCore, AbortAfterShutdownSendsAbortConnThenFin) {
+    Pair x;
+    ASSERT_NO_FATAL_FAILURE(x.start());
+    ASSERT_FALSE(x.c.shutdown_write());
+    x.p.pump();  // the DisConn reaches s
+    EXPECT_FALSE(x.c.abort_unsent()) << "nothing to send before the abort";
+    x.c.abort();
+    EXPECT_TRUE(x.c.abort_unsent()) << "the AbortConn is not written yet";
+    EXPECT_FALSE(x.c.abort_written());
+    x.p.pump();
+    EXPECT_FALSE(x.c.abort_unsent());
+    EXPECT_TRUE(x.c.abort_written());
+    ASSERT_FALSE(x.p.a_llp.empty());
+    EXPECT_EQ(x.p.a_llp.back(), Llp::shutdown_write) << "a FIN after the AbortConn";
+    EXPECT_EQ(x.s.sdp().error(), sdp::engine::Error::peer_abort) << x.s.describe();
+    EXPECT_TRUE(x.c.take_reset()) << "the driver decides; the core has not reset";
+}
+
+// Without a DisConn sent there is no AbortConn: the LLP is reset at once.
+TEST(ChannelCore, AbortBeforeDisConnIsAReset) {
+    Pair x;
+    ASSERT_NO_FATAL_FAILURE(x.start());
+    x.c.abort();
+    EXPECT_FALSE(x.c.abort_unsent());
+    EXPECT_FALSE(x.c.abort_written());
+}
+
 TEST(ChannelCore, LostLlpWaitsForTheWriteInFlight) {
     Pair x;
     ASSERT_NO_FATAL_FAILURE(x.start());

@@ -27,6 +27,8 @@
 #include "sdp/wire/bsdh.hpp"
 #include "sdp/wire/message.hpp"
 
+#include "../io/loopback.hpp"
+
 namespace {
 
 using sdp::io::SessionPhase;
@@ -481,21 +483,7 @@ TEST(SoftSessionLandingHostile, SegmentPastBsdhLen) {
 // zone after read_some() returned) and optionally a short io_timeout (landings
 // end with messages placed in part).
 
-std::pair<int, int> tcp_pair() {
-    int l = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t al = sizeof a;
-    EXPECT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::listen(l, 1), 0);
-    EXPECT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &al), 0);
-    int c = ::socket(AF_INET, SOCK_STREAM, 0);
-    EXPECT_EQ(::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    int s = ::accept(l, nullptr, nullptr);
-    ::close(l);
-    return {c, s};
-}
+using sdp::test::tcp_pair;
 
 struct ChannelPair {
     std::unique_ptr<sdp::io::SoftChannel> c, s;
