@@ -14,6 +14,8 @@ namespace {
 
 constexpr std::uint32_t kMaxBufferSize = 0x80000000u;  // 2^31 (6.2.1.5)
 constexpr std::uint64_t kMaxOobDistance = 65535;       // 9.5.3
+// ULP bytes a Combined-Mode SrcAvail carries (11.2: more than zero).
+constexpr std::size_t kSrcAvailInline = 64;
 
 }  // namespace
 
@@ -63,6 +65,8 @@ std::string_view to_string(Error e) {
             return "local_abort";
         case Error::peer_abort:
             return "peer_abort";
+        case Error::rdma_failed:
+            return "rdma_failed";
     }
     return "?";
 }
@@ -211,23 +215,25 @@ void Connection::fail_setup(Error e) {
 // (connection state, credit), validates it once (Len, MSeq, MSeqAck) and
 // dispatch() handles it by MID; deliver() puts any payload where it goes.
 
-void Connection::on_recv(std::span<const std::uint8_t> bytes, bool /*solicited*/) {
-    on_message(bytes, bytes.size(), Placement{});
+void Connection::on_recv(std::span<const std::uint8_t> bytes, bool /*solicited*/,
+                         std::uint32_t invalidated_stag) {
+    on_message(bytes, bytes.size(), Placement{Placement::Kind::copy, nullptr, invalidated_stag});
 }
 
-void Connection::on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len,
-                                bool /*solicited*/) {
+void Connection::on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len, bool /*solicited*/,
+                                std::uint32_t invalidated_stag) {
     const std::span<const std::uint8_t> bytes(buf.data(), std::min(len, buf.size()));
     // The payload may keep the buffer only if it is a whole private buffer
     // holding the whole message.
     const bool own = len <= buf.size() && buf.size() == cfg_.recv_buf_size;
     on_message(bytes, bytes.size(),
-               own ? Placement{Placement::Kind::own, &buf} : Placement{Placement::Kind::copy});
+               own ? Placement{Placement::Kind::own, &buf, invalidated_stag}
+                   : Placement{Placement::Kind::copy, nullptr, invalidated_stag});
 }
 
 std::size_t Connection::landable(std::span<const std::uint8_t> bsdh) const {
     // Established: the LLP is up and no AbortConn is waiting.
-    if (state_ != State::established || disconn_received() || rx_bytes_ != 0 ||
+    if (state_ != State::established || disconn_received() || rx_bytes_ != 0 || src_in_ ||
         bsdh.size() < w::kBsdhSize) {
         return 0;
     }
@@ -307,6 +313,11 @@ bool Connection::on_message(std::span<const std::uint8_t> bytes, std::size_t len
     if (!check_sequence(m))
         return false;
 
+    // Only a final RdmaRdCompl may come as Send with Invalidate (9.2 step 3).
+    if (where.invalidated != 0 && h->mid != w::Mid::rdma_rd_compl) {
+        go_reset(Error::unexpected_message);
+        return false;
+    }
     if (m.flags & w::flag::oob_pend)
         ++oob_pending_;
     if (h->mid != w::Mid::data || payload.size > 0)
@@ -359,16 +370,20 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
             if constexpr (std::is_same_v<T, w::Hello> || std::is_same_v<T, w::HelloAck>) {
                 return false;
             } else if constexpr (std::is_same_v<T, w::Data>) {
-                if (payload.size > 0 && disconn_received())
+                // 11.2: no ULP payload while a SrcAvail is in process.
+                if (payload.size > 0 && (disconn_received() || src_in_))
                     return false;
                 deliver(payload, m.flags);
             } else if constexpr (std::is_same_v<T, w::SrcAvail>) {
-                if (disconn_received())
-                    return false;
-                // No Read Zcopy yet: take the inline part, force Bcopy for
-                // the rest (9, 9.5.2.1).
-                deliver(Payload{v.payload.size(), v.payload, Placement{}}, 0);
-                control_.emplace_back(w::SendSm{});
+                return on_src_avail(v, Payload{v.payload.size(), v.payload, Placement{}});
+            } else if constexpr (std::is_same_v<T, w::RdmaRdCompl>) {
+                return on_rdma_rd_compl(v, payload.where.invalidated);
+            } else if constexpr (std::is_same_v<T, w::SendSm>) {
+                on_send_sm();
+                deliver(none, 0);
+            } else if constexpr (std::is_same_v<T, w::SrcAvailCancel>) {
+                on_src_avail_cancel(m.mseq);
+                deliver(none, 0);
             } else if constexpr (std::is_same_v<T, w::SinkAvail>) {
                 if (!v.payload.empty() && disconn_received())
                     return false;
@@ -397,7 +412,7 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
             } else if constexpr (std::is_same_v<T, w::ChRcvBuf>) {
                 // 10.6: unable to resize, answer with the current size.
                 deliver(none, 0);
-                control_.emplace_back(w::ChRcvBufAck{cfg_.recv_buf_size});
+                control_.push_back(Control{w::ChRcvBufAck{cfg_.recv_buf_size}});
             } else if constexpr (std::is_same_v<T, w::SinkAvailCancel>) {
                 // 9.5.5: SinkCancelAck only when something was cancelled.
                 // Every SinkAvail was Processed on arrival (above), so all
@@ -405,9 +420,9 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 ++stats_.ignored;
                 deliver(none, 0);
             } else {
-                // SendSm, RdmaWrCompl, RdmaRdCompl, ModeChange, SrcAvailCancel,
-                // SinkCancelAck, ChRcvBufAck, SuspComm, SuspCommAck: no Zcopy,
-                // resizing or duplication state to act on yet.
+                // RdmaWrCompl, ModeChange, SinkCancelAck, ChRcvBufAck,
+                // SuspComm, SuspCommAck: no Write Zcopy, mode, resizing or
+                // duplication state to act on yet.
                 ++stats_.ignored;
                 deliver(none, 0);
             }
@@ -493,8 +508,8 @@ bool Connection::writable() const {
 }
 
 std::size_t Connection::write_space() const {
-    if (!writable())
-        return 0;
+    if (!writable() || src_out_)
+        return 0;  // 11.2: nothing behind a SrcAvail in process
     const std::size_t q = send_queued();
     return q >= cfg_.send_queue_limit ? 0 : cfg_.send_queue_limit - q;
 }
@@ -533,7 +548,7 @@ void Connection::queue_tx(std::span<const std::uint8_t> bytes) {
 }
 
 bool Connection::write_oob(std::uint8_t byte) {
-    if (!writable())
+    if (!writable() || src_out_)
         return false;
     oob_marks_.push_back(tx_stream_pos_ + send_queued());
     queue_tx(std::span<const std::uint8_t>(&byte, 1));
@@ -574,8 +589,8 @@ std::optional<std::uint8_t> Connection::read_oob() {
 bool Connection::eof() const {
     // A reset after the peer's DisConn (AbortConn, a protocol violation)
     // dropped whatever was still unread: that is an error, not end of stream.
-    return disconn_received() && rx_bytes_ == 0 && state_ != State::reset &&
-           state_ != State::failed;
+    return disconn_received() && rx_bytes_ == 0 && !src_in_ && !zread_result_ &&
+           state_ != State::reset && state_ != State::failed;
 }
 
 void Connection::shutdown_write() {
@@ -614,6 +629,7 @@ void Connection::drop_queues() {
     control_.clear();
     rx_.clear();
     rx_bytes_ = 0;
+    drop_zcopy();
 }
 
 std::string Connection::describe() const {
@@ -629,6 +645,181 @@ void Connection::teardown_if_done() {
     // (8.2.1 Remote Peer step 4; both do on a simultaneous close).
     if (recv_ == RecvTeardown::disconn && step(send_, SendEvent::llp_teardown))
         qp_.disconnect(true);
+}
+
+// ------------------------------------------------------- Read Zcopy (9.2) ---
+//
+// Combined Mode (11.2): one advertisement in process per direction, and no
+// ULP payload from its Data Source until the Data Sink has Processed it
+// with RdmaRdCompl(s) or SendSm.
+
+bool Connection::write_zcopy(std::span<const std::uint8_t> buf) {
+    if (state_ != State::established || send_ != SendTeardown::open || src_out_ ||
+        send_queued() > 0 || !oob_marks_.empty() || cfg_.bcopy_threshold == 0 ||
+        buf.size() <= cfg_.bcopy_threshold || buf.size() > 0xFFFFFFFFu || !qp_.rdma_capable() ||
+        peer_recv_size_ <= w::kBsdhSize + w::kSrcAvailHeaderSize) {
+        return false;
+    }
+    // Remote Read only: the provider never writes into it.
+    auto region = qp_.register_region(
+        std::span<std::uint8_t>(const_cast<std::uint8_t*>(buf.data()), buf.size()),
+        Access::remote_read);
+    if (!region)
+        return false;
+    const std::size_t room = peer_recv_size_ - w::kBsdhSize - w::kSrcAvailHeaderSize;
+    src_out_ = SrcOut{buf, *region, std::min({kSrcAvailInline, room, buf.size() - 1}), 0, false};
+    ++stats_.zcopy_writes;
+    pump();
+    return true;
+}
+
+std::size_t Connection::zcopy_readable() const {
+    if (!src_in_ || zread_ || zread_result_ || rx_bytes_ != 0 || state_ != State::established)
+        return 0;
+    return src_in_->len - src_in_->inline_n - src_in_->done;
+}
+
+bool Connection::read_zcopy(std::span<std::uint8_t> out) {
+    const std::size_t rest = zcopy_readable();
+    if (rest == 0 || out.empty())
+        return false;
+    const auto n = static_cast<std::uint32_t>(std::min(out.size(), rest));
+    // 9.2 step 2a: a buffer smaller than the rest and than the threshold is
+    // not worth an RDMA Read: Bcopy for the rest (9.5.2.1).
+    if (n < rest && n < cfg_.bcopy_threshold) {
+        force_bcopy();
+        return false;
+    }
+    auto region = qp_.register_region(out.first(n), Access::local_write);
+    if (!region) {
+        force_bcopy();
+        return false;
+    }
+    zread_ = ZRead{*region, next_rdma_id_++, n};
+    qp_.post_rdma_read(zread_->id, *region, 0, src_in_->stag,
+                       src_in_->va + src_in_->inline_n + src_in_->done, n);
+    return true;
+}
+
+std::optional<std::size_t> Connection::take_zcopy_read() {
+    auto r = zread_result_;
+    zread_result_.reset();
+    return r;
+}
+
+void Connection::on_rdma_read_done(std::uint64_t id, bool ok) {
+    if (!zread_ || zread_->id != id)
+        return;  // dropped by a reset meanwhile
+    qp_.invalidate_region(zread_->region.stag);
+    const std::uint32_t n = zread_->len;
+    zread_.reset();
+    if (!ok) {
+        go_reset(Error::rdma_failed);
+        return;
+    }
+    SrcIn& si = *src_in_;
+    si.done += n;
+    zread_result_ = n;
+    ++stats_.zcopy_reads;
+    stats_.zcopy_bytes_received += n;
+    stats_.bytes_received += n;
+    // 9.2 step 2b: RdmaRdCompl after the read completed, counting the bytes
+    // read since the last one; the final one invalidates the Data Source's
+    // STag (Send with SE and Invalidate, 9.2 step 3).
+    const bool final = si.inline_n + si.done == si.len;
+    control_.push_back(Control{w::RdmaRdCompl{n}, final ? si.stag : 0});
+    if (final) {
+        src_in_.reset();
+    } else if (si.cancelled) {
+        force_bcopy();  // 9.5.4 step 3: the rest is cancelled
+    }
+    if (!src_in_)
+        ack_hold_.reset();
+    arm();
+    pump();
+}
+
+bool Connection::on_src_avail(const w::SrcAvail& v, const Payload& inline_payload) {
+    // 11.2: one in process at a time, with at least one byte inline, which is
+    // part of the advertised buffer.
+    if (disconn_received() || src_in_ || v.payload.empty() || v.len <= v.payload.size())
+        return false;
+    deliver(inline_payload, 0);
+    src_in_ = SrcIn{v.stag, v.va, v.len, static_cast<std::uint32_t>(v.payload.size()), 0, false};
+    // 9.2's deadlock rule: a SrcAvail of ours is outstanding too, and no
+    // reader waits here; and without RDMA Read at all: Bcopy (9.5.2.1).
+    if (!qp_.rdma_capable() || cfg_.bcopy_threshold == 0 || (src_out_ && src_out_->advertised))
+        force_bcopy();
+    return true;
+}
+
+void Connection::force_bcopy() {
+    if (!src_in_)
+        return;
+    src_in_.reset();
+    ack_hold_.reset();
+    ++stats_.send_sm_sent;
+    control_.push_back(Control{w::SendSm{}});
+}
+
+bool Connection::on_rdma_rd_compl(const w::RdmaRdCompl& v, std::uint32_t invalidated) {
+    if (!src_out_ || !src_out_->advertised)
+        return false;
+    SrcOut& so = *src_out_;
+    const std::size_t rest = so.buf.size() - so.inline_n - so.acked;
+    if (v.len > rest)
+        return false;
+    so.acked += v.len;
+    stats_.zcopy_bytes_sent += v.len;
+    const bool final = so.acked == so.buf.size() - so.inline_n;
+    // 9.2 step 3: a remote invalidate names our STag, on the final one.
+    if (invalidated != 0 && (invalidated != so.region.stag || !final))
+        return false;
+    deliver(Payload{}, 0);
+    if (final) {
+        qp_.invalidate_region(so.region.stag);
+        src_out_.reset();
+    }
+    return true;
+}
+
+void Connection::on_send_sm() {
+    ++stats_.send_sm_received;
+    if (!src_out_ || !src_out_->advertised) {
+        ++stats_.ignored;  // nothing advertised (e.g. after a reset race)
+        return;
+    }
+    // 9.5.2.1: the rest of the oldest incomplete SrcAvail goes as Data.
+    SrcOut so = *src_out_;
+    src_out_.reset();
+    qp_.invalidate_region(so.region.stag);
+    queue_tx(so.buf.subspan(so.inline_n + so.acked));
+}
+
+void Connection::on_src_avail_cancel(std::uint32_t mseq) {
+    if (!src_in_)
+        return;  // all Processed: ignored (9.5.4)
+    if (zread_) {
+        // In process: finish the read, RdmaRdCompl, then cancel the rest;
+        // MSeqAck stays below the cancel until then.
+        src_in_->cancelled = true;
+        ack_hold_ = mseq - 1;
+        return;
+    }
+    force_bcopy();  // exactly one SendSm for the cancelled advertisement
+}
+
+void Connection::drop_zcopy() {
+    // Nothing may touch these buffers once the caller gets them back.
+    if (src_out_)
+        qp_.invalidate_region(src_out_->region.stag);
+    if (zread_)
+        qp_.invalidate_region(zread_->region.stag);
+    src_out_.reset();
+    src_in_.reset();
+    zread_.reset();
+    zread_result_.reset();
+    ack_hold_.reset();
 }
 
 // --------------------------------------------------------------- credits ---
@@ -710,18 +901,21 @@ std::uint8_t Connection::take_pend_flag(bool carries_oob_byte) {
     return w::flag::oob_pend;
 }
 
-bool Connection::send(w::Body body, std::uint8_t flags, std::vector<std::uint8_t>* block) {
+bool Connection::send(w::Body body, std::uint8_t flags, std::vector<std::uint8_t>* block,
+                      std::uint32_t invalidate) {
     w::Message m;
     m.bufs = static_cast<std::uint16_t>(local_bufs());
     m.flags = flags;
     m.mseq = next_mseq_;
-    m.mseq_ack = last_rx_mseq_;
+    m.mseq_ack = ack_hold_ ? *ack_hold_ : last_rx_mseq_;
     m.body = std::move(body);
     if (block) {
         // The payload is already in place after kBsdhSize bytes of headroom.
         w::encode_bsdh_into(m, block->size() - w::kBsdhSize,
                             std::span<std::uint8_t, w::kBsdhSize>(block->data(), w::kBsdhSize));
         qp_.post_send_owned(std::move(*block), w::is_solicited(m));
+    } else if (invalidate != 0) {
+        qp_.post_send_invalidate(w::encode(m), w::is_solicited(m), invalidate);
     } else {
         qp_.post_send_owned(w::encode(m), w::is_solicited(m));
     }
@@ -756,9 +950,24 @@ void Connection::pump() {
         // 2 credits: only messages without payload; 3+: anything.
         const bool may_control = c >= 2 || (c == 1 && gives_credit);
         if (!control_.empty() && may_control) {
-            w::Body b = std::move(control_.front());
+            Control ctl = std::move(control_.front());
             control_.pop_front();
-            send(std::move(b), take_pend_flag(false));
+            send(std::move(ctl.body), take_pend_flag(false), nullptr, ctl.invalidate);
+            continue;
+        }
+        if (src_out_ && !src_out_->advertised && c >= 3) {
+            // 9.2 step 1: Len, STag and VA describe the whole buffer; in
+            // Combined Mode its first bytes travel in the SrcAvail (11.2).
+            SrcOut& so = *src_out_;
+            const auto first = so.buf.first(so.inline_n);
+            send(w::SrcAvail{.len = static_cast<std::uint32_t>(so.buf.size()),
+                             .stag = so.region.stag,
+                             .va = so.region.to,
+                             .payload = {first.begin(), first.end()}},
+                 take_pend_flag(false));
+            so.advertised = true;
+            ++potential_non_discards_;  // 9.5.1 step 3
+            stats_.bytes_sent += so.inline_n;
             continue;
         }
         if (send_queued() > 0 && !disconn_sent() && c >= 3) {
@@ -801,7 +1010,7 @@ void Connection::pump() {
             send(w::Data{}, flags, &block);
             continue;
         }
-        if (send_ == SendTeardown::draining && send_queued() == 0 && may_control) {
+        if (send_ == SendTeardown::draining && send_queued() == 0 && !src_out_ && may_control) {
             send(w::DisConn{}, take_pend_flag(false));
             step(send_, SendEvent::disconn);
             teardown_if_done();

@@ -4,10 +4,15 @@
 // credits (9.1, 10), MSeq/MSeqAck (6.1.5-6), graceful and abortive close
 // (8.2), solicited events (14.2) and out-of-band data (9.5.3).
 //
-// Zcopy is not implemented yet: a SrcAvail is answered with SendSm (9.5.2.1),
-// SinkAvail advertisements are never used (its payload is delivered), a
-// ChRcvBuf is answered with the unchanged size (10.6), SinkAvailCancel is
-// ignored (every SinkAvail is Processed on arrival). See docs/sdp-wire.md.
+// Read Zcopy (9.2) in Combined Mode (11.2) when the QueuePair can do RDMA
+// Read and Config::bcopy_threshold is set: write_zcopy() advertises a buffer
+// with SrcAvail, the peer pulls it with RDMA Read (read_zcopy()) and answers
+// RdmaRdCompl, or forces Bcopy with SendSm (9.5.2.1); SrcAvailCancel (9.5.4)
+// is answered. Not yet: Write Zcopy and Transactions (SinkAvail is never
+// used, its payload is delivered), Pipelined/Buffered Mode and ModeChange,
+// receive buffer resizing (a ChRcvBuf is answered with the unchanged size,
+// 10.6); SinkAvailCancel is ignored (every SinkAvail is Processed on
+// arrival). See docs/sdp-wire.md.
 #pragma once
 
 #include <cstddef>
@@ -37,6 +42,10 @@ struct Config {
     // Bytes write() buffers before it accepts no more.
     std::size_t send_queue_limit = 256 * 1024;
     std::uint16_t max_adverts = 1;
+    // Read Zcopy (9.2): write_zcopy() takes buffers larger than this, and a
+    // read_zcopy() buffer smaller than both this and the advertised rest is
+    // unsuitable (SendSm). 0: Bcopy only (a peer's SrcAvail gets SendSm).
+    std::size_t bcopy_threshold = 0;
     // IRD/ORD the local connection context supports (LocIRD/LocORD <= these).
     std::uint16_t ird = 1;
     std::uint16_t ord = 1;
@@ -69,6 +78,7 @@ enum class Error : std::uint8_t {
     llp_lost,            // LLP torn down without DisConn (8.2.2)
     local_abort,         // the ULP aborted
     peer_abort,          // AbortConn received
+    rdma_failed,         // an RDMA Read of the peer's advertised buffer failed
 };
 
 std::string_view to_string(State s);
@@ -83,6 +93,15 @@ struct Stats {
     std::uint64_t bytes_received = 0;
     std::uint64_t ignored = 0;           // messages for mechanisms not implemented yet
     std::uint64_t sink_avail_stale = 0;  // SinkAvail discarded as stale (9.5.1)
+    // Read Zcopy (9.2): as Data Source, buffers advertised and bytes the
+    // peer read; as Data Sink, RDMA Reads done and bytes placed by them;
+    // SendSm sent and received (Bcopy forced, 9.5.2.1).
+    std::uint64_t zcopy_writes = 0;
+    std::uint64_t zcopy_bytes_sent = 0;
+    std::uint64_t zcopy_reads = 0;
+    std::uint64_t zcopy_bytes_received = 0;
+    std::uint64_t send_sm_sent = 0;
+    std::uint64_t send_sm_received = 0;
 };
 
 class Connection {
@@ -107,12 +126,15 @@ class Connection {
     // the same checks (credit, Len, MSeq/MSeqAck, DisConn, OOB) and effects.
     //
     // One receive completion: the bytes of one incoming Send (payload copied).
-    void on_recv(std::span<const std::uint8_t> message, bool solicited);
+    // invalidated_stag: the STag a Send with Invalidate named (0: none).
+    void on_recv(std::span<const std::uint8_t> message, bool solicited,
+                 std::uint32_t invalidated_stag = 0);
     // The same for a message in a whole private buffer of local_recv_size()
     // bytes, the first `len` of which were received. A Data Message's buffer
     // is kept (its payload is read from it, no copy) and `buf` is replaced by
     // a spare buffer of the same size; otherwise `buf` is left as it is.
-    void on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len, bool solicited);
+    void on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len, bool solicited,
+                        std::uint32_t invalidated_stag = 0);
     // The LLP connection is gone (FIN, RST or error).
     void on_llp_closed();
 
@@ -143,6 +165,32 @@ class Connection {
     std::size_t read(std::span<std::uint8_t> out);
     // The last out-of-band byte received, consumed by the call.
     std::optional<std::uint8_t> read_oob();
+    // --- zero copy: Read Zcopy (9.2) in Combined Mode (11.2) ---------------
+    // Data Source: advertises `buf` with a SrcAvail carrying its first bytes;
+    // the peer RDMA-Reads the rest. True if started: `buf` must stay valid
+    // and unchanged until zcopy_write_pending() is false, and write() takes
+    // nothing meanwhile (11.2: no payload while a SrcAvail is in process).
+    // False, nothing done: not possible now (data still queued, a transfer
+    // in process, buf not larger than bcopy_threshold, no RDMA-capable QP,
+    // registration refused); use write().
+    bool write_zcopy(std::span<const std::uint8_t> buf);
+    [[nodiscard]] bool zcopy_write_pending() const { return src_out_.has_value(); }
+    // Data Sink: the next bytes of the stream are in the peer's advertised
+    // buffer and nothing is readable() before them: how many.
+    [[nodiscard]] std::size_t zcopy_readable() const;
+    // RDMA-Reads up to out.size() of them straight into `out`, which must
+    // stay valid until take_zcopy_read() has a value. False: not started;
+    // if `out` was too small for zero copy (below bcopy_threshold and the
+    // rest), the peer was asked for Bcopy (SendSm) and the bytes arrive
+    // for read().
+    bool read_zcopy(std::span<std::uint8_t> out);
+    [[nodiscard]] bool zcopy_read_pending() const { return zread_.has_value(); }
+    // The byte count a finished read_zcopy() placed, once; nullopt while it
+    // runs (or none ran). A failed read resets the connection.
+    std::optional<std::size_t> take_zcopy_read();
+    // Completion of QueuePair::post_rdma_read().
+    void on_rdma_read_done(std::uint64_t id, bool ok);
+
     // Graceful half-close: DisConn after all queued data (8.2.1).
     void shutdown_write();
     // Abortive close (8.2.2).
@@ -203,6 +251,7 @@ class Connection {
         };
         Kind kind = Kind::copy;
         std::vector<std::uint8_t>* buffer = nullptr;  // own only
+        std::uint32_t invalidated = 0;                // Send with Invalidate's STag
     };
     // A message's ULP payload: `size` bytes, in `bytes` unless landed.
     struct Payload {
@@ -224,7 +273,16 @@ class Connection {
     void deliver(const Payload& payload, std::uint8_t flags);
     void pump();
     // block: a Data Message's bytes (headroom + payload; body is Data{}).
-    bool send(wire::Body body, std::uint8_t flags = 0, std::vector<std::uint8_t>* block = nullptr);
+    // invalidate: Send with Invalidate of the peer's STag.
+    bool send(wire::Body body, std::uint8_t flags = 0, std::vector<std::uint8_t>* block = nullptr,
+              std::uint32_t invalidate = 0);
+    // Read Zcopy pieces (9.2).
+    bool on_src_avail(const wire::SrcAvail& v, const Payload& inline_payload);
+    bool on_rdma_rd_compl(const wire::RdmaRdCompl& v, std::uint32_t invalidated);
+    void on_send_sm();
+    void on_src_avail_cancel(std::uint32_t mseq);
+    void force_bcopy();  // Data Sink: SendSm for the advertisement in process
+    void drop_zcopy();
     void queue_tx(std::span<const std::uint8_t> bytes);
     std::size_t tx_block_payload() const;
     std::uint32_t peer_credit_estimate() const;
@@ -286,7 +344,11 @@ class Connection {
     std::uint64_t tx_stream_pos_ = 0;      // stream offset of the first queued byte
     std::deque<std::uint64_t> oob_marks_;  // OOB bytes not yet sent
     std::size_t oob_flagged_ = 0;          // leading marks whose OOB_PEND went out
-    std::deque<wire::Body> control_;       // replies waiting for credit
+    struct Control {
+        wire::Body body;
+        std::uint32_t invalidate = 0;  // Send with Invalidate of this STag
+    };
+    std::deque<Control> control_;  // replies waiting for credit
 
     // Inbound stream: one chunk per received message with payload, each
     // holding its private buffer until read.
@@ -296,6 +358,37 @@ class Connection {
     std::size_t rx_bytes_ = 0;
     std::optional<std::uint8_t> oob_byte_;
     std::uint32_t oob_pending_ = 0;
+
+    // Read Zcopy (9.2), Combined Mode: at most one advertisement in process
+    // per direction. Ours, as Data Source:
+    struct SrcOut {
+        std::span<const std::uint8_t> buf;
+        Region region;
+        std::size_t inline_n = 0;  // bytes sent in the SrcAvail
+        std::size_t acked = 0;     // bytes the peer's RdmaRdCompls counted
+        bool advertised = false;   // SrcAvail sent
+    };
+    std::optional<SrcOut> src_out_;
+    // The peer's, as Data Sink:
+    struct SrcIn {
+        std::uint32_t stag = 0;
+        std::uint64_t va = 0;
+        std::uint32_t len = 0;
+        std::uint32_t inline_n = 0;
+        std::uint32_t done = 0;  // bytes read and acknowledged
+        bool cancelled = false;  // SrcAvailCancel while a read runs (9.5.4)
+    };
+    std::optional<SrcIn> src_in_;
+    struct ZRead {
+        Region region;
+        std::uint64_t id = 0;
+        std::uint32_t len = 0;
+    };
+    std::optional<ZRead> zread_;
+    std::optional<std::size_t> zread_result_;
+    std::uint64_t next_rdma_id_ = 1;
+    // 9.5.4: MSeqAck stays below a SrcAvailCancel until its read completed.
+    std::optional<std::uint32_t> ack_hold_;
 
     // 9.5.1: messages with ULP payload sent that might not make a SinkAvail
     // stale (Data Source side).

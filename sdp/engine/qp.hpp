@@ -8,11 +8,27 @@
 // Calls never re-enter the engine: an adapter queues and delivers later.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace sdp::engine {
+
+// A ULP buffer registered for one zero-copy transfer (9.2): the peer names
+// it by STag and tagged offset.
+struct Region {
+    std::uint32_t stag = 0;
+    std::uint64_t to = 0;  // tagged offset of the first byte
+    std::size_t length = 0;
+};
+
+enum class Access : std::uint8_t {
+    remote_read,  // a Data Source's buffer that the peer RDMA-Reads
+    local_write,  // a Data Sink's buffer that our RDMA Read fills
+};
 
 class QueuePair {
   public:
@@ -32,6 +48,31 @@ class QueuePair {
     // Post `count` more receive buffers, each of Connection::local_recv_size()
     // bytes, to the receive queue. Each incoming Send consumes one.
     virtual void post_recv(std::uint32_t count) = 0;
+
+    // --- zero copy (Read Zcopy, 9.2). A provider without RDMA Read leaves
+    // rdma_capable() false: the engine then uses Bcopy only (a SrcAvail
+    // from the peer is answered with SendSm).
+    [[nodiscard]] virtual bool rdma_capable() const { return false; }
+    // Registers `mem` for one transfer with an unguessable STag; nullopt if
+    // it cannot (the engine falls back to Bcopy).
+    virtual std::optional<Region> register_region(std::span<std::uint8_t> /*mem*/,
+                                                  Access /*access*/) {
+        return std::nullopt;
+    }
+    // Invalidates (deregisters) a region: its STag is refused from now on.
+    virtual void invalidate_region(std::uint32_t /*stag*/) {}
+    // RDMA Read of `len` bytes at (remote_stag, remote_to) into `local` at
+    // `local_off`. Completes with Connection::on_rdma_read_done(id, ok), in
+    // posting order, never from inside this call.
+    virtual void post_rdma_read(std::uint64_t /*id*/, const Region& /*local*/,
+                                std::size_t /*local_off*/, std::uint32_t /*remote_stag*/,
+                                std::uint64_t /*remote_to*/, std::uint32_t /*len*/) {}
+    // post_send_owned() as Send with (Solicited Event and) Invalidate of the
+    // peer's `stag` (RDMAP 4.3): the peer's region is gone when it arrives.
+    virtual void post_send_invalidate(std::vector<std::uint8_t>&& message, bool solicited,
+                                      std::uint32_t /*stag*/) {
+        post_send_owned(std::move(message), solicited);
+    }
 
     // Tear down the LLP (TCP) connection. graceful: after every posted Send
     // has been transmitted (FIN). Abortive: at once, unsent Sends are dropped

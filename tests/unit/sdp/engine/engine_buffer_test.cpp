@@ -13,17 +13,10 @@
 namespace e = sdp::engine;
 namespace w = sdp::wire;
 using sdp::test::Pair;
+using sdp::test::pattern;
 using Bytes = std::vector<std::uint8_t>;
 
 namespace {
-
-Bytes pattern(std::size_t n, std::uint32_t seed) {
-    Bytes b(n);
-    std::mt19937 rng(seed);
-    for (auto& x : b)
-        x = static_cast<std::uint8_t>(rng());
-    return b;
-}
 
 struct Outcome {
     Bytes a_got, b_got;

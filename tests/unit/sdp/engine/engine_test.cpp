@@ -13,6 +13,7 @@
 namespace e = sdp::engine;
 namespace w = sdp::wire;
 using sdp::test::Pair;
+using sdp::test::pattern;
 using Bytes = std::vector<std::uint8_t>;
 
 namespace {
@@ -21,14 +22,6 @@ w::Message decoded(const Bytes& b) {
     auto r = w::decode(b);
     EXPECT_TRUE(std::holds_alternative<w::Message>(r));
     return std::holds_alternative<w::Message>(r) ? std::get<w::Message>(r) : w::Message{};
-}
-
-Bytes pattern(std::size_t n, std::uint32_t seed) {
-    Bytes b(n);
-    std::mt19937 rng(seed);
-    for (auto& x : b)
-        x = static_cast<std::uint8_t>(rng());
-    return b;
 }
 
 Bytes hello_bytes(std::uint8_t major, std::uint16_t max_adverts, std::uint16_t ird,

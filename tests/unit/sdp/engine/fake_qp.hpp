@@ -7,7 +7,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <deque>
+#include <map>
+#include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <utility>
@@ -18,10 +22,20 @@
 
 namespace sdp::test {
 
+// n bytes of a seeded pseudo-random pattern.
+inline std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed) {
+    std::vector<std::uint8_t> b(n);
+    std::mt19937 rng(seed);
+    for (auto& x : b)
+        x = static_cast<std::uint8_t>(rng());
+    return b;
+}
+
 struct Packet {
     std::vector<std::uint8_t> bytes;
     bool solicited = false;
-    bool close = false;  // graceful LLP teardown marker
+    bool close = false;            // graceful LLP teardown marker
+    std::uint32_t invalidate = 0;  // Send with Invalidate of this STag
 };
 
 class FakeQp : public engine::QueuePair {
@@ -33,6 +47,57 @@ class FakeQp : public engine::QueuePair {
         sent_log.push_back(outbound.back());
     }
     void post_recv(std::uint32_t n) override { posted += n; }
+
+    // RDMA Read emulation (zero copy), on when `rdma` is set: regions with
+    // random STags; reads queued and served by Pair::step() from the peer's
+    // regions with the RDMAP checks (STag, access, bounds).
+    struct Reg {
+        std::span<std::uint8_t> mem;
+        engine::Access access;
+        std::uint64_t to;
+    };
+    struct ReadOp {
+        std::uint64_t id;
+        engine::Region local;
+        std::size_t off;
+        std::uint32_t stag;
+        std::uint64_t to;
+        std::uint32_t len;
+    };
+    bool rdma_capable() const override { return rdma; }
+    std::optional<engine::Region> register_region(std::span<std::uint8_t> mem,
+                                                  engine::Access access) override {
+        if (!rdma || refuse_registration)
+            return std::nullopt;
+        std::uint32_t stag = 0;
+        while (stag == 0 || regions.count(stag) != 0)
+            stag = static_cast<std::uint32_t>(rng());
+        const std::uint64_t to = 0x10000000ull * (++registered) + (rng() & 0xFFF);
+        regions[stag] = Reg{mem, access, to};
+        return engine::Region{stag, to, mem.size()};
+    }
+    void invalidate_region(std::uint32_t stag) override {
+        regions.erase(stag);
+        ++invalidations;
+    }
+    void post_rdma_read(std::uint64_t id, const engine::Region& local, std::size_t off,
+                        std::uint32_t stag, std::uint64_t to, std::uint32_t len) override {
+        reads.push_back(ReadOp{id, local, off, stag, to, len});
+    }
+    void post_send_invalidate(std::vector<std::uint8_t>&& m, bool se, std::uint32_t stag) override {
+        if (down)
+            return;
+        outbound.push_back(Packet{std::move(m), se, false, stag});
+        sent_log.push_back(outbound.back());
+    }
+
+    bool rdma = false;
+    bool refuse_registration = false;
+    std::map<std::uint32_t, Reg> regions;
+    std::deque<ReadOp> reads;
+    std::uint64_t registered = 0;
+    std::uint64_t invalidations = 0;
+    std::mt19937 rng{12345};
     void disconnect(bool graceful) override {
         if (graceful)
             outbound.push_back(Packet{{}, false, true});
@@ -73,10 +138,35 @@ class Pair {
             llp_teardown();
             return true;
         }
-        bool moved = deliver(qa, qb, b);
+        bool moved = serve_read(qa, qb, a) | serve_read(qb, qa, b);
+        moved = deliver(qa, qb, b) || moved;
         if (!llp_down)
             moved = deliver(qb, qa, a) || moved;
         return moved;
+    }
+
+    // Serves one RDMA Read that `reader` posted, from `source`'s regions.
+    bool serve_read(FakeQp& reader, FakeQp& source, engine::Connection& dst) {
+        if (reader.reads.empty() || llp_down)
+            return false;
+        const auto op = reader.reads.front();
+        reader.reads.pop_front();
+        bool ok = false;
+        auto src = source.regions.find(op.stag);
+        auto loc = reader.regions.find(op.local.stag);
+        if (src != source.regions.end() && loc != reader.regions.end() &&
+            src->second.access == engine::Access::remote_read &&
+            loc->second.access == engine::Access::local_write && op.to >= src->second.to &&
+            op.to - src->second.to + op.len <= src->second.mem.size() &&
+            op.off + op.len <= loc->second.mem.size()) {
+            std::memcpy(loc->second.mem.data() + op.off,
+                        src->second.mem.data() + (op.to - src->second.to), op.len);
+            ok = true;
+        } else {
+            faults.push_back("RDMA Read refused (stale STag, access or bounds)");
+        }
+        dst.on_rdma_read_done(op.id, ok);
+        return true;
     }
 
     void run(int limit = 10'000'000) {
@@ -141,6 +231,8 @@ class Pair {
             return true;
         }
         --to.posted;
+        if (p.invalidate != 0)
+            to.regions.erase(p.invalidate);  // remote invalidate (RDMAP 4.3)
         const bool buffer = delivery == Delivery::buffer ||
                             (delivery == Delivery::alternate && (delivered++ & 1) != 0);
         if (buffer) {
@@ -148,11 +240,11 @@ class Pair {
             // engine may keep (Data) and replace with a spare one.
             std::vector<std::uint8_t> buf(dst.local_recv_size());
             std::copy(p.bytes.begin(), p.bytes.end(), buf.begin());
-            dst.on_recv_buffer(buf, p.bytes.size(), p.solicited);
+            dst.on_recv_buffer(buf, p.bytes.size(), p.solicited, p.invalidate);
             if (buf.size() != dst.local_recv_size())
                 faults.push_back("buffer handed back with the wrong size");
         } else {
-            dst.on_recv(p.bytes, p.solicited);
+            dst.on_recv(p.bytes, p.solicited, p.invalidate);
         }
         return true;
     }

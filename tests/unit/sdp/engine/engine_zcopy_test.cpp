@@ -1,0 +1,388 @@
+// SPDX-License-Identifier: Apache-2.0
+// Read Zcopy (9.2) in Combined Mode (11.2): two engines back to back on the
+// fake QP pair with RDMA Read emulated (regions, STags, remote invalidate).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "fake_qp.hpp"
+
+namespace e = sdp::engine;
+namespace w = sdp::wire;
+using sdp::test::Pair;
+using sdp::test::pattern;
+using Bytes = std::vector<std::uint8_t>;
+
+namespace {
+
+w::Message decoded(const sdp::test::Packet& p) {
+    auto r = w::decode(p.bytes);
+    EXPECT_TRUE(std::holds_alternative<w::Message>(r));
+    return std::holds_alternative<w::Message>(r) ? std::get<w::Message>(r) : w::Message{};
+}
+
+std::vector<sdp::test::Packet> sent_with(const std::vector<sdp::test::Packet>& log, w::Mid mid) {
+    std::vector<sdp::test::Packet> out;
+    for (const auto& p : log)
+        if (!p.close && w::mid_of(decoded(p).body) == mid)
+            out.push_back(p);
+    return out;
+}
+
+e::Config zcopy_config(std::size_t threshold = 8192) {
+    e::Config c;
+    c.bcopy_threshold = threshold;
+    return c;
+}
+
+struct ZPair : Pair {
+    explicit ZPair(const e::Config& ca = zcopy_config(), const e::Config& cb = zcopy_config())
+        : Pair(ca, cb) {
+        qa.rdma = qb.rdma = true;
+        EXPECT_EQ(handshake(), e::Error::none);
+    }
+    // Reads everything b can get into `got` (inline part with read(), the
+    // advertised rest with read_zcopy() into buffers of `zbuf` bytes).
+    void drain_b(Bytes& got, std::size_t zbuf, int rounds = 10000) {
+        Bytes buf(64 * 1024);
+        for (int i = 0; i < rounds; ++i) {
+            run();
+            if (std::size_t n = b.read(buf)) {
+                got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+                continue;
+            }
+            if (b.zcopy_readable() > 0) {
+                const std::size_t at = got.size();
+                got.resize(at + zbuf);
+                if (b.read_zcopy(std::span(got).subspan(at))) {
+                    run();
+                    auto n = b.take_zcopy_read();
+                    EXPECT_TRUE(n.has_value());
+                    got.resize(at + n.value_or(0));
+                } else {
+                    got.resize(at);
+                }
+                continue;
+            }
+            if (!a.zcopy_write_pending() && a.send_queued() == 0 && qa.outbound.empty())
+                break;
+        }
+    }
+};
+
+}  // namespace
+
+// 9.2 steps 1-3: SrcAvail with the first bytes inline (11.2), one RDMA Read
+// into the reader's buffer, RdmaRdCompl counting the bytes read (not the
+// inline ones) as Send with SE and Invalidate of the source's STag.
+TEST(SdpEngineReadZcopy, OneBufferPulledWithOneRead) {
+    ZPair p;
+    const Bytes data = pattern(1 << 20, 1);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    EXPECT_TRUE(p.a.zcopy_write_pending());
+    EXPECT_EQ(p.a.write_space(), 0u) << "nothing behind a SrcAvail in process (11.2)";
+    p.run();
+    const auto avail = sent_with(p.qa.sent_log, w::Mid::src_avail);
+    ASSERT_EQ(avail.size(), 1u);
+    const auto sa = std::get<w::SrcAvail>(decoded(avail[0]).body);
+    EXPECT_EQ(sa.len, data.size());
+    EXPECT_FALSE(sa.payload.empty());
+    EXPECT_TRUE(std::equal(sa.payload.begin(), sa.payload.end(), data.begin()));
+    EXPECT_EQ(p.b.readable(), sa.payload.size());
+
+    Bytes got;
+    p.drain_b(got, data.size());
+    EXPECT_EQ(got, data);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    const auto compl_msgs = sent_with(p.qb.sent_log, w::Mid::rdma_rd_compl);
+    ASSERT_EQ(compl_msgs.size(), 1u);
+    EXPECT_EQ(std::get<w::RdmaRdCompl>(decoded(compl_msgs[0]).body).len,
+              data.size() - sa.payload.size());
+    EXPECT_TRUE(compl_msgs[0].solicited);
+    EXPECT_EQ(compl_msgs[0].invalidate, sa.stag);
+    EXPECT_TRUE(p.qa.regions.empty()) << "the source's region is gone";
+    EXPECT_TRUE(p.qb.regions.empty()) << "the sink's region is gone";
+    EXPECT_EQ(p.a.stats().zcopy_bytes_sent, data.size() - sa.payload.size());
+    EXPECT_EQ(p.b.stats().zcopy_bytes_received, data.size() - sa.payload.size());
+    EXPECT_TRUE(p.faults.empty());
+    // The stream goes on with Bcopy after it.
+    const Bytes tail = pattern(1000, 2);
+    EXPECT_EQ(p.a.write(tail), tail.size());
+    Bytes more;
+    p.drain_b(more, 1 << 20);
+    EXPECT_EQ(more, tail);
+}
+
+// 9.2: partial reads, each RdmaRdCompl counting the bytes since the last;
+// only the final one invalidates.
+TEST(SdpEngineReadZcopy, PartialReadsWithIncrementalCompletions) {
+    ZPair p;
+    const Bytes data = pattern(300000, 3);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    Bytes got;
+    p.drain_b(got, 64 * 1024);
+    EXPECT_EQ(got, data);
+    const auto compl_msgs = sent_with(p.qb.sent_log, w::Mid::rdma_rd_compl);
+    ASSERT_GT(compl_msgs.size(), 4u);
+    std::size_t sum = 0;
+    for (std::size_t i = 0; i < compl_msgs.size(); ++i) {
+        sum += std::get<w::RdmaRdCompl>(decoded(compl_msgs[i]).body).len;
+        EXPECT_EQ(compl_msgs[i].invalidate != 0, i + 1 == compl_msgs.size());
+    }
+    EXPECT_EQ(sum, p.a.stats().zcopy_bytes_sent);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+}
+
+// 9.2 step 2a / 9.5.2.1: a reader buffer below the threshold and the rest
+// asks for Bcopy; the Data Source sends the rest as Data Messages.
+TEST(SdpEngineReadZcopy, SmallReaderBufferForcesBcopy) {
+    ZPair p;
+    const Bytes data = pattern(200000, 4);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    Bytes got;
+    p.drain_b(got, 1000);  // below the 8192 threshold
+    EXPECT_EQ(got, data);
+    EXPECT_EQ(sent_with(p.qb.sent_log, w::Mid::send_sm).size(), 1u);
+    EXPECT_EQ(p.b.stats().zcopy_reads, 0u);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    EXPECT_TRUE(p.qa.regions.empty()) << "invalidated after SendSm";
+}
+
+// The end of 9.2: both sides advertise at once and nobody reads: each Data
+// Sink sees its own SrcAvail outstanding and answers SendSm, so both writes
+// complete by Bcopy instead of waiting for each other.
+TEST(SdpEngineReadZcopy, CrossingSrcAvailsDoNotDeadlock) {
+    ZPair p;
+    const Bytes ab = pattern(100000, 5), ba = pattern(90000, 6);
+    ASSERT_TRUE(p.a.write_zcopy(ab));
+    ASSERT_TRUE(p.b.write_zcopy(ba));
+    Bytes ra, rb, buf(70000);
+    for (int i = 0; i < 10000 && (ra.size() < ba.size() || rb.size() < ab.size()); ++i) {
+        p.run();
+        std::size_t n = p.a.read(buf);
+        ra.insert(ra.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+        n = p.b.read(buf);
+        rb.insert(rb.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    EXPECT_EQ(ra, ba);
+    EXPECT_EQ(rb, ab);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    EXPECT_FALSE(p.b.zcopy_write_pending());
+}
+
+// Without RDMA on either side, or below the threshold: write_zcopy() says
+// no and nothing changes.
+TEST(SdpEngineReadZcopy, NotStartedWhenItCannotBe) {
+    {
+        ZPair p;
+        EXPECT_FALSE(p.a.write_zcopy(pattern(8192, 1))) << "not larger than the threshold";
+        const Bytes one = pattern(100000, 1);
+        ASSERT_TRUE(p.a.write_zcopy(one));
+        EXPECT_FALSE(p.a.write_zcopy(one)) << "one in process at a time (11.2)";
+        EXPECT_EQ(p.a.write(one), 0u);
+    }
+    {
+        ZPair p;
+        p.qa.refuse_registration = true;
+        EXPECT_FALSE(p.a.write_zcopy(pattern(100000, 1)));
+        EXPECT_FALSE(p.a.zcopy_write_pending());
+    }
+    {
+        ZPair p(zcopy_config(0), zcopy_config(0));
+        EXPECT_FALSE(p.a.write_zcopy(pattern(100000, 1))) << "Bcopy only";
+    }
+}
+
+// A sink without RDMA (or Bcopy only) answers a SrcAvail with SendSm.
+TEST(SdpEngineReadZcopy, SinkWithoutRdmaForcesBcopy) {
+    ZPair p(zcopy_config(), zcopy_config(0));
+    const Bytes data = pattern(50000, 8);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    Bytes got;
+    p.drain_b(got, 1 << 20);
+    EXPECT_EQ(got, data);
+    EXPECT_EQ(p.b.stats().send_sm_sent, 1u);
+}
+
+// Hostile or broken Data Sources and Sinks: protocol violations (8.2.2).
+TEST(SdpEngineReadZcopy, ViolationsResetTheConnection) {
+    auto inject = [](Pair& p, w::Body body, std::uint32_t inv = 0) {
+        w::Message m;
+        m.bufs = 16;
+        m.mseq = p.b.last_received_mseq() + 1;
+        m.mseq_ack = p.b.next_mseq() - 1;
+        m.body = std::move(body);
+        p.qa.outbound.push_back(sdp::test::Packet{w::encode(m), false, false, inv});
+        p.run_to_b();
+    };
+    const w::SrcAvail avail{.len = 100000, .stag = 77, .va = 0x1000, .payload = {1, 2, 3}};
+    {
+        ZPair p;  // a second SrcAvail while one is in process (11.2)
+        inject(p, avail);
+        inject(p, avail);
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;  // Data with payload while a SrcAvail is in process (11.2)
+        inject(p, avail);
+        inject(p, w::Data{{9, 9}});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;  // a Combined-Mode SrcAvail without payload (11.2)
+        inject(p, w::SrcAvail{.len = 100000, .stag = 77, .va = 0, .payload = {}});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;  // RdmaRdCompl with nothing advertised
+        inject(p, w::RdmaRdCompl{10});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;  // RdmaRdCompl for more than the rest; a foreign STag invalidated
+        ASSERT_TRUE(p.b.write_zcopy(pattern(100000, 1)));
+        p.run_to_b();
+        ASSERT_TRUE(p.b.zcopy_write_pending());
+        inject(p, w::RdmaRdCompl{200000});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;
+        ASSERT_TRUE(p.b.write_zcopy(pattern(100000, 1)));
+        inject(p, w::RdmaRdCompl{100000 - 64}, 0xdead);
+        EXPECT_EQ(p.b.state(), e::State::reset);
+        EXPECT_TRUE(p.qb.regions.empty()) << "a reset invalidates the advertised buffer";
+    }
+    {
+        ZPair p;  // Send with Invalidate on a message that may not carry it
+        inject(p, w::Data{{1}}, 5);
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+}
+
+// 9.5.4: SrcAvailCancel. Unprocessed: discarded with exactly one SendSm.
+// In process: the read finishes, RdmaRdCompl, then SendSm for the rest, and
+// MSeqAck stays below the cancel's MSeq until then.
+TEST(SdpEngineReadZcopy, SrcAvailCancel) {
+    auto inject = [](Pair& p, w::Body body) {
+        w::Message m;
+        m.bufs = 16;
+        m.mseq = p.b.last_received_mseq() + 1;
+        m.mseq_ack = p.b.next_mseq() - 1;
+        m.body = std::move(body);
+        p.inject_to_b(w::encode(m));
+        p.run_to_b();
+        return m.mseq;
+    };
+    Bytes source = pattern(100000, 9);
+    {
+        ZPair p;
+        inject(p, w::SrcAvail{.len = 100000, .stag = 77, .va = 0, .payload = {1}});
+        inject(p, w::SrcAvailCancel{});
+        EXPECT_EQ(sent_with(p.qb.sent_log, w::Mid::send_sm).size(), 1u);
+        EXPECT_EQ(p.b.zcopy_readable(), 0u);
+        inject(p, w::SrcAvailCancel{});  // all Processed now: ignored
+        EXPECT_EQ(sent_with(p.qb.sent_log, w::Mid::send_sm).size(), 1u);
+        EXPECT_EQ(p.b.state(), e::State::established);
+    }
+    {
+        ZPair p;
+        // a's QP holds the "source" region the injected SrcAvail names.
+        auto region = p.qa.register_region(source, e::Access::remote_read);
+        ASSERT_TRUE(region);
+        inject(p,
+               w::SrcAvail{
+                   .len = 100000, .stag = region->stag, .va = region->to, .payload = {source[0]}});
+        Bytes out(30000);
+        EXPECT_EQ(p.b.zcopy_readable(), 0u) << "the inline byte comes first";
+        ASSERT_EQ(p.b.read(std::span(out).first(1)), 1u);
+        ASSERT_TRUE(p.b.read_zcopy(out));
+        const auto cancel_mseq = inject(p, w::SrcAvailCancel{});
+        // Other messages meanwhile keep MSeqAck below the cancel.
+        ASSERT_EQ(p.b.write(pattern(100, 1)), 100u);
+        ASSERT_FALSE(p.qb.outbound.empty());
+        for (const auto& pk : p.qb.outbound)
+            EXPECT_LT(decoded(pk).mseq_ack, cancel_mseq);
+        p.qb.outbound.clear();
+        ASSERT_TRUE(p.serve_read(p.qb, p.qa, p.b));
+        EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(30000));
+        EXPECT_TRUE(std::equal(out.begin(), out.end(), source.begin() + 1));
+        const auto& log = p.qb.sent_log;
+        ASSERT_GE(log.size(), 2u);
+        EXPECT_EQ(w::mid_of(decoded(log[log.size() - 2]).body), w::Mid::rdma_rd_compl);
+        EXPECT_EQ(w::mid_of(decoded(log.back()).body), w::Mid::send_sm);
+        EXPECT_GE(decoded(log.back()).mseq_ack, cancel_mseq);
+        EXPECT_EQ(p.b.state(), e::State::established);
+    }
+}
+
+// A differential test: the same random writes and reads on a Bcopy-only
+// pair and on a zero-copy pair deliver the same bytes in the same order.
+TEST(SdpEngineReadZcopy, RandomWorkloadMatchesBcopy) {
+    for (std::uint32_t seed = 1; seed <= 6; ++seed) {
+        std::mt19937 rng(seed);
+        std::vector<Bytes> writes;
+        std::size_t total = 0;
+        while (total < (3u << 20)) {
+            const std::size_t n = rng() % 4 == 0 ? 1 + rng() % 4000 : 1 + rng() % (1 << 20);
+            writes.push_back(pattern(n, rng()));
+            total += n;
+        }
+        Bytes expect;
+        for (const auto& wb : writes)
+            expect.insert(expect.end(), wb.begin(), wb.end());
+        for (const bool zcopy : {false, true}) {
+            ZPair p(zcopy_config(zcopy ? 16384 : 0), zcopy_config(zcopy ? 16384 : 0));
+            std::mt19937 r2(seed * 7);
+            Bytes got;
+            std::size_t wi = 0, woff = 0;
+            for (int round = 0; round < 200000 && got.size() < expect.size(); ++round) {
+                if (wi < writes.size() && !p.a.zcopy_write_pending()) {
+                    const Bytes& cur = writes[wi];
+                    if (woff == 0 && p.a.write_zcopy(cur)) {
+                        ++wi;
+                    } else {
+                        woff += p.a.write(std::span(cur).subspan(woff));
+                        if (woff == cur.size()) {
+                            ++wi;
+                            woff = 0;
+                        }
+                    }
+                }
+                p.run();
+                const std::size_t sz = 1 + r2() % (1 << 20);
+                if (p.b.zcopy_readable() > 0) {
+                    const std::size_t at = got.size();
+                    got.resize(at + sz);
+                    if (p.b.read_zcopy(std::span(got).subspan(at))) {
+                        p.run();
+                        got.resize(at + p.b.take_zcopy_read().value_or(0));
+                    } else {
+                        got.resize(at);
+                    }
+                } else {
+                    Bytes buf(sz);
+                    const std::size_t n = p.b.read(buf);
+                    got.insert(got.end(), buf.begin(),
+                               buf.begin() + static_cast<std::ptrdiff_t>(n));
+                }
+            }
+            ASSERT_EQ(got.size(), expect.size()) << "seed " << seed << " zcopy " << zcopy;
+            EXPECT_TRUE(got == expect) << "seed " << seed << " zcopy " << zcopy;
+            EXPECT_TRUE(p.faults.empty());
+            EXPECT_EQ(p.a.state(), e::State::established);
+            EXPECT_EQ(p.b.state(), e::State::established);
+            if (zcopy)
+                EXPECT_GT(p.b.stats().zcopy_bytes_received, 0u);
+            else
+                EXPECT_EQ(p.b.stats().zcopy_bytes_received, 0u);
+            EXPECT_TRUE(p.qa.regions.empty());
+            EXPECT_TRUE(p.qb.regions.empty());
+        }
+    }
+}
