@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <random>
 
 namespace sdp::io {
 
@@ -67,6 +68,12 @@ void reset_connection(int fd) {
     ::connect(fd, &sa, sizeof sa);
 }
 
+SessionConfig with_os_randomness(SessionConfig cfg) {
+    std::random_device rd;
+    cfg.stag_seed = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    return cfg;
+}
+
 std::size_t unacked_bytes(int fd) {
     int n = 0;
     if (::ioctl(fd, SIOCOUTQ, &n) != 0 || n < 0) {
@@ -89,7 +96,7 @@ long send_gathered(int fd, std::span<const std::span<const std::uint8_t>> segs) 
 }
 
 SoftChannel::SoftChannel(int fd, iwarp::MpaRole role, const ChannelOptions& opts)
-    : fd_(fd), io_timeout_(opts.io_timeout), core_(role, opts.session) {
+    : fd_(fd), io_timeout_(opts.io_timeout), core_(role, with_os_randomness(opts.session)) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     in_.resize(kReadChunk);
 }

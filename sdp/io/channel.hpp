@@ -70,6 +70,9 @@ void reset_connection(int fd);
 // Bytes in the socket's send queue the peer has not acknowledged (SIOCOUTQ);
 // 0 on error.
 std::size_t unacked_bytes(int fd);
+// `cfg` with what a sans-I/O session cannot draw itself: randomness from the
+// OS for its STags.
+SessionConfig with_os_randomness(SessionConfig cfg);
 // How long an abort waits for its AbortConn to be written and acknowledged
 // (8.2.2) before it resets the connection.
 inline constexpr std::chrono::milliseconds kAbortLinger{1000};

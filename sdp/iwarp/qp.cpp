@@ -35,10 +35,23 @@ QpConfig qp_config_from(const MpaNegotiator& mpa, std::size_t mss) {
 
 // ---------------------------------------------------------------- MrTable
 
+std::uint32_t MrTable::next_stag() {
+    // splitmix64: every STag value equally likely; STags 0 and 1 stay free
+    // (RTR uses them) and one in use is never handed out twice.
+    while (true) {
+        std::uint64_t z = (rng_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        const auto stag = static_cast<std::uint32_t>((z ^ (z >> 31)) >> 16);
+        if (stag > 1 && regions_.count(stag) == 0) {
+            return stag;
+        }
+    }
+}
+
 MemoryRegion MrTable::add(std::span<std::uint8_t> mem, std::uint64_t base, std::uint32_t access) {
-    const std::uint32_t index = next_index_++ & 0x00FFFFFFu;
     MemoryRegion mr;
-    mr.stag = index << 8 | 0x5A;  // 24-bit index, 8-bit key
+    mr.stag = next_stag();
     mr.base = base;
     mr.length = mem.size();
     mr.access = access;
@@ -76,7 +89,8 @@ QpEngine::QpEngine(QpConfig cfg)
     : cfg_(cfg),
       max_ulpdu_(std::max<std::size_t>(max_ulpdu_for_mss(cfg.mss), kDdpUntaggedHeaderSize + 4)),
       hold_tx_(cfg.role == MpaRole::responder),
-      rx_(cfg.crc) {
+      rx_(cfg.crc),
+      mrs_(cfg.stag_seed) {
     if (cfg_.role == MpaRole::initiator && cfg_.p2p) {
         queue_rtr();
     }
@@ -309,8 +323,14 @@ void QpEngine::emit_segment(FpduSink& out) {
     h.last = m.offset + n == m.total;
     switch (m.kind) {
         case TxKind::send:
-            h.opcode = static_cast<std::uint8_t>(m.wr.opcode == WrOpcode::send_se ? Opcode::send_se
-                                                                                  : Opcode::send);
+            if (m.wr.invalidate_stag != 0) {
+                h.opcode = static_cast<std::uint8_t>(
+                    m.wr.opcode == WrOpcode::send_se ? Opcode::send_se_inv : Opcode::send_inv);
+                h.inval_stag = m.wr.invalidate_stag;
+            } else {
+                h.opcode = static_cast<std::uint8_t>(
+                    m.wr.opcode == WrOpcode::send_se ? Opcode::send_se : Opcode::send);
+            }
             h.qn = kQnSend;
             h.msn = tx_msn_[kQnSend];
             h.mo = m.offset;

@@ -30,6 +30,9 @@ struct QpConfig {
     std::uint16_t ord = 128;  // outbound Read Requests outstanding
     std::size_t max_send_wr = 1024;
     std::size_t max_recv_wr = 1024;
+    // Randomness for STags (the driver draws it from the OS): STags are not
+    // guessable or sequential (RFC 5040 8.2, RDDP security).
+    std::uint64_t stag_seed = 0;
 };
 
 // The QP settings MPA agreed on (call when the negotiator is established).
@@ -40,6 +43,7 @@ struct QpConfig {
 class MrTable {
   public:
     enum class Check : std::uint8_t { ok, invalid_stag, access, to_wrap, bounds };
+    explicit MrTable(std::uint64_t seed = 0) : rng_(seed) {}
     MemoryRegion add(std::span<std::uint8_t> mem, std::uint64_t base, std::uint32_t access);
     bool remove(std::uint32_t stag);
     // On ok, *where points at the byte for `to`.
@@ -51,8 +55,9 @@ class MrTable {
         MemoryRegion mr;
         std::uint8_t* mem;
     };
+    std::uint32_t next_stag();
     std::map<std::uint32_t, Entry> regions_;
-    std::uint32_t next_index_ = 1;  // STags 0 and 1 stay free (RTR uses them)
+    std::uint64_t rng_;  // splitmix64 state
 };
 
 // Where QpEngine::take_output_to() puts FPDUs (gathered writes).

@@ -41,6 +41,9 @@ struct SendWr {
     std::uint32_t local_stag = 0;
     std::uint64_t local_to = 0;
     std::uint32_t read_length = 0;
+    // Send / Send with SE: as Send with Invalidate of this peer STag (RDMAP
+    // 4.3); 0: a plain Send.
+    std::uint32_t invalidate_stag = 0;
 };
 
 struct RecvWr {

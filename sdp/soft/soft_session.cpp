@@ -124,6 +124,7 @@ void SoftSession::after_mpa() {
 
 void SoftSession::attach_qp() {
     auto qc = iwarp::qp_config_from(mpa_, mss_);
+    qc.stag_seed = cfg_.stag_seed;
     qc.max_recv_wr = std::max<std::size_t>(qc.max_recv_wr, cfg_.engine.recv_buf_count + 8u);
     qp_ = std::make_unique<iwarp::QpEngine>(qc);
     qp_->set_untagged_placer(this);
@@ -159,7 +160,18 @@ void SoftSession::post_send(std::span<const std::uint8_t> message, bool solicite
 }
 
 void SoftSession::post_send_owned(std::vector<std::uint8_t>&& message, bool solicited) {
+    send_owned(std::move(message), solicited, 0);
+}
+
+void SoftSession::post_send_invalidate(std::vector<std::uint8_t>&& message, bool solicited,
+                                       std::uint32_t stag) {
+    send_owned(std::move(message), solicited, stag);
+}
+
+void SoftSession::send_owned(std::vector<std::uint8_t>&& message, bool solicited,
+                             std::uint32_t invalidate) {
     if (!qp_) {
+        // Only the setup messages come this early (no zero copy yet).
         pending_sends_.emplace_back(std::move(message), solicited);
         return;
     }
@@ -167,8 +179,49 @@ void SoftSession::post_send_owned(std::vector<std::uint8_t>&& message, bool soli
     iwarp::SendWr wr;
     wr.opcode = solicited ? iwarp::WrOpcode::send_se : iwarp::WrOpcode::send;
     wr.data = send_bufs_.back();
+    wr.invalidate_stag = invalidate;
     if (qp_->post_send(wr)) {
         send_bufs_.pop_back();
+        qp_failed();
+    }
+}
+
+std::optional<engine::Region> SoftSession::register_region(std::span<std::uint8_t> mem,
+                                                           engine::Access access) {
+    if (!qp_) {
+        return std::nullopt;
+    }
+    // The tagged offset is the buffer's address, as verbs providers do.
+    auto mr = qp_->reg_mr(mem, reinterpret_cast<std::uintptr_t>(mem.data()),
+                          access == engine::Access::remote_read ? iwarp::kAccessRemoteRead
+                                                                : iwarp::kAccessLocalWrite);
+    if (!mr) {
+        return std::nullopt;
+    }
+    return engine::Region{mr->stag, mr->base, mr->length};
+}
+
+void SoftSession::invalidate_region(std::uint32_t stag) {
+    if (qp_) {
+        qp_->dereg_mr(stag);  // false if the peer invalidated it already
+    }
+}
+
+void SoftSession::post_rdma_read(std::uint64_t id, const engine::Region& local,
+                                 std::size_t local_off, std::uint32_t remote_stag,
+                                 std::uint64_t remote_to, std::uint32_t len) {
+    if (!qp_) {
+        return;
+    }
+    iwarp::SendWr wr;
+    wr.wr_id = id;
+    wr.opcode = iwarp::WrOpcode::rdma_read;
+    wr.remote_stag = remote_stag;
+    wr.remote_to = remote_to;
+    wr.local_stag = local.stag;
+    wr.local_to = local.to + local_off;
+    wr.read_length = len;
+    if (qp_->post_send(wr)) {
         qp_failed();
     }
 }
@@ -261,10 +314,12 @@ void SoftSession::poll_completions() {
                     // from it in place) and give back a spare one. Moved out
                     // first: the call may post receives and grow recv_bufs_.
                     std::vector<std::uint8_t> buf = std::move(recv_bufs_[id]);
-                    conn_.on_recv_buffer(buf, c.byte_len, c.solicited);
+                    conn_.on_recv_buffer(buf, c.byte_len, c.solicited, c.invalidated_stag);
                     recv_bufs_[id] = std::move(buf);
                 }
                 free_recv_.push_back(id);
+            } else if (c.opcode == iwarp::WcOpcode::rdma_read) {
+                conn_.on_rdma_read_done(c.wr_id, c.status == iwarp::WcStatus::success);
             } else if (c.opcode == iwarp::WcOpcode::send) {
                 // Released once the output framed so far was consumed (the
                 // FPDUs may still point into the buffer).

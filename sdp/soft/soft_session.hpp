@@ -31,6 +31,9 @@ struct SessionConfig {
     bool crc = true;  // ask for MPA CRC (used if either side asks)
     std::uint16_t ird = 1;
     std::uint16_t ord = 1;
+    // STag randomness (iwarp::QpConfig::stag_seed); the socket drivers draw
+    // it from the OS (sdp/io/channel.hpp, with_os_randomness()).
+    std::uint64_t stag_seed = 0;
 };
 
 // What the driver must do with the TCP connection.
@@ -139,6 +142,17 @@ class SoftSession final : private engine::QueuePair, private iwarp::UntaggedPlac
     void post_send_owned(std::vector<std::uint8_t>&& message, bool solicited) override;
     void post_recv(std::uint32_t count) override;
     void disconnect(bool graceful) override;
+    [[nodiscard]] bool rdma_capable() const override { return qp_ != nullptr; }
+    std::optional<engine::Region> register_region(std::span<std::uint8_t> mem,
+                                                  engine::Access access) override;
+    void invalidate_region(std::uint32_t stag) override;
+    void post_rdma_read(std::uint64_t id, const engine::Region& local, std::size_t local_off,
+                        std::uint32_t remote_stag, std::uint64_t remote_to,
+                        std::uint32_t len) override;
+    void post_send_invalidate(std::vector<std::uint8_t>&& message, bool solicited,
+                              std::uint32_t stag) override;
+    // One Send of an owned message (invalidate: Send with Invalidate).
+    void send_owned(std::vector<std::uint8_t>&& message, bool solicited, std::uint32_t invalidate);
 
     // iwarp::UntaggedPlacer
     bool place(const iwarp::RecvWr& wr, std::uint32_t mo,

@@ -2,6 +2,7 @@
 #include "sdp/iwarp/qp.hpp"
 
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <numeric>
 #include <random>
@@ -274,4 +275,32 @@ TEST(Qp, PostChecks) {
     QpEngine f(small);
     EXPECT_FALSE(f.post_recv(RecvWr{1, m}));
     EXPECT_EQ(f.post_recv(RecvWr{2, m}), VerbsError::queue_full);
+}
+
+// STags are drawn at random (RFC 5040 8.2, RDDP security): not sequential,
+// never 0 or 1 (RTR), never one still in use, and another seed gives others.
+TEST(MrTable, StagsAreUnguessable) {
+    std::vector<std::uint8_t> mem(64);
+    sdp::iwarp::MrTable a(1), b(2);
+    std::vector<std::uint32_t> sa, sb;
+    for (int i = 0; i < 1000; ++i) {
+        sa.push_back(a.add(mem, 0, sdp::iwarp::kAccessRemoteRead).stag);
+        sb.push_back(b.add(mem, 0, sdp::iwarp::kAccessRemoteRead).stag);
+    }
+    std::size_t near = 0;
+    for (std::size_t i = 0; i < sa.size(); ++i) {
+        EXPECT_GT(sa[i], 1u);
+        if (i > 0 && (sa[i] - sa[i - 1] < 0x1000 || sa[i - 1] - sa[i] < 0x1000))
+            ++near;
+    }
+    EXPECT_LT(near, 5u) << "consecutive STags close together: sequential";
+    auto sorted = sa;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end()) << "duplicates in use";
+    EXPECT_NE(sa, sb);
+    // A removed STag is refused afterwards (a stale STag).
+    std::uint8_t* where = nullptr;
+    ASSERT_TRUE(a.remove(sa[0]));
+    EXPECT_EQ(a.check(sa[0], 0, 1, sdp::iwarp::kAccessRemoteRead, &where),
+              sdp::iwarp::MrTable::Check::invalid_stag);
 }

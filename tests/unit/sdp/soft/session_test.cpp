@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "sdp/iwarp/mpa.hpp"
@@ -90,6 +91,50 @@ TEST(SoftSession, StartupDataAndGracefulClose) {
     p.pump();
     EXPECT_EQ(c.sdp().state(), sdp::engine::State::closed);
     EXPECT_EQ(s.sdp().state(), sdp::engine::State::closed);
+}
+
+// Read Zcopy (9.2) over the soft QP: the SrcAvail's STag names the writer's
+// own buffer, the reader's RDMA Read places the rest straight into its
+// buffer, the final RdmaRdCompl invalidates the writer's STag remotely.
+TEST(SoftSession, ReadZcopyThroughTheSoftQp) {
+    auto cfg = config();
+    cfg.engine.bcopy_threshold = 8192;
+    cfg.stag_seed = 42;
+    SoftSession c(sdp::iwarp::MpaRole::initiator, cfg);
+    cfg.stag_seed = 43;
+    SoftSession s(sdp::iwarp::MpaRole::responder, cfg);
+    c.set_mss(1460);
+    s.set_mss(1460);
+    ASSERT_TRUE(c.start());
+    Pipe p{c, s};
+    p.chunk = 1500;
+    p.pump();
+    ASSERT_EQ(c.phase(), SessionPhase::established) << c.describe_error();
+
+    std::vector<std::uint8_t> data(1 << 20);
+    for (std::size_t i = 0; i < data.size(); ++i) {
+        data[i] = static_cast<std::uint8_t>(i * 131 + 3);
+    }
+    ASSERT_TRUE(c.sdp().write_zcopy(data));
+    p.pump();
+    std::vector<std::uint8_t> got(data.size());
+    const std::size_t inline_n = s.sdp().read(got);
+    ASSERT_GT(inline_n, 0u);
+    ASSERT_EQ(s.sdp().zcopy_readable(), data.size() - inline_n);
+    ASSERT_TRUE(s.sdp().read_zcopy(std::span(got).subspan(inline_n)));
+    p.pump();
+    EXPECT_EQ(s.sdp().take_zcopy_read(), std::optional<std::size_t>(data.size() - inline_n));
+    EXPECT_EQ(got, data);
+    EXPECT_FALSE(c.sdp().zcopy_write_pending());
+    EXPECT_EQ(c.sdp().stats().zcopy_bytes_sent, data.size() - inline_n);
+    EXPECT_EQ(s.sdp().state(), sdp::engine::State::established) << s.describe_error();
+    EXPECT_EQ(c.sdp().state(), sdp::engine::State::established) << c.describe_error();
+    // Bcopy goes on after it.
+    const std::vector<std::uint8_t> tail(5000, 9);
+    EXPECT_EQ(c.sdp().write(tail), tail.size());
+    p.pump();
+    std::vector<std::uint8_t> buf(8000);
+    EXPECT_EQ(s.sdp().read(buf), tail.size());
 }
 
 TEST(SoftSession, AbortRequestsReset) {
