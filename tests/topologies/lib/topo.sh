@@ -1,0 +1,129 @@
+# SPDX-License-Identifier: Apache-2.0
+# Helpers for the Docker Compose scenarios, sourced by the scripts that run
+# inside the containers (mounted read-only at /topo). Every wait is bounded;
+# checks look at outcomes and the timings are only printed.
+set -euo pipefail
+
+PAYLOAD=/tmp/payload
+SHARED=${SHARED:-/shared}
+
+log() { printf '%s %s\n' "$(date -u +%T.%3N)" "$*"; }
+fail() { log "FAIL: $*"; exit 1; }
+now_ms() { date +%s%3N; }
+
+# The bytes every SDP service sends: the same on every host, checked by sum.
+make_payload() { [ -s "$PAYLOAD" ] || seq 1 200000 >"$PAYLOAD"; }
+payload_sum() { make_payload; sha256sum <"$PAYLOAD" | cut -d' ' -f1; }
+
+# An IPv6-only host: drop the IPv4 address Docker 20.10 gives every bridge
+# network (needs NET_ADMIN).
+v6_only() {
+  local dev
+  for dev in $(ls /sys/class/net); do
+    [ "$dev" = lo ] || ip -4 addr flush dev "$dev"
+  done
+}
+
+# start_pmd CONFIG: sdp-pmd in the background, log in /tmp/pmd.err; waits
+# for "ready" (at most 10 s). PMD_PID is its pid.
+start_pmd() {
+  : >/tmp/pmd.err
+  sdp-pmd --config "$1" 2>>/tmp/pmd.err &
+  PMD_PID=$!
+  local i
+  for i in $(seq 100); do
+    grep -q ready /tmp/pmd.err && return 0
+    kill -0 "$PMD_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat /tmp/pmd.err
+  fail "sdp-pmd did not start"
+}
+
+# serve_sdp PORT [CONV]: an SDP service on PORT that sends the payload to
+# each client, one connection after the other, in the background. With CONV
+# each listener registers CONV -> itself with the local sdp-pmd (for as long
+# as that sdp-cat lives). At most 1000 connections.
+serve_sdp() {
+  local port=$1 conv=${2:-}
+  make_payload
+  (
+    for _ in $(seq 1000); do
+      if [ -n "$conv" ]; then
+        sdp-cat -l --register "$conv" "$port" <"$PAYLOAD" >/dev/null 2>>/tmp/serve.err || sleep 0.2
+      else
+        sdp-cat -l "$port" <"$PAYLOAD" >/dev/null 2>>/tmp/serve.err || sleep 0.2
+      fi
+    done
+  ) &
+}
+
+# serve_tcp PORT: the same payload over plain TCP (the Conventional Address).
+serve_tcp() {
+  make_payload
+  socat "TCP6-LISTEN:$1,ipv6only=0,fork,reuseaddr" "SYSTEM:cat $PAYLOAD" &
+}
+
+# resolve [pm-resolve options] AP_IP AP_PORT: one line, "accept IP:PORT ...",
+# "deny" or "timeout"; never fails.
+resolve() { pm-resolve "$@" 2>&1 || true; }
+
+# wait_accept [pm-resolve options] AP_IP AP_PORT: until the PMSP accepts (a
+# registration is in place), at most 15 s.
+wait_accept() {
+  local i r
+  for i in $(seq 75); do
+    r=$(resolve --deadline 1000 "$@")
+    case "$r" in accept*) return 0 ;; esac
+    sleep 0.2
+  done
+  fail "no PMAccept for $* (last: $r)"
+}
+
+# fetch [sdp-cat options] HOST PORT: connect as a client, check the bytes
+# received against the payload, and print how (SDP or TCP fallback) and how
+# long. FETCH_MODE is "sdp" or "tcp".
+fetch() {
+  local t0 t1 rc=0 want got
+  want=$(payload_sum)
+  t0=$(now_ms)
+  timeout 30 sdp-cat -v "$@" </dev/null >/tmp/fetch.out 2>/tmp/fetch.err || rc=$?
+  t1=$(now_ms)
+  got=$(sha256sum </tmp/fetch.out | cut -d' ' -f1)
+  cat /tmp/fetch.err >&2
+  [ "$rc" = 0 ] || fail "sdp-cat $* exited $rc"
+  [ "$got" = "$want" ] || fail "sdp-cat $*: wrong bytes ($(wc -c </tmp/fetch.out) received)"
+  if grep -q 'connected over SDP' /tmp/fetch.err; then FETCH_MODE=sdp
+  elif grep -q 'connected over TCP' /tmp/fetch.err; then FETCH_MODE=tcp
+  else fail "sdp-cat $*: neither SDP nor TCP reported"; fi
+  log "fetched $(wc -c </tmp/fetch.out) bytes from $* over $FETCH_MODE in $((t1 - t0)) ms"
+}
+
+# metric HOST PORT NAME: a value from sdp-pmd's Prometheus endpoint.
+metric() {
+  local host=$1 port=$2 name=$3
+  timeout 5 bash -c '
+    exec 3<>"/dev/tcp/$0/$1"
+    printf "GET /metrics HTTP/1.0\r\nHost: pmd\r\n\r\n" >&3
+    cat <&3' "$host" "$port" | tr -d '\r' | awk -v m="$name" '$1 == m { print $2; exit }'
+}
+
+# wait_no_transactions HOST PORT: until sdp-pmd holds no transaction (every
+# PMAccept acked or timed out), at most 15 s; prints the counters.
+wait_no_transactions() {
+  local i n=""
+  for i in $(seq 30); do
+    n=$(metric "$1" "$2" sdp_pmd_transactions || true)
+    [ "$n" = 0 ] && break
+    sleep 0.5
+  done
+  log "sdp-pmd: transactions=$n accepted=$(metric "$1" "$2" 'sdp_pmd_outcomes_total{outcome="accepted"}' || true)" \
+      "timeouts=$(metric "$1" "$2" sdp_pmd_timeouts_total || true)"
+  [ "$n" = 0 ] || fail "sdp-pmd still holds $n transactions"
+}
+
+# json_field JSON NAME: a number from pm-resolve-many's output line.
+json_field() { sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p" <<<"$1"; }
+
+# Servers: stay up until the checker is done (compose stops us anyway).
+idle() { exec sleep infinity; }
