@@ -105,7 +105,7 @@ metric() {
   timeout 5 bash -c '
     exec 3<>"/dev/tcp/$0/$1"
     printf "GET /metrics HTTP/1.0\r\nHost: pmd\r\n\r\n" >&3
-    cat <&3' "$host" "$port" | tr -d '\r' | awk -v m="$name" '$1 == m { print $2; exit }'
+    cat <&3' "$host" "$port" 2>/dev/null | tr -d '\r' | awk -v m="$name" '$1 == m { print $2; exit }'
 }
 
 # wait_no_transactions HOST PORT: until sdp-pmd holds no transaction (every
@@ -127,3 +127,22 @@ json_field() { sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p" <<<"$1"; }
 
 # Servers: stay up until the checker is done (compose stops us anyway).
 idle() { exec sleep infinity; }
+
+# A client that is not the checker: write its exit status for the checker
+# into the shared volume, then stay up (any container that exits ends
+# `docker-compose up --abort-on-container-exit`).
+report_and_idle() {
+  trap - EXIT
+  echo "$1" >"$SHARED/${CLIENT_NAME:?}.rc"
+  idle
+}
+
+# await_peers NAME...: the checker waits (at most 60 s) for the other
+# clients' exit status.
+await_peers() {
+  local p
+  for p in "$@"; do
+    for _ in $(seq 300); do [ -s "$SHARED/$p.rc" ] && break; sleep 0.2; done
+    [ "$(cat "$SHARED/$p.rc" 2>/dev/null)" = 0 ] || fail "client $p did not pass"
+  done
+}
