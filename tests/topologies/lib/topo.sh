@@ -6,6 +6,7 @@ set -euo pipefail
 
 PAYLOAD=/tmp/payload
 SHARED=${SHARED:-/shared}
+SDP_BIND=${SDP_BIND:-0.0.0.0}
 
 log() { printf '%s %s\n' "$(date -u +%T.%3N)" "$*"; }
 fail() { log "FAIL: $*"; exit 1; }
@@ -22,6 +23,7 @@ v6_only() {
   for dev in $(ls /sys/class/net); do
     [ "$dev" = lo ] || ip -4 addr flush dev "$dev"
   done
+  [ -z "$(ip -4 addr show scope global)" ] || fail "IPv4 addresses left"
 }
 
 # start_pmd CONFIG: sdp-pmd in the background, log in /tmp/pmd.err; waits
@@ -43,16 +45,18 @@ start_pmd() {
 # serve_sdp PORT [CONV]: an SDP service on PORT that sends the payload to
 # each client, one connection after the other, in the background. With CONV
 # each listener registers CONV -> itself with the local sdp-pmd (for as long
-# as that sdp-cat lives). At most 1000 connections.
+# as that sdp-cat lives). At most 1000 connections. SDP_BIND: the address
+# to listen on (0.0.0.0; "[::]" on IPv6).
 serve_sdp() {
   local port=$1 conv=${2:-}
   make_payload
   (
     for _ in $(seq 1000); do
       if [ -n "$conv" ]; then
-        sdp-cat -l --register "$conv" "$port" <"$PAYLOAD" >/dev/null 2>>/tmp/serve.err || sleep 0.2
+        sdp-cat -l --bind "$SDP_BIND" --register "$conv" "$port" <"$PAYLOAD" >/dev/null \
+          2>>/tmp/serve.err || sleep 0.2
       else
-        sdp-cat -l "$port" <"$PAYLOAD" >/dev/null 2>>/tmp/serve.err || sleep 0.2
+        sdp-cat -l --bind "$SDP_BIND" "$port" <"$PAYLOAD" >/dev/null 2>>/tmp/serve.err || sleep 0.2
       fi
     done
   ) &
@@ -61,7 +65,7 @@ serve_sdp() {
 # serve_tcp PORT: the same payload over plain TCP (the Conventional Address).
 serve_tcp() {
   make_payload
-  socat "TCP6-LISTEN:$1,ipv6only=0,fork,reuseaddr" "SYSTEM:cat $PAYLOAD" &
+  socat "TCP6-LISTEN:$1,ipv6only=0,fork,reuseaddr" "SYSTEM:cat $PAYLOAD" 2>/dev/null &
 }
 
 # resolve [pm-resolve options] AP_IP AP_PORT: one line, "accept IP:PORT ...",
