@@ -26,15 +26,20 @@ v6_only() {
   [ -z "$(ip -4 addr show scope global)" ] || fail "IPv4 addresses left"
 }
 
-# start_pmd CONFIG: sdp-pmd in the background, log in /tmp/pmd.err; waits
-# for "ready" (at most 10 s). PMD_PID is its pid.
+# start_pmd CONFIG: sdp-pmd in the background, its log appended to
+# /tmp/pmd.err (and shown on the container's output); waits for a new
+# "ready" line (at most 10 s). PMD_PID is its pid.
 start_pmd() {
-  : >/tmp/pmd.err
+  local i before
+  if [ ! -e /tmp/pmd.err ]; then
+    : >/tmp/pmd.err
+    tail -n +1 -F /tmp/pmd.err 2>/dev/null | sed -u 's/^/sdp-pmd: /' >&2 &
+  fi
+  before=$(grep -c ready /tmp/pmd.err || true)
   sdp-pmd --config "$1" 2>>/tmp/pmd.err &
   PMD_PID=$!
-  local i
   for i in $(seq 100); do
-    grep -q ready /tmp/pmd.err && return 0
+    [ "$(grep -c ready /tmp/pmd.err || true)" -gt "$before" ] && return 0
     kill -0 "$PMD_PID" 2>/dev/null || break
     sleep 0.1
   done
