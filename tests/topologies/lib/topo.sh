@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # SPDX-License-Identifier: Apache-2.0
 # Helpers for the Docker Compose scenarios, sourced by the scripts that run
 # inside the containers (mounted read-only at /topo). Every wait is bounded;
@@ -20,7 +21,8 @@ payload_sum() { make_payload; sha256sum <"$PAYLOAD" | cut -d' ' -f1; }
 # network (needs NET_ADMIN).
 v6_only() {
   local dev
-  for dev in $(ls /sys/class/net); do
+  for dev in /sys/class/net/*; do
+    dev=${dev##*/}
     [ "$dev" = lo ] || ip -4 addr flush dev "$dev"
   done
   [ -z "$(ip -4 addr show scope global)" ] || fail "IPv4 addresses left"
@@ -30,7 +32,7 @@ v6_only() {
 # /tmp/pmd.err (and shown on the container's output); waits for a new
 # "ready" line (at most 10 s). PMD_PID is its pid.
 start_pmd() {
-  local i before
+  local before
   if [ ! -e /tmp/pmd.err ]; then
     : >/tmp/pmd.err
     tail -n +1 -F /tmp/pmd.err 2>/dev/null | sed -u 's/^/sdp-pmd: /' >&2 &
@@ -38,7 +40,7 @@ start_pmd() {
   before=$(grep -c ready /tmp/pmd.err || true)
   sdp-pmd --config "$1" 2>>/tmp/pmd.err &
   PMD_PID=$!
-  for i in $(seq 100); do
+  for _ in $(seq 100); do
     [ "$(grep -c ready /tmp/pmd.err || true)" -gt "$before" ] && return 0
     kill -0 "$PMD_PID" 2>/dev/null || break
     sleep 0.1
@@ -80,8 +82,8 @@ resolve() { pm-resolve "$@" 2>&1 || true; }
 # wait_accept [pm-resolve options] AP_IP AP_PORT: until the PMSP accepts (a
 # registration is in place), at most 15 s.
 wait_accept() {
-  local i r
-  for i in $(seq 75); do
+  local r=""
+  for _ in $(seq 75); do
     r=$(resolve --deadline 1000 "$@")
     case "$r" in accept*) return 0 ;; esac
     sleep 0.2
@@ -120,8 +122,8 @@ metric() {
 # wait_no_transactions HOST PORT: until sdp-pmd holds no transaction (every
 # PMAccept acked or timed out), at most 15 s; prints the counters.
 wait_no_transactions() {
-  local i n=""
-  for i in $(seq 30); do
+  local n=""
+  for _ in $(seq 30); do
     n=$(metric "$1" "$2" sdp_pmd_transactions || true)
     [ "$n" = 0 ] && break
     sleep 0.5

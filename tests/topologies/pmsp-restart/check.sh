@@ -9,7 +9,7 @@ srv=172.30.41.11
 
 wait_accept "$srv" 7000
 touch "$SHARED/go"
-batches=0 acc=0 den=0 tmo=0 err=0 max=0
+batches=0 acc=0 den=0 tmo=0 max=0
 t0=$(now_ms)
 while [ ! -e "$SHARED/restarted" ] && [ "$batches" -lt 500 ]; do
   rc=0
