@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Three network namespaces on one bridge: pmsp (sdp-pmd), client1, client2.
+# The bridge lives in a fourth, "switch" namespace of its own, never in the
+# root namespace: the host's netfilter (Docker's FORWARD policy DROP with
+# bridge-nf-call-iptables=1, say) then never sees the test's traffic.
 # nftables in the pmsp namespace drops 30% of the packets to UDP 3935 at
 # random (`numgen random mod 100 < 30`); there is no tc netem here. Both
 # clients resolve through libpmclient (pm-resolve-many) at the same time and
@@ -21,7 +24,7 @@ command -v ip >/dev/null || skip "no ip(8)"
 command -v nft >/dev/null || skip "no nft(8)"
 
 tag="sdppm$$"
-ns_s="${tag}-pmsp"; ns_1="${tag}-c1"; ns_2="${tag}-c2"; br="br${$}"
+ns_s="${tag}-pmsp"; ns_1="${tag}-c1"; ns_2="${tag}-c2"; ns_sw="${tag}-sw"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/sdppm-topo-XXXXXX")"
 pmd_pid=""
 
@@ -33,22 +36,23 @@ cleanup() {
     kill -9 "$pmd_pid" 2>/dev/null
     wait "$pmd_pid" 2>/dev/null
   fi
-  for ns in "$ns_s" "$ns_1" "$ns_2"; do ip netns del "$ns" 2>/dev/null; done
-  ip link del "$br" 2>/dev/null
+  # Deleting the switch namespace deletes the bridge and the veth pairs.
+  for ns in "$ns_s" "$ns_1" "$ns_2" "$ns_sw"; do ip netns del "$ns" 2>/dev/null; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-ip netns add "$ns_s" 2>/dev/null || skip "cannot create network namespaces"
+ip netns add "$ns_sw" 2>/dev/null || skip "cannot create network namespaces"
+ip netns add "$ns_s"
 ip netns add "$ns_1"
 ip netns add "$ns_2"
-if ! ip link add "$br" type bridge 2>/dev/null; then skip "no bridge support"; fi
-ip link set "$br" up
+if ! ip -n "$ns_sw" link add br0 type bridge 2>/dev/null; then skip "no bridge support"; fi
+ip -n "$ns_sw" link set br0 up
 i=1
 for ns in "$ns_s" "$ns_1" "$ns_2"; do
-  ip link add "v${$}x$i" type veth peer name eth0 netns "$ns"
-  ip link set "v${$}x$i" master "$br" up
+  ip -n "$ns_sw" link add "port$i" type veth peer name eth0 netns "$ns"
+  ip -n "$ns_sw" link set "port$i" master br0 up
   ip -n "$ns" addr add "10.99.0.$i/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
