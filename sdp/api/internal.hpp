@@ -39,6 +39,7 @@ class ProviderChannel {
     virtual short pump() = 0;
     [[nodiscard]] virtual int native_handle() const = 0;
     [[nodiscard]] virtual std::string describe() const = 0;
+    [[nodiscard]] virtual engine::Stats stats() const = 0;
 };
 
 }  // namespace detail
@@ -63,6 +64,8 @@ struct Stream::Impl {
 
 namespace detail {
 
+// The SDP engine settings of a stream (every provider).
+engine::Config engine_config(const StreamOptions& o);
 io::ChannelOptions channel_options(const StreamOptions& o);
 // A TCP socket (CLOEXEC), or -errno.
 int tcp_socket(bool v4);

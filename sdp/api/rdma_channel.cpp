@@ -37,10 +37,7 @@ std::string provider_text(const std::error_code& ec, const std::string& why) {
 
 rdma::RdmaSessionConfig rdma_config(const StreamOptions& o) {
     rdma::RdmaSessionConfig c;
-    c.engine.recv_buf_size = o.recv_buf_size;
-    c.engine.recv_buf_count = o.recv_buf_count;
-    c.engine.send_buf_size = o.recv_buf_size;
-    c.engine.send_queue_limit = o.send_queue_limit;
+    c.engine = engine_config(o);
     c.cm.resolve_timeout = o.connect_timeout;
     c.cm.establish_timeout = o.handshake_timeout;
     return c;
@@ -293,6 +290,11 @@ short RdmaChannel::pump() {
         progress_locked();
     }
     return POLLIN;
+}
+
+engine::Stats RdmaChannel::stats() const {
+    std::lock_guard lk(mu_);
+    return s_->sdp().stats();
 }
 
 std::string RdmaChannel::describe() const {

@@ -56,6 +56,7 @@ class RdmaChannel final : public ProviderChannel {
     // No single descriptor tells readiness here: -1 (use the blocking calls).
     [[nodiscard]] int native_handle() const override { return -1; }
     [[nodiscard]] std::string describe() const override;
+    [[nodiscard]] engine::Stats stats() const override;
 
   private:
     RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, std::chrono::milliseconds io_timeout);

@@ -688,11 +688,13 @@ bool Connection::read_zcopy(std::span<std::uint8_t> out) {
     // not worth an RDMA Read: Bcopy for the rest (9.5.2.1).
     if (n < rest && n < cfg_.bcopy_threshold) {
         force_bcopy();
+        pump();
         return false;
     }
     auto region = qp_.register_region(out.first(n), Access::local_write);
     if (!region) {
         force_bcopy();
+        pump();
         return false;
     }
     zread_ = ZRead{*region, next_rdma_id_++, n};

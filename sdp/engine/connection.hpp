@@ -175,6 +175,7 @@ class Connection {
     // registration refused); use write().
     bool write_zcopy(std::span<const std::uint8_t> buf);
     [[nodiscard]] bool zcopy_write_pending() const { return src_out_.has_value(); }
+    [[nodiscard]] std::size_t bcopy_threshold() const { return cfg_.bcopy_threshold; }
     // Data Sink: the next bytes of the stream are in the peer's advertised
     // buffer and nothing is readable() before them: how many.
     [[nodiscard]] std::size_t zcopy_readable() const;

@@ -341,23 +341,34 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
     std::unique_lock lk(mu_);
     auto& c = core_.sdp();
     auto& session = core_.session();
-    // Nothing to read yet: let the next Data Messages land straight in
-    // `out` (one copy less). Only this call ends the landing it began.
-    const bool landing = core_.begin_landing(out);
-    const bool ready = drive(
-        lk, [&] { return core_.read_ready() || (landing && session.landed() > 0); }, io_deadline());
-    if (landing) {
-        // Anything placed in part goes back to its private buffer.
-        if (const std::size_t n = session.end_landing(); n > 0) {
-            after_call();
-            return n;
+    std::optional<std::size_t> got;
+    while (!got) {
+        // The peer advertised its buffer (Read Zcopy): RDMA-Read into `out`.
+        if (auto z = read_zcopy_locked(lk, out, ec)) {
+            return *z;
         }
+        // Nothing to read yet: let the next Data Messages land straight in
+        // `out` (one copy less). Only this call ends the landing it began.
+        const bool landing = core_.begin_landing(out);
+        const bool ready = drive(
+            lk, [&] { return core_.read_ready() || (landing && session.landed() > 0); },
+            io_deadline());
+        if (landing) {
+            // Anything placed in part goes back to its private buffer.
+            if (const std::size_t n = session.end_landing(); n > 0) {
+                after_call();
+                return n;
+            }
+        }
+        if (!ready) {
+            ec = std::make_error_code(std::errc::timed_out);
+            return 0;
+        }
+        // nullopt: only an advertisement was ready, taken above or turned
+        // into Bcopy (SendSm): wait again.
+        got = core_.read(out, ec);
     }
-    if (!ready) {
-        ec = std::make_error_code(std::errc::timed_out);
-        return 0;
-    }
-    std::size_t n = core_.read(out, ec).value_or(0);
+    std::size_t n = *got;
     // Queued data all read and room for whole messages left: take what the
     // socket holds now, landing it behind (as recv(2) would return
     // everything that has arrived), unless another thread polls.
@@ -376,6 +387,27 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
     return n;
 }
 
+std::optional<std::size_t> SoftChannel::read_zcopy_locked(std::unique_lock<std::mutex>& lk,
+                                                          std::span<std::uint8_t> out,
+                                                          std::error_code& ec) {
+    auto& c = core_.sdp();
+    if (c.readable() > 0 || c.zcopy_readable() == 0 || !c.read_zcopy(out)) {
+        service_locked();  // a SendSm, if the buffer was too small
+        return std::nullopt;
+    }
+    service_locked();
+    // The RDMA Read cannot be called back: `out` is the caller's until it
+    // completes or the connection is gone, so no io_timeout here.
+    drive(
+        lk, [&] { return !c.zcopy_read_pending(); }, std::nullopt);
+    if (auto n = c.take_zcopy_read()) {
+        after_call();
+        return n;
+    }
+    ec = core_.state_error(false);
+    return 0;
+}
+
 void SoftChannel::after_call() {
     service_locked();  // credit updates go out now
     wake_poller();
@@ -386,6 +418,11 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     ec.clear();
     std::unique_lock lk(mu_);
     auto& c = core_.sdp();
+    if (in.size() > c.bcopy_threshold() && c.bcopy_threshold() > 0) {
+        if (auto z = write_zcopy_locked(lk, in, ec)) {
+            return *z;
+        }
+    }
     std::size_t done = 0;
     while (done < in.size()) {
         const auto n = core_.write(in.subspan(done), ec);
@@ -410,6 +447,33 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     wake_poller_for_output();
     kick_helper();
     return done;
+}
+
+std::optional<std::size_t> SoftChannel::write_zcopy_locked(std::unique_lock<std::mutex>& lk,
+                                                           std::span<const std::uint8_t> in,
+                                                           std::error_code& ec) {
+    auto& c = core_.sdp();
+    // Read Zcopy (9.2): what is queued goes first (11.2), then `in` is
+    // advertised and the peer reads it; the call returns after that.
+    wake_poller_for_output();
+    if (!drive(
+            lk, [&] { return c.send_queued() == 0 || c.state() != engine::State::established; },
+            io_deadline()) ||
+        !c.write_zcopy(in)) {
+        return std::nullopt;  // Bcopy (write() reports any error)
+    }
+    service_locked();
+    wake_poller_for_output();
+    // The peer may read `in` until it says so: no io_timeout (a reset or a
+    // lost LLP ends the wait and invalidates the region).
+    drive(
+        lk, [&] { return !c.zcopy_write_pending(); }, std::nullopt);
+    kick_helper();
+    if (c.state() != engine::State::established) {
+        ec = core_.state_error(true);
+        return 0;
+    }
+    return in.size();
 }
 
 bool SoftChannel::flush(std::chrono::milliseconds timeout) {
@@ -506,6 +570,11 @@ short SoftChannel::pump() {
 std::string SoftChannel::describe() const {
     std::unique_lock lk(mu_);
     return core_.describe();
+}
+
+engine::Stats SoftChannel::stats() const {
+    std::unique_lock lk(mu_);
+    return core_.session().sdp().stats();
 }
 
 bool SoftChannel::crc() const {

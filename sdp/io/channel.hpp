@@ -73,6 +73,12 @@ std::size_t unacked_bytes(int fd);
 // `cfg` with what a sans-I/O session cannot draw itself: randomness from the
 // OS for its STags.
 SessionConfig with_os_randomness(SessionConfig cfg);
+// `cfg` without zero copy (drivers whose read path does not do it yet: a
+// SrcAvail from the peer is then answered with SendSm at once).
+inline SessionConfig bcopy_only(SessionConfig cfg) {
+    cfg.engine.bcopy_threshold = 0;
+    return cfg;
+}
 // How long an abort waits for its AbortConn to be written and acknowledged
 // (8.2.2) before it resets the connection.
 inline constexpr std::chrono::milliseconds kAbortLinger{1000};
@@ -116,14 +122,22 @@ class SoftChannel {
 
     [[nodiscard]] int native_handle() const { return fd_; }
     [[nodiscard]] std::string describe() const;
+    // The SDP engine's counters.
+    [[nodiscard]] engine::Stats stats() const;
     [[nodiscard]] std::size_t mss() const { return mss_; }
     [[nodiscard]] bool crc() const;
-    [[nodiscard]] const engine::Stats& stats() const { return core_.session().sdp().stats(); }
 
   private:
     SoftChannel(int fd, iwarp::MpaRole role, const ChannelOptions& opts);
     // Runs the I/O loop until pred() holds (true), the deadline passes or the
     // socket is finished (pred() again). lk holds mu_.
+    // Read Zcopy (9.2) for read_some()/write(); nullopt: not taken, go on
+    // with Bcopy.
+    std::optional<std::size_t> read_zcopy_locked(std::unique_lock<std::mutex>& lk,
+                                                 std::span<std::uint8_t> out, std::error_code& ec);
+    std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,
+                                                  std::span<const std::uint8_t> in,
+                                                  std::error_code& ec);
     // After an abort: the AbortConn written and acknowledged (bounded by
     // kAbortLinger); false when none went out and the socket must be reset.
     bool finish_abort_locked(std::unique_lock<std::mutex>& lk);

@@ -169,7 +169,7 @@ bool ChannelCore::begin_landing(std::span<std::uint8_t> zone) {
 
 bool ChannelCore::read_ready() const {
     const auto& c = s_.sdp();
-    return c.readable() > 0 || c.eof() || rd_eof_ ||
+    return c.readable() > 0 || c.zcopy_readable() > 0 || c.eof() || rd_eof_ ||
            (c.state() != engine::State::established && c.state() != engine::State::connecting);
 }
 

@@ -29,11 +29,11 @@ namespace {
 
 void usage() {
     std::fprintf(stderr,
-                 "usage: sdp-cat [-v] [--provider soft|rdma|auto] [--pmsp IP:PORT] "
-                 "[--no-fallback] HOST PORT\n"
-                 "       sdp-cat [-v] [--provider soft|rdma|auto] --sdp HOST PORT\n"
-                 "       sdp-cat [-v] [--provider soft|rdma|auto] -l [--register CONV_IP:PORT] "
-                 "[--control SOCKET] [--bind IP] PORT\n");
+                 "usage: sdp-cat [-v] [OPTIONS] [--pmsp IP:PORT] [--no-fallback] HOST PORT\n"
+                 "       sdp-cat [-v] [OPTIONS] --sdp HOST PORT\n"
+                 "       sdp-cat [-v] [OPTIONS] -l [--register CONV_IP:PORT] "
+                 "[--control SOCKET] [--bind IP] PORT\n"
+                 "OPTIONS: [--provider soft|rdma|auto] [--mechanism bcopy|zcopy|auto]\n");
 }
 
 bool write_all(int fd, const std::uint8_t* p, std::size_t n) {
@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
     bool verbose = false, listen = false, direct = false, fallback = true;
     std::string reg, control = "/run/sdp-pmd/control.sock", bind_ip = "0.0.0.0", pmsp;
     sdp::Provider prov = sdp::Provider::soft;
+    sdp::Mechanism mech = sdp::Mechanism::bcopy;
     std::vector<std::string> pos;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -147,6 +148,16 @@ int main(int argc, char** argv) {
             bind_ip = next();
         } else if (a == "--pmsp") {
             pmsp = next();
+        } else if (a == "--mechanism") {
+            const std::string v = next();
+            const auto m = sdp::parse_mechanism(v);
+            if (!m) {
+                std::fprintf(stderr,
+                             "sdp-cat: bad --mechanism '%s' (expected bcopy, zcopy or auto)\n",
+                             v.c_str());
+                return 2;
+            }
+            mech = *m;
         } else if (a == "--provider") {
             const std::string v = next();
             const auto p = sdp::parse_provider(v);
@@ -170,6 +181,7 @@ int main(int argc, char** argv) {
     sdp::StreamOptions so;
     so.fallback = fallback;
     so.iwarp_provider = prov;
+    so.mechanism = mech;
     if (!pmsp.empty()) {
         auto ep = pm::Endpoint::parse(pmsp);
         if (!ep) {

@@ -6,6 +6,7 @@
 //   sdp-perf [--sizes 64,4096,65536,1048576] [--time SECONDS] [--bytes N]
 //            [--no-crc] [--json] [--only sdp|tcp] [--no-latency]
 //            [--no-throughput] [--provider soft|rdma|auto] [--addr IP]
+//            [--mechanism bcopy|zcopy|auto] [--zcopy-threshold BYTES]
 //
 // --provider rdma needs an iWARP device; Linux siw does not work on lo with
 // rdma_cm, so pass --addr with the siw netdev's address (docs/rdma.md).
@@ -126,8 +127,11 @@ struct PairMaker {
 struct SdpPairs final : PairMaker {
     sdp::Acceptor acc;
     sdp::StreamOptions so;
-    SdpPairs(bool crc, sdp::Provider prov, const std::string& addr) {
+    SdpPairs(bool crc, sdp::Provider prov, const std::string& addr, sdp::Mechanism mech,
+             std::size_t zthreshold) {
         so.crc = crc;
+        so.mechanism = mech;
+        so.zcopy_threshold = zthreshold;
         so.io_timeout = 30s;
         sdp::AcceptorOptions ao;
         ao.stream = so;
@@ -336,6 +340,8 @@ int main(int argc, char** argv) {
     bool run_sdp = true, run_tcp = true, run_tput = true, run_lat = true;
     sdp::Provider prov = sdp::Provider::soft;
     std::string sdp_addr = "127.0.0.1";
+    sdp::Mechanism mech = sdp::Mechanism::bcopy;
+    std::size_t zthreshold = sdp::StreamOptions{}.zcopy_threshold;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -372,6 +378,18 @@ int main(int argc, char** argv) {
             // Both SDP ends on this address (siw does not work on lo: use
             // the siw netdev's address); kernel TCP stays on loopback.
             sdp_addr = next();
+        } else if (a == "--mechanism") {
+            const std::string v = next();
+            const auto m = sdp::parse_mechanism(v);
+            if (!m) {
+                std::fprintf(stderr,
+                             "sdp-perf: bad --mechanism '%s' (expected bcopy, zcopy or auto)\n",
+                             v.c_str());
+                return 2;
+            }
+            mech = *m;
+        } else if (a == "--zcopy-threshold") {
+            zthreshold = std::stoull(next());
         } else if (a == "--provider") {
             const std::string v = next();
             const auto p = sdp::parse_provider(v);
@@ -386,11 +404,12 @@ int main(int argc, char** argv) {
             std::fprintf(stderr,
                          "usage: sdp-perf [--sizes 64,4096,...] [--time SECONDS] [--bytes N] "
                          "[--no-crc] [--json] [--only sdp|tcp] [--no-latency] "
-                         "[--no-throughput] [--provider soft|rdma|auto] [--addr IP]\n");
+                         "[--no-throughput] [--provider soft|rdma|auto] [--addr IP] "
+                         "[--mechanism bcopy|zcopy|auto] [--zcopy-threshold BYTES]\n");
             return a == "-h" || a == "--help" ? 0 : 2;
         }
     }
-    SdpPairs sdp_pairs(crc, prov, sdp_addr);
+    SdpPairs sdp_pairs(crc, prov, sdp_addr, mech, zthreshold);
     TcpPairs tcp_pairs;
     const std::chrono::duration<double> t(secs), lt(secs / 2);
     if (!json) {
@@ -400,16 +419,18 @@ int main(int argc, char** argv) {
                 secs);
         } else {
             std::printf(
-                "sdp-perf: loopback, soft iWARP (MPA CRC %s) vs kernel TCP, %.1f s per test\n",
-                crc ? "on" : "off", secs);
+                "sdp-perf: loopback, soft iWARP (MPA CRC %s, %s) vs kernel TCP, %.1f s per test\n",
+                crc ? "on" : "off", sdp::to_string(mech), secs);
         }
         std::printf("%-8s | %9s %9s %6s | %8s %8s | %9s %9s %6s | %9s %9s\n", "size", "sdp MB/s",
                     "tcp MB/s", "ratio", "sdp cpu", "tcp cpu", "sdp rtt", "tcp rtt", "ratio",
                     "sdp p99", "tcp p99");
     } else {
-        std::printf("{\"crc\": %s, \"provider\": \"%s\", \"seconds\": %.3f, \"results\": [",
-                    crc ? "true" : "false", sdp::to_string(sdp_pairs.acc.listener_provider()),
-                    secs);
+        std::printf(
+            "{\"crc\": %s, \"provider\": \"%s\", \"mechanism\": \"%s\", \"seconds\": %.3f, "
+            "\"results\": [",
+            crc ? "true" : "false", sdp::to_string(sdp_pairs.acc.listener_provider()),
+            sdp::to_string(mech), secs);
     }
     bool all_ok = true;
     bool first = true;

@@ -54,6 +54,13 @@ enum class Provider : std::uint8_t { soft, rdma, automatic };
 const char* to_string(Provider p);
 // "soft", "rdma", "auto" (or "automatic"); nullopt for anything else.
 std::optional<Provider> parse_provider(std::string_view name);
+
+// How large writes travel (StreamOptions::mechanism).
+enum class Mechanism : std::uint8_t { bcopy, zcopy, automatic };
+// "bcopy", "zcopy", "auto".
+const char* to_string(Mechanism m);
+// "bcopy", "zcopy", "auto" (or "automatic"); nullopt for anything else.
+std::optional<Mechanism> parse_mechanism(std::string_view name);
 // True when the rdma provider is built in and an iWARP device with a usable
 // rdma_cm is present; otherwise false and *why says what is missing.
 bool rdma_available(std::string* why = nullptr);
@@ -92,6 +99,29 @@ struct StreamOptions {
     // TCP at 64 KiB on loopback against 0.70-0.76x for 256 KiB (the data
     // in flight stays in cache); see docs/performance.md.
     std::size_t send_queue_limit = 256 * 1024;
+    // How large writes travel (9): bcopy, through the private buffers only;
+    // zcopy, Read Zcopy (9.2) for writes larger than zcopy_threshold: the
+    // buffer is advertised, the peer RDMA-Reads it straight into its
+    // reader's buffer, and write() returns once the peer has read it (the
+    // caller's buffer stays put until then); automatic, what measured
+    // fastest (today Bcopy, see docs/performance.md). Both directions: a
+    // bcopy stream also asks a zero-copy peer for Bcopy (SendSm). Blocking
+    // Stream on the soft provider; the async stream and the rdma provider
+    // use Bcopy for now. See docs/sdp.md, "Zero copy".
+    Mechanism mechanism = Mechanism::bcopy;
+    std::size_t zcopy_threshold = 32 * 1024;
+};
+
+// Counters of one SDP stream (all zero over plain TCP).
+struct StreamStats {
+    std::uint64_t bytes_sent = 0;      // ULP bytes, every mechanism
+    std::uint64_t bytes_received = 0;  // ULP bytes, every mechanism
+    // Read Zcopy (9.2): bytes the peer RDMA-Read from our buffers, bytes we
+    // RDMA-Read from the peer's; SendSm (Bcopy forced, 9.5.2.1) each way.
+    std::uint64_t zcopy_bytes_sent = 0;
+    std::uint64_t zcopy_bytes_received = 0;
+    std::uint64_t send_sm_sent = 0;
+    std::uint64_t send_sm_received = 0;
 };
 
 struct ConnectInfo {
@@ -152,6 +182,8 @@ class Stream {
     short pump();
     // Details of the SDP connection (MSS, CRC, errors) for messages.
     std::string describe() const;
+    // The SDP counters (zeros over TCP or when not connected).
+    StreamStats stats() const;
 
     struct Impl;
 

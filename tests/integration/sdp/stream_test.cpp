@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -38,10 +39,12 @@ struct Pair {
     sdp::Stream server;
 };
 
-// Opens an acceptor on 127.0.0.1:0 and connects a client to it.
-void make_pair(Pair& p, const sdp::StreamOptions& o = opts()) {
+// Opens an acceptor on 127.0.0.1:0 (with `server` options, default: the
+// client's) and connects a client to it.
+void make_pair(Pair& p, const sdp::StreamOptions& o = opts(),
+               const std::optional<sdp::StreamOptions>& server = std::nullopt) {
     sdp::AcceptorOptions ao;
-    ao.stream = o;
+    ao.stream = server.value_or(o);
     ASSERT_FALSE(p.acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
     std::error_code aec;
     std::thread t([&] { aec = p.acc.accept(p.server, 10s); });
@@ -117,6 +120,109 @@ void transfer(std::size_t n) {
     EXPECT_FALSE(p.client.close());
     c.join();
     EXPECT_FALSE(sc) << sc.message();
+}
+
+// Read Zcopy (9.2) end to end on the soft provider: both ends zcopy, both
+// directions at once (the crossing advertisements of 9.2's deadlock rule),
+// and the reader's buffer sometimes too small (SendSm, 9.5.2.1). Every byte
+// arrives in order; the counters show which mechanism moved it.
+struct ZcopyRun {
+    std::size_t n = 0;
+    std::size_t write_chunk = 0;
+    std::size_t read_buf = 0;
+    sdp::StreamStats client, server;
+};
+
+void zcopy_transfer(ZcopyRun& r, sdp::Mechanism client_mech, sdp::Mechanism server_mech,
+                    bool both_ways) {
+    auto oc = opts(), os = opts();
+    oc.mechanism = client_mech;
+    os.mechanism = server_mech;
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p, oc, os));
+    auto reader = [&](sdp::Stream& s, std::uint32_t seed, std::size_t& got, bool& ok,
+                      std::error_code& ec) {
+        std::vector<std::uint8_t> buf(r.read_buf);
+        ok = true;
+        while (true) {
+            const std::size_t k = s.read_some(buf, ec);
+            if (ec || k == 0)
+                return;
+            ok = ok && check_pattern(std::span(buf.data(), k), got, seed);
+            got += k;
+        }
+    };
+    std::error_code w1, w2, r1, r2;
+    std::size_t g1 = 0, g2 = 0;
+    bool ok1 = false, ok2 = true;
+    std::thread cw([&] {
+        w1 = send_pattern(p.client, r.n, 21, r.write_chunk);
+        if (!w1)
+            w1 = p.client.shutdown_write();
+    });
+    std::thread sw;
+    if (both_ways) {
+        sw = std::thread([&] {
+            w2 = send_pattern(p.server, r.n, 22, r.write_chunk);
+            if (!w2)
+                w2 = p.server.shutdown_write();
+        });
+    } else {
+        ASSERT_FALSE(p.server.shutdown_write());
+    }
+    std::thread cr([&] { reader(p.client, 22, g2, ok2, r2); });
+    reader(p.server, 21, g1, ok1, r1);
+    cw.join();
+    if (sw.joinable())
+        sw.join();
+    cr.join();
+    EXPECT_FALSE(w1) << w1.message();
+    EXPECT_FALSE(w2) << w2.message();
+    EXPECT_FALSE(r1) << r1.message() << " " << p.server.describe();
+    EXPECT_FALSE(r2) << r2.message() << " " << p.client.describe();
+    EXPECT_EQ(g1, r.n);
+    EXPECT_TRUE(ok1);
+    EXPECT_EQ(g2, both_ways ? r.n : 0u);
+    EXPECT_TRUE(ok2);
+    r.client = p.client.stats();
+    r.server = p.server.stats();
+    EXPECT_EQ(r.server.bytes_received, r.n);
+    EXPECT_FALSE(p.client.close());
+    EXPECT_FALSE(p.server.close());
+}
+
+TEST(SdpStreamZcopy, OneWayLargeWritesAreReadByTheReader) {
+    ZcopyRun r{
+        .n = 32u << 20, .write_chunk = 1 << 20, .read_buf = 1 << 20, .client = {}, .server = {}};
+    zcopy_transfer(r, sdp::Mechanism::zcopy, sdp::Mechanism::zcopy, false);
+    EXPECT_GT(r.client.zcopy_bytes_sent, r.n / 2);
+    EXPECT_EQ(r.server.zcopy_bytes_received, r.client.zcopy_bytes_sent);
+}
+
+TEST(SdpStreamZcopy, BothWaysAtOnce) {
+    ZcopyRun r{.n = 16u << 20,
+               .write_chunk = 256 * 1024,
+               .read_buf = 300 * 1024,
+               .client = {},
+               .server = {}};
+    zcopy_transfer(r, sdp::Mechanism::zcopy, sdp::Mechanism::zcopy, true);
+    EXPECT_GT(r.client.zcopy_bytes_sent + r.server.zcopy_bytes_sent, 0u);
+}
+
+TEST(SdpStreamZcopy, SmallReaderBuffersForceBcopy) {
+    ZcopyRun r{
+        .n = 4u << 20, .write_chunk = 512 * 1024, .read_buf = 4000, .client = {}, .server = {}};
+    zcopy_transfer(r, sdp::Mechanism::zcopy, sdp::Mechanism::zcopy, false);
+    EXPECT_GT(r.server.send_sm_sent, 0u);
+    EXPECT_EQ(r.client.send_sm_received, r.server.send_sm_sent);
+}
+
+TEST(SdpStreamZcopy, BcopyPeerAnswersSendSm) {
+    ZcopyRun r{
+        .n = 4u << 20, .write_chunk = 512 * 1024, .read_buf = 1 << 20, .client = {}, .server = {}};
+    zcopy_transfer(r, sdp::Mechanism::zcopy, sdp::Mechanism::bcopy, false);
+    EXPECT_EQ(r.client.zcopy_bytes_sent, 0u);
+    EXPECT_GT(r.server.send_sm_sent, 0u);
 }
 
 TEST(SdpStream, OneByte) {

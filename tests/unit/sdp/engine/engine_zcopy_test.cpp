@@ -144,7 +144,17 @@ TEST(SdpEngineReadZcopy, SmallReaderBufferForcesBcopy) {
     ZPair p;
     const Bytes data = pattern(200000, 4);
     ASSERT_TRUE(p.a.write_zcopy(data));
-    Bytes got;
+    // The SendSm goes out from read_zcopy() itself (a driver that waits
+    // for the socket next calls nothing else).
+    p.run();
+    Bytes first(64);
+    ASSERT_EQ(p.b.read(first), 64u);  // the inline bytes
+    const auto before = p.qb.sent_log.size();
+    Bytes small(1000);
+    EXPECT_FALSE(p.b.read_zcopy(small));
+    ASSERT_EQ(p.qb.sent_log.size(), before + 1);
+    EXPECT_EQ(w::mid_of(decoded(p.qb.sent_log.back()).body), w::Mid::send_sm);
+    Bytes got(data.begin(), data.begin() + 64);
     p.drain_b(got, 1000);  // below the 8192 threshold
     EXPECT_EQ(got, data);
     EXPECT_EQ(sent_with(p.qb.sent_log, w::Mid::send_sm).size(), 1u);
