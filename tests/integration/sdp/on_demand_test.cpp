@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+// On-demand SDP listen ports (issue #15; sections 7.4 and 15.2.1) with the
+// real sdp-pmd and a real `sdp-cat -l --register ... --on-demand PORTS`:
+// a port is opened for a PMReq, carries the connection and is released; a
+// PMAccept without PMAck has its listener closed after the PMAck timeout;
+// a flood of PMReqs without PMAcks never holds more listeners than the
+// pool, and the rest are PMDenies counted as denied_pool_exhausted.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "integration/daemon/harness.hpp"
+#include "pmclient/message.hpp"
+#include "pmctl/client.hpp"
+#include "pmd_fixture.hpp"
+#include "sdp/stream.hpp"
+#include "sdp_test_util.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// Ports in the LISTEN state on 127.0.0.1 (the kernel's table, as ss reads it).
+std::set<std::uint16_t> listening_ports() {
+    std::set<std::uint16_t> out;
+    std::ifstream in("/proc/net/tcp");
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+        std::istringstream ss(line);
+        std::string sl, local, remote, state;
+        ss >> sl >> local >> remote >> state;
+        if (state == "0A" && local.size() > 9) {
+            out.insert(static_cast<std::uint16_t>(std::stoul(local.substr(9), nullptr, 16)));
+        }
+    }
+    return out;
+}
+
+class OnDemand : public sdptest::PmdFixture {
+  protected:
+    void SetUp() override {
+        sdptest::PmdFixture::SetUp();
+        ASSERT_NO_FATAL_FAILURE(
+            start("listen: [\"127.0.0.1:{PORT}\"]\nack_timeout: 1s\n"
+                  "control:\n  socket: \"" +
+                  sock().string() + "\"\nstate_file: \"" + (dir_.path() / "state.json").string() +
+                  "\"\n"));
+        ASSERT_TRUE(pmtest::wait_until([&] { return std::filesystem::exists(sock()); }, 2000ms))
+            << log();
+        // A pool of free ports (reserved, then let go for sdp-cat).
+        std::vector<std::unique_ptr<sdptest::TcpListener>> reserve;
+        for (int i = 0; i < 3; ++i) {
+            reserve.push_back(std::make_unique<sdptest::TcpListener>());
+            pool_.insert(reserve.back()->port());
+        }
+        for (std::uint16_t p : pool_) {
+            pool_text_ += (pool_text_.empty() ? "" : ",") + std::to_string(p);
+        }
+    }
+
+    std::filesystem::path sock() const { return dir_.path() / "control.sock"; }
+
+    // Starts the on-demand sdp-cat and waits until the daemon lists it.
+    void start_cat(bool single_use) {
+        std::vector<std::string> args{SDPPM_SDP_CAT_BIN,
+                                      "-v",
+                                      "-l",
+                                      "--register",
+                                      conv_.endpoint().to_string(),
+                                      "--control",
+                                      sock().string(),
+                                      "--bind",
+                                      "127.0.0.1",
+                                      "--on-demand",
+                                      pool_text_};
+        if (single_use) {
+            args.push_back("--single-use");
+        }
+        cat_ = std::make_unique<pmtest::Process>(args, dir_.path() / "cat.out",
+                                                 dir_.path() / "cat.err");
+        ASSERT_TRUE(cat_->started());
+        ASSERT_TRUE(pmtest::wait_until([&] { return service().is_object(); }, 10000ms))
+            << pmtest::read_file(dir_.path() / "cat.err") << log();
+    }
+
+    // The on-demand service as `services` lists it (null when not listed).
+    nlohmann::json service() const {
+        auto a = pmctl::call(sock().string(), "services", nullptr, 2000ms);
+        if (a.ok() && a.reply().result == 0) {
+            for (const auto& s : a.reply().arguments["services"]) {
+                if (s.contains("on_demand")) {
+                    return s;
+                }
+            }
+        }
+        return nullptr;
+    }
+    std::int64_t listeners() const {
+        auto s = service();
+        return s.is_object() ? s["on_demand"]["listeners"].get<std::int64_t>() : -1;
+    }
+    std::uint64_t stat(const std::string& name) const {
+        auto a = pmctl::call(sock().string(), "stats", nullptr, 2000ms);
+        if (!a.ok() || !a.reply().arguments.contains(name)) {
+            return 0;
+        }
+        return a.reply().arguments[name].get<std::uint64_t>();
+    }
+    std::size_t pool_listening() const {
+        std::size_t n = 0;
+        for (std::uint16_t p : listening_ports()) {
+            n += pool_.count(p);
+        }
+        return n;
+    }
+
+    pm::Message request(std::uint16_t cp_port, std::uint64_t handle) const {
+        pm::Message m;
+        m.type = pm::MessageType::request;
+        m.ipv = pm::Family::v4;
+        m.ap_addr = conv_.endpoint().address;
+        m.ap_port = conv_.port();
+        m.cp_addr = *pm::IpAddress::parse("127.0.0.1");
+        m.cp_port = cp_port;
+        m.assoc_handle = handle;
+        return m;
+    }
+    pm::Endpoint pmsp() const { return pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_}; }
+
+    sdptest::TcpListener conv_;  // the Conventional port (reserved, unused)
+    std::set<std::uint16_t> pool_;
+    std::string pool_text_;
+    std::unique_ptr<pmtest::Process> cat_;
+};
+
+TEST_F(OnDemand, PortIsOpenedUsedAndReleased) {
+    ASSERT_NO_FATAL_FAILURE(start_cat(true));
+    EXPECT_EQ(listeners(), 0);
+    EXPECT_EQ(pool_listening(), 0u);  // nothing listens before a PMReq
+
+    sdp::StreamOptions o;
+    o.pmsp = pmsp();
+    o.io_timeout = 20s;
+    o.resolve_deadline = 3s;
+    o.use_pm_cache = false;
+    o.fallback = false;
+    sdp::Stream s;
+    auto ec = s.connect(conv_.endpoint(), o);
+    ASSERT_FALSE(ec) << ec.message() << ": " << s.info().reason << log();
+    EXPECT_EQ(s.used(), sdp::Transport::sdp) << s.info().reason;
+    EXPECT_TRUE(pool_.count(s.info().peer.port)) << s.info().peer.to_string();
+    const std::string hello = "hello over an on-demand port\n";
+    s.write(std::span(reinterpret_cast<const std::uint8_t*>(hello.data()), hello.size()), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    s.shutdown_write();
+    std::vector<std::uint8_t> buf(64);
+    while (s.read_some(buf, ec) > 0 && !ec) {
+    }
+    s.close();
+    ASSERT_TRUE(pmtest::wait_until(
+        [&] { return pmtest::read_file(dir_.path() / "cat.out") == hello; }, 10000ms))
+        << pmtest::read_file(dir_.path() / "cat.err");
+    // Single use: the listener went at the connection; the connection was
+    // the acceptor's to finish.
+    ASSERT_TRUE(pmtest::wait_until([&] { return stat("ondemand_released_used") >= 1; }, 5000ms))
+        << log();
+    EXPECT_GE(stat("ondemand_connections"), 1u);
+    EXPECT_EQ(stat("ondemand_opens"), 1u);
+    EXPECT_TRUE(pmtest::wait_until([&] { return pool_listening() == 0; }, 5000ms));
+    // sdp-cat ends with its one connection: its channel closes and the
+    // registration goes with it.
+    ASSERT_TRUE(cat_->wait_exit(10000ms).has_value());
+    EXPECT_TRUE(pmtest::wait_until([&] { return service().is_null(); }, 5000ms)) << log();
+    EXPECT_NE(log().find("its control connection closed"), std::string::npos) << log();
+}
+
+TEST_F(OnDemand, ListenerWithoutPMAckIsClosedAfterTheAckTimeout) {
+    ASSERT_NO_FATAL_FAILURE(start_cat(false));
+    pmtest::UdpClient udp(*pm::Endpoint::parse("127.0.0.1:0"));
+    ASSERT_TRUE(udp.ok());
+    auto req = request(41000, 0xabc);
+    auto wire = pm::encode(req);
+    ASSERT_TRUE(udp.send(wire, pmsp()));
+    auto got = udp.receive(3000ms);
+    ASSERT_TRUE(got) << log();
+    auto d = pm::decode(got->bytes);
+    ASSERT_TRUE(std::holds_alternative<pm::Message>(d));
+    const auto accept = std::get<pm::Message>(d);
+    ASSERT_EQ(accept.type, pm::MessageType::accept) << log();
+    EXPECT_TRUE(pool_.count(accept.ap_port));
+    // The listener exists before the PMAccept is sent.
+    EXPECT_TRUE(listening_ports().count(accept.ap_port));
+    EXPECT_EQ(listeners(), 1);
+    // A retransmission gets the same port.
+    ASSERT_TRUE(udp.send(wire, pmsp()));
+    auto again = udp.receive(3000ms);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(std::get<pm::Message>(pm::decode(again->bytes)).ap_port, accept.ap_port);
+    // No PMAck: closed within the PMAck timeout (1 s), polled.
+    ASSERT_TRUE(pmtest::wait_until([&] { return listeners() == 0; }, 5000ms)) << log();
+    EXPECT_TRUE(pmtest::wait_until([&] { return pool_listening() == 0; }, 5000ms));
+    EXPECT_EQ(stat("ondemand_released_unused"), 1u);
+    EXPECT_TRUE(cat_->running());  // the acceptor lives on, its service too
+    EXPECT_TRUE(service().is_object());
+}
+
+TEST_F(OnDemand, FloodWithoutPMAcksNeverHoldsMoreThanThePool) {
+    ASSERT_NO_FATAL_FAILURE(start_cat(false));
+    pmtest::UdpClient udp(*pm::Endpoint::parse("127.0.0.1:0"));
+    ASSERT_TRUE(udp.ok());
+    std::atomic<bool> done{false};
+    std::size_t max_listening = 0;
+    std::int64_t max_listed = 0;
+    std::thread watch([&] {
+        while (!done) {
+            max_listening = std::max(max_listening, pool_listening());
+            max_listed = std::max(max_listed, listeners());
+            std::this_thread::sleep_for(20ms);
+        }
+    });
+    std::size_t sent = 0;
+    std::size_t accepts = 0;
+    std::size_t denies = 0;
+    std::set<std::uint16_t> ports;
+    // 3 s of PMReqs, each from a new CpPort, never acknowledged: with a 1 s
+    // PMAck timeout the pool turns over about three times.
+    const auto end = std::chrono::steady_clock::now() + 3s;
+    for (std::uint16_t cp = 20000; std::chrono::steady_clock::now() < end; ++cp) {
+        auto wire = pm::encode(request(cp, 0x1000 + cp));
+        ASSERT_TRUE(udp.send(wire, pmsp()));
+        ++sent;
+        while (auto got = udp.receive(sent % 20 == 0 ? 20ms : 0ms)) {
+            auto d = pm::decode(got->bytes);
+            if (auto* m = std::get_if<pm::Message>(&d)) {
+                if (m->type == pm::MessageType::accept) {
+                    ++accepts;
+                    ports.insert(m->ap_port);
+                } else if (m->type == pm::MessageType::deny) {
+                    ++denies;
+                }
+            }
+        }
+        std::this_thread::sleep_for(2ms);
+    }
+    while (auto got = udp.receive(1500ms)) {
+        auto d = pm::decode(got->bytes);
+        if (auto* m = std::get_if<pm::Message>(&d)) {
+            accepts += m->type == pm::MessageType::accept;
+            denies += m->type == pm::MessageType::deny;
+        }
+    }
+    done = true;
+    watch.join();
+    const auto exhausted = stat("denied_pool_exhausted");
+    RecordProperty("pmreqs_sent", static_cast<int>(sent));
+    RecordProperty("pmaccepts", static_cast<int>(accepts));
+    RecordProperty("pmdenies", static_cast<int>(denies));
+    RecordProperty("denied_pool_exhausted", static_cast<int>(exhausted));
+    RecordProperty("max_listening", static_cast<int>(max_listening));
+    RecordProperty("pool", static_cast<int>(pool_.size()));
+    std::printf(
+        "flood: %zu PMReqs, %zu PMAccepts, %zu PMDenies (denied_pool_exhausted %llu), "
+        "max listeners %zu (listed %lld) of a pool of %zu\n",
+        sent, accepts, denies, static_cast<unsigned long long>(exhausted), max_listening,
+        static_cast<long long>(max_listed), pool_.size());
+    EXPECT_LE(max_listening, pool_.size());
+    EXPECT_LE(max_listed, static_cast<std::int64_t>(pool_.size()));
+    EXPECT_GE(accepts, pool_.size());  // each port was handed out
+    EXPECT_GT(denies, 0u);
+    EXPECT_GT(exhausted, 0u);
+    EXPECT_LE(accepts + denies, sent);
+    for (std::uint16_t p : ports) {
+        EXPECT_TRUE(pool_.count(p)) << p;
+    }
+    // Everything is given back once the PMAck timers ran out.
+    EXPECT_TRUE(pmtest::wait_until([&] { return listeners() == 0; }, 5000ms)) << log();
+    EXPECT_TRUE(pmtest::wait_until([&] { return pool_listening() == 0; }, 5000ms));
+    EXPECT_NE(log().find("denied_pool_exhausted"), std::string::npos) << log();
+}
+
+}  // namespace
