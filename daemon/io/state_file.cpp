@@ -115,8 +115,9 @@ std::variant<OnDemand, std::string> parse_on_demand(const json& j) {
     }
     for (const json& item : items) {
         std::string text;
-        if (item.is_number_unsigned() && item.get<std::uint64_t>() <= 65535) {
-            text = std::to_string(item.get<std::uint64_t>());
+        if (item.is_number_integer() && item.get<std::int64_t>() >= 0 &&
+            item.get<std::int64_t>() <= 65535) {
+            text = std::to_string(item.get<std::int64_t>());
         } else if (item.is_string() && item.get<std::string>().size() <= 4096) {
             text = item.get<std::string>();
         } else {

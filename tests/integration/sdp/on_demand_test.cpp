@@ -57,9 +57,7 @@ class OnDemand : public sdptest::PmdFixture {
             reserve.push_back(std::make_unique<sdptest::TcpListener>());
             pool_.insert(reserve.back()->port());
         }
-        for (std::uint16_t p : pool_) {
-            pool_text_ += (pool_text_.empty() ? "" : ",") + std::to_string(p);
-        }
+        pool_text_ = pm::port_list_text({pool_.begin(), pool_.end()});
     }
 
     std::filesystem::path sock() const { return dir_.path() / "control.sock"; }
@@ -195,6 +193,12 @@ TEST_F(OnDemand, ListenerWithoutPMAckIsClosedAfterTheAckTimeout) {
     // The listener exists before the PMAccept is sent.
     EXPECT_TRUE(listening_ports().count(accept.ap_port));
     EXPECT_EQ(listeners(), 1);
+    // sdp-pmctl shows the pool and its use.
+    auto table =
+        pmtest::run({SDPPM_PMCTL_BIN, "--socket", sock().string(), "services"}, dir_.path());
+    EXPECT_NE(table.out.find("ports " + pool_text_ + " (1/3 open)"), std::string::npos)
+        << table.out << table.err;
+    EXPECT_NE(table.out.find("on-demand"), std::string::npos) << table.out;
     // A retransmission gets the same port.
     ASSERT_TRUE(udp.send(wire, pmsp()));
     auto again = udp.receive(3000ms);
