@@ -40,10 +40,11 @@ OnDemand pool_settings(const Service& s) {
 
 PoolTimers Server::pool_timers() const {
     // The acceptor answers at once or not at all: a second at most, and
-    // never longer than a client waits for its PMAccept anyway.
-    return PoolTimers{
-        std::min<std::chrono::milliseconds>(std::chrono::milliseconds(1000), config_.ack_timeout),
-        config_.ack_timeout};
+    // half the PMAck timeout at most, so that the answer (a PMDeny) comes
+    // before the pending transaction itself expires in its worker.
+    return PoolTimers{std::min<std::chrono::milliseconds>(std::chrono::milliseconds(1000),
+                                                          config_.ack_timeout / 2),
+                      config_.ack_timeout};
 }
 
 void Server::register_on_demand(Registration r, std::weak_ptr<Channel> channel, Done<Reply> done) {
@@ -65,6 +66,10 @@ void Server::register_on_demand(Registration r, std::weak_ptr<Channel> channel, 
         }
         auto old = channels_.count(name) ? channels_[name].lock() : nullptr;
         channels_[name] = ch;
+        if (old && old != ch) {
+            // The old acceptor's listeners are not this one's to close.
+            run_pool_step(pool_.remove_service(name));
+        }
         pool_.add_service(name, od, hold);
         ch->attach(name);
         if (old && old != ch) {
@@ -89,10 +94,10 @@ void Server::channel_closed(const std::string& service, const Channel* channel) 
         return;  // replaced by a renewal, or dropped already
     }
     channels_.erase(it);
-    auto before = store_.save_point();
+    // Its listeners went with the acceptor's end of the connection.
+    run_pool_step(pool_.remove_service(service));
     auto outcome = store_.remove(service, config_.services);
     if (!outcome.ok()) {
-        run_pool_step(pool_.remove_service(service));
         return;
     }
     log::notice("on-demand registration \"" + service +

@@ -6,6 +6,8 @@
 // a flood of PMReqs without PMAcks never holds more listeners than the
 // pool, and the rest are PMDenies counted as denied_pool_exhausted.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <fstream>
 #include <set>
@@ -284,6 +286,94 @@ TEST_F(OnDemand, FloodWithoutPMAcksNeverHoldsMoreThanThePool) {
     EXPECT_TRUE(pmtest::wait_until([&] { return listeners() == 0; }, 5000ms)) << log();
     EXPECT_TRUE(pmtest::wait_until([&] { return pool_listening() == 0; }, 5000ms));
     EXPECT_NE(log().find("denied_pool_exhausted"), std::string::npos) << log();
+}
+
+// Reads one line from a raw channel fd (at most `timeout`), "" on none.
+std::string read_line(int fd, std::string& buffer, std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (buffer.find('\n') == std::string::npos) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            end - std::chrono::steady_clock::now());
+        pollfd p{fd, POLLIN, 0};
+        if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+            return {};
+        }
+        char buf[4096];
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+            return {};
+        }
+        buffer.append(buf, static_cast<std::size_t>(n));
+    }
+    auto nl = buffer.find('\n');
+    std::string line = buffer.substr(0, nl);
+    buffer.erase(0, nl + 1);
+    return line;
+}
+
+// An acceptor that never answers, answers garbage or answers for ports
+// and ids it was not asked about: each open ends in a PMDeny within the
+// bound, the garbage is counted, nothing crashes, and the daemon's own
+// state stays bounded.
+TEST_F(OnDemand, SilentOrLyingAcceptorGivesCountedPMDenies) {
+    pmctl::KeptConnection ch;
+    auto a = pmctl::request(sock().string(),
+                            nlohmann::json{{"command", "register"},
+                                           {"arguments",
+                                            {{"name", "liar"},
+                                             {"conventional", conv_.endpoint().to_string()},
+                                             {"sdp", "127.0.0.1:" + std::to_string(*pool_.begin())},
+                                             {"on_demand", {{"ports", pool_text_}}}}}},
+                            2000ms, &ch);
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    ASSERT_EQ(a.reply().result, 0) << a.reply().text;
+    ASSERT_GE(ch.fd, 0);
+    std::string in = ch.pending;
+    pmtest::UdpClient udp(*pm::Endpoint::parse("127.0.0.1:0"));
+    ASSERT_TRUE(udp.ok());
+
+    // 1. Silence: PMDeny once the open times out, and a close follows.
+    ASSERT_TRUE(udp.send(pm::encode(request(42000, 1)), pmsp()));
+    auto open = nlohmann::json::parse(read_line(ch.fd, in, 3000ms), nullptr, false);
+    ASSERT_TRUE(open.is_object() && open.contains("open")) << open.dump();
+    auto deny = udp.receive(5000ms);
+    ASSERT_TRUE(deny) << log();
+    EXPECT_EQ(std::get<pm::Message>(pm::decode(deny->bytes)).type, pm::MessageType::deny);
+    auto close = nlohmann::json::parse(read_line(ch.fd, in, 3000ms), nullptr, false);
+    EXPECT_EQ(close.value("close", 0), open["open"].get<int>()) << close.dump();
+    EXPECT_EQ(stat("denied_open_failed"), 1u);
+
+    // 2. Garbage and answers for what was never asked: dropped, counted.
+    ASSERT_TRUE(udp.send(pm::encode(request(42001, 2)), pmsp()));
+    open = nlohmann::json::parse(read_line(ch.fd, in, 3000ms), nullptr, false);
+    ASSERT_TRUE(open.is_object() && open.contains("open")) << open.dump();
+    const std::string lies = "garbage\n{\"opened\": 99999, \"id\": 1}\n[1,[2,[3]]]\n" +
+                             nlohmann::json{{"opened", open["open"]}, {"id", 424242}}.dump() +
+                             "\n" + std::string(3000, '{') + "\n" +
+                             nlohmann::json{{"connected", open["open"]}}.dump() + "\n";
+    ASSERT_EQ(::send(ch.fd, lies.data(), lies.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(lies.size()));
+    // Then the true answer: the PMAccept comes with that port.
+    const std::string truth =
+        nlohmann::json{{"opened", open["open"]}, {"id", open["id"]}}.dump() + "\n";
+    ASSERT_EQ(::send(ch.fd, truth.data(), truth.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(truth.size()));
+    auto accept = udp.receive(3000ms);
+    ASSERT_TRUE(accept) << log();
+    const auto m = std::get<pm::Message>(pm::decode(accept->bytes));
+    EXPECT_EQ(m.type, pm::MessageType::accept);
+    EXPECT_EQ(m.ap_port, open["open"].get<int>());
+    EXPECT_GE(stat("ondemand_bad_answers"), 4u) << log();
+    EXPECT_NE(log().find("unreadable line from the acceptor"), std::string::npos) << log();
+
+    // 3. The channel closes: the registration goes, a PMReq is denied.
+    ::close(ch.fd);
+    ASSERT_TRUE(pmtest::wait_until([&] { return service().is_null(); }, 5000ms)) << log();
+    ASSERT_TRUE(udp.send(pm::encode(request(42002, 3)), pmsp()));
+    auto after = udp.receive(3000ms);
+    ASSERT_TRUE(after);
+    EXPECT_EQ(std::get<pm::Message>(pm::decode(after->bytes)).type, pm::MessageType::deny);
+    EXPECT_EQ(stat("ondemand_listeners"), 0u);
 }
 
 }  // namespace
