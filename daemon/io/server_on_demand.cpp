@@ -39,11 +39,10 @@ OnDemand pool_settings(const Service& s) {
 }  // namespace
 
 PoolTimers Server::pool_timers() const {
-    // The acceptor answers at once or not at all: a second at most, and
-    // half the PMAck timeout at most, so that the answer (a PMDeny) comes
-    // before the pending transaction itself expires in its worker.
-    return PoolTimers{std::min<std::chrono::milliseconds>(std::chrono::milliseconds(1000),
-                                                          config_.ack_timeout / 2),
+    // The acceptor answers at once or not at all: on_demand_open_timeout,
+    // and half the PMAck timeout at most, so that the answer (a PMDeny)
+    // comes before the pending transaction itself expires in its worker.
+    return PoolTimers{std::min(config_.on_demand_open_timeout, config_.ack_timeout / 2),
                       config_.ack_timeout};
 }
 

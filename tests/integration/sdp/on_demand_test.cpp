@@ -288,6 +288,19 @@ TEST_F(OnDemand, FloodWithoutPMAcksNeverHoldsMoreThanThePool) {
     EXPECT_NE(log().find("denied_pool_exhausted"), std::string::npos) << log();
 }
 
+// The daemon stops: the acceptor's channel closes, its listeners go and
+// accept() ends with an error instead of waiting for ever.
+TEST_F(OnDemand, AcceptorEndsWhenTheDaemonGoes) {
+    ASSERT_NO_FATAL_FAILURE(start_cat(false));
+    ASSERT_TRUE(daemon_->signal(SIGTERM));
+    auto status = cat_->wait_exit(10000ms);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_NE(*status, 0);
+    EXPECT_NE(pmtest::read_file(dir_.path() / "cat.err").find("accept"), std::string::npos)
+        << pmtest::read_file(dir_.path() / "cat.err");
+    EXPECT_EQ(pool_listening(), 0u);
+}
+
 // Reads one line from a raw channel fd (at most `timeout`), "" on none.
 std::string read_line(int fd, std::string& buffer, std::chrono::milliseconds timeout) {
     const auto end = std::chrono::steady_clock::now() + timeout;
