@@ -450,6 +450,9 @@ struct Acceptor::Impl::OnDemand {
     OnDemand(pmctl::KeptConnection kept, pm::IpAddress addr, AcceptorOptions o, Startups& s)
         : ctl(kept.fd), in(std::move(kept.pending)), address(addr), opts(std::move(o)), st(s) {
         stop_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        // A daemon that stops reading must not hold this thread (and so
+        // close()) for ever: a send that times out ends the channel.
+        detail::set_io_timeout(ctl, opts.control_timeout);
         allowed.insert(opts.on_demand->ports.begin(), opts.on_demand->ports.end());
     }
     ~OnDemand() { stop(); }

@@ -18,6 +18,7 @@
 #include "pmclient/message.hpp"
 #include "pmctl/client.hpp"
 #include "pmd_fixture.hpp"
+#include "sdp/async_stream.hpp"
 #include "sdp/stream.hpp"
 #include "sdp_test_util.hpp"
 
@@ -299,6 +300,34 @@ TEST_F(OnDemand, AcceptorEndsWhenTheDaemonGoes) {
     EXPECT_NE(pmtest::read_file(dir_.path() / "cat.err").find("accept"), std::string::npos)
         << pmtest::read_file(dir_.path() / "cat.err");
     EXPECT_EQ(pool_listening(), 0u);
+}
+
+// What the on-demand mode needs, said clearly at open().
+TEST_F(OnDemand, AcceptorOptionsAreChecked) {
+    sdp::AcceptorOptions ao;
+    ao.on_demand = sdp::AcceptorOptions::OnDemandPorts{{*pool_.begin()}, false};
+    sdp::Acceptor acc;
+    EXPECT_EQ(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao), std::errc::invalid_argument);
+    EXPECT_NE(acc.open_error().find("control socket"), std::string::npos) << acc.open_error();
+    ao.control_socket = sock().string();
+    ao.conventional = conv_.endpoint().to_string();
+    ao.on_demand->ports.clear();
+    EXPECT_EQ(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao), std::errc::invalid_argument);
+    boost::asio::io_context io;
+    sdp::AsyncAcceptor async(io);
+    ao.on_demand->ports = {*pool_.begin()};
+    EXPECT_EQ(async.open(*pm::Endpoint::parse("127.0.0.1:0"), ao),
+              std::errc::operation_not_supported);
+    // And through the API itself: registered, listed, no listener yet.
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao)) << acc.registration_error();
+    EXPECT_TRUE(acc.registered());
+    EXPECT_TRUE(acc.is_open());
+    EXPECT_EQ(acc.on_demand_listeners(), 0u);
+    EXPECT_TRUE(pmtest::wait_until([&] { return service().is_object(); }, 2000ms));
+    sdp::Stream none;
+    EXPECT_EQ(acc.accept(none, 50ms), std::errc::timed_out);
+    acc.close();
+    EXPECT_TRUE(pmtest::wait_until([&] { return service().is_null(); }, 5000ms)) << log();
 }
 
 // Reads one line from a raw channel fd (at most `timeout`), "" on none.
