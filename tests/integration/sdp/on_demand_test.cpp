@@ -47,8 +47,10 @@ class OnDemand : public sdptest::PmdFixture {
   protected:
     void SetUp() override {
         sdptest::PmdFixture::SetUp();
+        // Two workers: the pool is one per daemon, whichever shard a PMReq
+        // lands on.
         ASSERT_NO_FATAL_FAILURE(
-            start("listen: [\"127.0.0.1:{PORT}\"]\nack_timeout: 1s\n"
+            start("listen: [\"127.0.0.1:{PORT}\"]\nack_timeout: 1s\nworkers: 2\n"
                   "control:\n  socket: \"" +
                   sock().string() + "\"\nstate_file: \"" + (dir_.path() / "state.json").string() +
                   "\"\n"));
@@ -217,8 +219,14 @@ TEST_F(OnDemand, ListenerWithoutPMAckIsClosedAfterTheAckTimeout) {
 
 TEST_F(OnDemand, FloodWithoutPMAcksNeverHoldsMoreThanThePool) {
     ASSERT_NO_FATAL_FAILURE(start_cat(false));
-    pmtest::UdpClient udp(*pm::Endpoint::parse("127.0.0.1:0"));
-    ASSERT_TRUE(udp.ok());
+    // Sixteen source addresses, so that the PMReqs spread over the workers
+    // (steered by a seeded hash of the source address).
+    std::vector<std::unique_ptr<pmtest::UdpClient>> clients;
+    for (int i = 1; i <= 16; ++i) {
+        clients.push_back(std::make_unique<pmtest::UdpClient>(
+            *pm::Endpoint::parse("127.0.0." + std::to_string(i) + ":0")));
+        ASSERT_TRUE(clients.back()->ok());
+    }
     std::atomic<bool> done{false};
     std::size_t max_listening = 0;
     std::int64_t max_listed = 0;
@@ -236,11 +244,8 @@ TEST_F(OnDemand, FloodWithoutPMAcksNeverHoldsMoreThanThePool) {
     // 3 s of PMReqs, each from a new CpPort, never acknowledged: with a 1 s
     // PMAck timeout the pool turns over about three times.
     const auto end = std::chrono::steady_clock::now() + 3s;
-    for (std::uint16_t cp = 20000; std::chrono::steady_clock::now() < end; ++cp) {
-        auto wire = pm::encode(request(cp, 0x1000 + cp));
-        ASSERT_TRUE(udp.send(wire, pmsp()));
-        ++sent;
-        while (auto got = udp.receive(sent % 20 == 0 ? 20ms : 0ms)) {
+    const auto take = [&](const pmtest::UdpClient& udp, std::chrono::milliseconds wait) {
+        while (auto got = udp.receive(wait)) {
             auto d = pm::decode(got->bytes);
             if (auto* m = std::get_if<pm::Message>(&d)) {
                 if (m->type == pm::MessageType::accept) {
@@ -250,15 +255,18 @@ TEST_F(OnDemand, FloodWithoutPMAcksNeverHoldsMoreThanThePool) {
                     ++denies;
                 }
             }
+            wait = 0ms;
         }
+    };
+    for (std::uint16_t cp = 20000; std::chrono::steady_clock::now() < end; ++cp) {
+        const auto& udp = *clients[cp % clients.size()];
+        ASSERT_TRUE(udp.send(pm::encode(request(cp, 0x1000 + cp)), pmsp()));
+        ++sent;
+        take(udp, sent % 20 == 0 ? 20ms : 0ms);
         std::this_thread::sleep_for(2ms);
     }
-    while (auto got = udp.receive(1500ms)) {
-        auto d = pm::decode(got->bytes);
-        if (auto* m = std::get_if<pm::Message>(&d)) {
-            accepts += m->type == pm::MessageType::accept;
-            denies += m->type == pm::MessageType::deny;
-        }
+    for (const auto& c : clients) {
+        take(*c, 1500ms);
     }
     done = true;
     watch.join();
@@ -274,6 +282,9 @@ TEST_F(OnDemand, FloodWithoutPMAcksNeverHoldsMoreThanThePool) {
         "max listeners %zu (listed %lld) of a pool of %zu\n",
         sent, accepts, denies, static_cast<unsigned long long>(exhausted), max_listening,
         static_cast<long long>(max_listed), pool_.size());
+    std::printf("flood: PMReqs per worker: %llu, %llu\n",
+                static_cast<unsigned long long>(stat("worker0_requests")),
+                static_cast<unsigned long long>(stat("worker1_requests")));
     EXPECT_LE(max_listening, pool_.size());
     EXPECT_LE(max_listed, static_cast<std::int64_t>(pool_.size()));
     EXPECT_GE(accepts, pool_.size());  // each port was handed out
