@@ -719,7 +719,8 @@ void Pmsp::for_each_transaction(const std::function<void(const TransactionView&)
     for (std::uint32_t i = table_->head; i != kNil; i = table_->slab[i].next) {
         const auto& e = table_->slab[i];
         const Service* s = registry_->find(e.request.ap_addr, e.request.ap_port);
-        fn(TransactionView{e.request, e.sdp, s ? std::string_view(s->name) : "", e.expires});
+        fn(TransactionView{e.request, e.sdp, s ? std::string_view(s->name) : "", e.expires,
+                           e.pending});
     }
 }
 

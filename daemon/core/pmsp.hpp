@@ -122,6 +122,7 @@ struct TransactionView {
     pm::Endpoint sdp;     // SDP Address handed out
     std::string_view service;
     TimePoint expires;
+    bool pending = false;  // on-demand: waiting for its listener (sdp port 0)
 };
 
 class Pmsp {

@@ -255,6 +255,7 @@ void Server::transactions(std::size_t limit, Done<json> done) {
                     {"sdp", t.sdp.to_string()},
                     {"assoc_handle", handle},
                     {"expires_in_ms", std::max<std::int64_t>(0, left.count())},
+                    {"pending", t.pending},
                 });
             });
             return p;

@@ -715,6 +715,14 @@ TEST_F(PmspTest, OnDemandWaitsForItsListenerThenAccepts) {
     EXPECT_EQ(r.pool->kind, pmd::PoolNote::Kind::open);
     EXPECT_EQ(r.pool->service, "od");
     EXPECT_EQ(core->pending(), 1u);
+    int listed = 0;
+    core->for_each_transaction([&](const pmd::TransactionView& t) {
+        ++listed;
+        EXPECT_TRUE(t.pending);
+        EXPECT_EQ(t.sdp.port, 0);
+        EXPECT_EQ(t.service, "od");
+    });
+    EXPECT_EQ(listed, 1);
 
     // Retransmissions while it waits are absorbed.
     auto dup = send(req);
