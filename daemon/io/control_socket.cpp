@@ -444,7 +444,12 @@ void ControlServer::accept() {
             return;
         }
         if (!ec) {
-            if (sessions_.size() >= kMaxControlConnections) {
+            // On-demand channels do not count: each is a registration,
+            // bounded by kMaxRegistrations, and must not starve sdp-pmctl.
+            const auto channels = static_cast<std::size_t>(
+                std::count_if(sessions_.begin(), sessions_.end(),
+                              [](const auto& x) { return !x->service.empty(); }));
+            if (sessions_.size() - channels >= kMaxControlConnections) {
                 ++counters_.rejected_connections;
                 log::logger().limited(LogLevel::warning, "control_busy", [] {
                     return "control: " + std::to_string(kMaxControlConnections) +
