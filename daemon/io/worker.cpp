@@ -246,8 +246,9 @@ void Worker::to_pool(Result& r, const Received& from, const std::shared_ptr<UdpS
     if (pool_sink_) {
         pool_sink_(index_, std::move(*r.pool), token);
     } else if (token != 0) {
-        // No pool (a test shell): the open fails at once.
-        port_answer(token, std::nullopt, Outcome::denied_open_failed);
+        // No pool (a test shell): the open fails, after this batch's
+        // replies went out (port_answer() uses the same send batch).
+        post([this, token] { port_answer(token, std::nullopt, Outcome::denied_open_failed); });
     }
 }
 
