@@ -80,6 +80,7 @@ class Connection {
         std::string buffer;
         for (;;) {
             if (auto nl = buffer.find('\n'); nl != std::string::npos) {
+                rest_ = buffer.substr(nl + 1);
                 buffer.resize(nl);
                 return buffer;
             }
@@ -101,6 +102,13 @@ class Connection {
         }
     }
 
+    // Hands the socket over (and what was read past the reply).
+    KeptConnection release() {
+        KeptConnection k{fd_, std::move(rest_)};
+        fd_ = -1;
+        return k;
+    }
+
   private:
     bool wait(short events) {
         pollfd p{fd_, events, 0};
@@ -114,12 +122,13 @@ class Connection {
     std::string path_;
     std::chrono::milliseconds timeout_;
     int fd_ = -1;
+    std::string rest_;
 };
 
 }  // namespace
 
 Answer request(const std::string& socket_path, const json& request,
-               std::chrono::milliseconds timeout) {
+               std::chrono::milliseconds timeout, KeptConnection* keep) {
     std::string line = request.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     if (line.size() > kMaxRequest) {
         return fail(Errc::invalid_request, "request too long (the daemon takes at most 64 KiB)");
@@ -147,6 +156,9 @@ Answer request(const std::string& socket_path, const json& request,
     }
     if (auto it = r.document.find("arguments"); it != r.document.end()) {
         r.arguments = *it;
+    }
+    if (keep != nullptr) {
+        *keep = c.release();
     }
     return r;
 }

@@ -37,11 +37,22 @@ constexpr std::uint64_t kMaxTransactions = 100'000'000;
 constexpr std::uint64_t kMaxLogRateLimit = 1'000'000;
 constexpr std::size_t kMaxServiceName = 64;
 
-constexpr std::array<std::string_view, 14> kTopLevelKeys = {
-    "limits",         "listen",       "ack_timeout",         "max_transactions",
-    "services",       "deny_ap_port", "accept_iwpm_request", "log_level",
-    "log_rate_limit", "control",      "state_file",          "metrics",
-    "workers",        "health",
+constexpr std::array<std::string_view, 15> kTopLevelKeys = {
+    "limits",
+    "listen",
+    "ack_timeout",
+    "max_transactions",
+    "services",
+    "deny_ap_port",
+    "accept_iwpm_request",
+    "log_level",
+    "log_rate_limit",
+    "control",
+    "state_file",
+    "metrics",
+    "workers",
+    "health",
+    "on_demand_open_timeout",
 };
 constexpr std::array<std::string_view, 5> kHealthKeys = {"check", "interval", "timeout", "rise",
                                                          "fall"};
@@ -507,6 +518,9 @@ bool Loader::load_root(const Field& root, Config& config) {
         } else if (e.key == "ack_timeout") {
             ok = load_duration(f, kMinAckTimeout, kMaxAckTimeout, "100ms and 1h",
                                config.ack_timeout);
+        } else if (e.key == "on_demand_open_timeout") {
+            ok = load_duration(f, std::chrono::milliseconds(10), kMaxAckTimeout, "10ms and 1h",
+                               config.on_demand_open_timeout);
         } else if (e.key == "max_transactions") {
             std::uint64_t n = 0;
             ok = load_number(f, 1, kMaxTransactions, n);

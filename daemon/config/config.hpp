@@ -49,7 +49,10 @@ struct Config {
     // is IPV6_V6ONLY so both can be bound).
     std::vector<pm::Endpoint> listen;
     std::chrono::milliseconds ack_timeout{5000};  // PMAccept waits this long for PMAck
-    std::size_t max_transactions = 1'000'000;     // live un-acked transactions
+    // An on-demand acceptor's answer to "open" (at most half of ack_timeout
+    // is used, so the PMDeny beats the pending transaction's expiry).
+    std::chrono::milliseconds on_demand_open_timeout{1000};
+    std::size_t max_transactions = 1'000'000;  // live un-acked transactions
     pm::DenyApPort deny_ap_port = pm::DenyApPort::echo;
     bool accept_iwpm_request = true;  // accept iwpmd's 64-byte PMReq
     LogLevel log_level = LogLevel::info;

@@ -170,6 +170,10 @@ std::string_view to_string(Outcome o) {
             return "accepted";
         case Outcome::accepted_duplicate:
             return "accepted_duplicate";
+        case Outcome::pending:
+            return "pending";
+        case Outcome::pending_duplicate:
+            return "pending_duplicate";
         case Outcome::denied_no_service:
             return "denied_no_service";
         case Outcome::denied_not_allowed:
@@ -178,6 +182,10 @@ std::string_view to_string(Outcome o) {
             return "denied_no_address";
         case Outcome::denied_unavailable:
             return "denied_unavailable";
+        case Outcome::denied_pool_exhausted:
+            return "denied_pool_exhausted";
+        case Outcome::denied_open_failed:
+            return "denied_open_failed";
         case Outcome::acked:
             return "acked";
         case Outcome::ack_unknown:
@@ -234,6 +242,7 @@ struct Pmsp::Table {
         pm::Message request;
         pm::Endpoint sdp;
         TimePoint expires;
+        bool pending = false;  // on-demand: waiting for its listener (sdp.port is 0)
         std::uint32_t prev = kNil;
         std::uint32_t next = kNil;
     };
@@ -246,8 +255,9 @@ struct Pmsp::Table {
     std::uint32_t tail = kNil;
     Hash4 hash4;
     Hash3 hash3;
-    IndexTable by_tuple;   // Key4 -> slot: duplicate detection (7.5.2)
-    IndexTable by_handle;  // Key3 -> slot: PMAck matching
+    IndexTable by_tuple;      // Key4 -> slot: duplicate detection (7.5.2)
+    IndexTable by_handle;     // Key3 -> slot: PMAck matching
+    std::size_t pending = 0;  // entries with pending set
 
     std::size_t size() const { return by_tuple.size(); }
 
@@ -287,6 +297,7 @@ struct Pmsp::Table {
         slab[i].request = req;
         slab[i].sdp = sdp;
         slab[i].expires = expires;
+        slab[i].pending = false;
         push_back(i);
         by_tuple.insert(hash4(key4_of(req)), i);
         by_handle.insert(hash3(key3_of(req)), i);
@@ -294,6 +305,10 @@ struct Pmsp::Table {
     }
 
     void release(std::uint32_t i) {
+        if (slab[i].pending) {
+            slab[i].pending = false;
+            --pending;
+        }
         unlink(i);
         by_tuple.erase(hash4(key4_of(slab[i].request)), i);
         by_handle.erase(hash3(key3_of(slab[i].request)), i);
@@ -319,7 +334,7 @@ Pmsp::~Pmsp() = default;
 
 Result Pmsp::count(Outcome o, std::optional<pm::Wire> reply) {
     ++counters_.outcome[static_cast<std::size_t>(o)];
-    return Result{o, reply};
+    return Result{o, reply, std::nullopt};
 }
 
 Result Pmsp::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoint& source,
@@ -410,7 +425,9 @@ Result Pmsp::admit_request(const pm::Message& req, const pm::Endpoint& source, T
         return count(Outcome::drop_rate_limited);
     }
     Result r = handle_request(req, source, now);
-    if (r.outcome == Outcome::accepted && quench_.enabled()) {
+    // An on-demand offer counts as a PMAccept for the quench (it becomes one
+    // or a PMDeny once the listener is open or not).
+    if ((r.outcome == Outcome::accepted || r.outcome == Outcome::pending) && quench_.enabled()) {
         auto before = quench_.counters().quench_events;
         quench_.on_accept(source.address, now);
         counters_.quench_events += quench_.counters().quench_events - before;
@@ -428,6 +445,12 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
     std::uint32_t existing = kNil;
     if (std::uint32_t found = table_->find_tuple(key4_of(req)); found != kNil) {
         if (table_->slab[found].request.assoc_handle == req.assoc_handle) {
+            if (table_->slab[found].pending) {
+                // Its listener is being opened: the answer to this
+                // duplicate is the one that comes then (7.4: the state of
+                // the service at that time).
+                return count(Outcome::pending_duplicate);
+            }
             existing = found;
         } else {
             table_->release(found);
@@ -456,6 +479,9 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
         return count(deny_reason, pm::encode(pm::make_deny(req, limits_.deny_ap_port)));
     }
 
+    if (service->on_demand) {
+        return handle_on_demand(req, *service, *chosen, existing, now);
+    }
     auto reply = pm::encode(pm::make_accept(req, *chosen, service->pm_time));
     registry_->note_accept(*service, existing != kNil);
     TimePoint expires = now + limits_.ack_timeout;
@@ -470,6 +496,77 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
     }
     table_->insert(req, *chosen, expires);
     return count(Outcome::accepted, reply);
+}
+
+// An on-demand service: a duplicate keeps the port it was given (PMAccept
+// re-sent, the pool restarts its PMAck timer); a new transaction waits for
+// a listener from the pool, within the shard's bound of waiting ones.
+Result Pmsp::handle_on_demand(const pm::Message& req, const Service& service,
+                              const pm::Endpoint& chosen, std::uint32_t existing, TimePoint now) {
+    if (existing != kNil) {
+        auto& e = table_->slab[existing];
+        registry_->note_accept(service, true);
+        table_->touch(existing, now + limits_.ack_timeout);
+        Result r = count(Outcome::accepted_duplicate,
+                         pm::encode(pm::make_accept(req, e.sdp, service.pm_time)));
+        r.pool = PoolNote{PoolNote::Kind::touch, service.name, req, e.sdp.port};
+        return r;
+    }
+    if (table_->pending >= limits_.max_pending_opens) {
+        registry_->note_deny(service);
+        return count(Outcome::denied_pool_exhausted,
+                     pm::encode(pm::make_deny(req, limits_.deny_ap_port)));
+    }
+    while (table_->size() >= limits_.max_transactions && table_->head != kNil) {
+        table_->release(table_->head);
+        ++counters_.shed;
+    }
+    // The PMAck timer bounds the wait too: a pool that never answers leaves
+    // no state behind.
+    std::uint32_t i =
+        table_->insert(req, pm::Endpoint{chosen.address, 0}, now + limits_.ack_timeout);
+    table_->slab[i].pending = true;
+    ++table_->pending;
+    Result r = count(Outcome::pending);
+    r.pool = PoolNote{PoolNote::Kind::open, service.name, req, 0};
+    return r;
+}
+
+PortResult Pmsp::on_port(const pm::Message& request, std::optional<std::uint16_t> port,
+                         Outcome deny_reason, TimePoint now) {
+    PortResult out;
+    std::uint32_t found = table_->find_tuple(key4_of(request));
+    if (found == kNil || table_->slab[found].request.assoc_handle != request.assoc_handle ||
+        !table_->slab[found].pending) {
+        return out;  // orphan
+    }
+    out.orphan = false;
+    auto& e = table_->slab[found];
+    const Service* service = registry_->find(request.ap_addr, request.ap_port);
+    if (!port || !service || !service->on_demand) {
+        if (service) {
+            registry_->note_deny(*service);
+        }
+        out.orphan = port.has_value();  // opened for a service now gone: release it
+        out.outcome = port ? Outcome::denied_no_service : deny_reason;
+        ++counters_.outcome[static_cast<std::size_t>(out.outcome)];
+        out.reply = pm::encode(pm::make_deny(e.request, limits_.deny_ap_port));
+        table_->release(found);
+        return out;
+    }
+    e.pending = false;
+    --table_->pending;
+    e.sdp.port = *port;
+    table_->touch(found, now + limits_.ack_timeout);
+    registry_->note_accept(*service, false);
+    out.outcome = Outcome::accepted;
+    ++counters_.outcome[static_cast<std::size_t>(out.outcome)];
+    out.reply = pm::encode(pm::make_accept(e.request, e.sdp, service->pm_time));
+    return out;
+}
+
+std::size_t Pmsp::pending() const {
+    return table_->pending;
 }
 
 // Picks the SDP Address for `req` among the candidates whose address is
@@ -559,11 +656,18 @@ Result Pmsp::handle_ack(const pm::Message& ack) {
     const auto& entry = table_->slab[found];
     // The PMAck echoes the PMAccept (7.4): the mapped port and address must
     // be the ones handed out, or this acknowledges some other exchange.
-    if (ack.ap_port != entry.sdp.port || ack.ap_addr != entry.sdp.address) {
+    if (entry.pending || ack.ap_port != entry.sdp.port || ack.ap_addr != entry.sdp.address) {
         return count(Outcome::ack_unknown);
     }
+    std::optional<PoolNote> note;
+    if (const Service* s = registry_->find(entry.request.ap_addr, entry.request.ap_port);
+        s && s->on_demand) {
+        note = PoolNote{PoolNote::Kind::acked, s->name, entry.request, entry.sdp.port};
+    }
     table_->release(found);
-    return count(Outcome::acked);
+    Result r = count(Outcome::acked);
+    r.pool = std::move(note);
+    return r;
 }
 
 std::size_t Pmsp::on_timer(TimePoint now) {
@@ -615,7 +719,8 @@ void Pmsp::for_each_transaction(const std::function<void(const TransactionView&)
     for (std::uint32_t i = table_->head; i != kNil; i = table_->slab[i].next) {
         const auto& e = table_->slab[i];
         const Service* s = registry_->find(e.request.ap_addr, e.request.ap_port);
-        fn(TransactionView{e.request, e.sdp, s ? std::string_view(s->name) : "", e.expires});
+        fn(TransactionView{e.request, e.sdp, s ? std::string_view(s->name) : "", e.expires,
+                           e.pending});
     }
 }
 

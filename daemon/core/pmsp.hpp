@@ -37,27 +37,34 @@ struct Limits {
     // Section 15.2 defences; both are off by default (rate 0, max_unacked 0).
     LimiterConfig per_source;  // token bucket of PMReqs per source address
     QuenchConfig quench;       // sources that leave PMAccepts un-acked are cut off
+    // On-demand services: new transactions of this shard waiting for their
+    // listener at once; beyond it a PMReq is denied (denied_pool_exhausted).
+    std::size_t max_pending_opens = 256;
 };
 
 // What became of one datagram. Every value has a counter of the same name.
 enum class Outcome : std::uint8_t {
-    accepted,             // new transaction, PMAccept sent
-    accepted_duplicate,   // duplicate PMReq, PMAccept re-sent, timer reset
-    denied_no_service,    // PMDeny: no mapping for ApIPAddr:ApPort
-    denied_not_allowed,   // PMDeny: client outside the service's allow list
-    denied_no_address,    // PMDeny: service has no SDP address for this family
-    denied_unavailable,   // PMDeny: no SDP address of the family is available (health)
-    acked,                // PMAck matched: timer stopped, state released
-    ack_unknown,          // PMAck with no matching state: discarded (7.5.2)
-    drop_too_short,       // datagram shorter than 48 bytes
-    drop_too_long,        // longer than 48 bytes (and not iwpmd's 64-byte PMReq)
-    drop_bad_version,     // Ver != 0
-    drop_reserved_ipv,    // IPV not 4 or 6
-    drop_not_for_server,  // PMAccept or PMDeny sent to the server
-    drop_iwpm_disabled,   // 64-byte PMReq while accept_iwpm_request is off
-    drop_bad_request,     // PMReq with CpPort 0 or an unspecified CpIPAddr
-    drop_rate_limited,    // PMReq over its source's token bucket (15.2.1)
-    drop_quenched,        // PMReq from a quenched source (15.2.1, 15.2.2.1)
+    accepted,               // new transaction, PMAccept sent
+    accepted_duplicate,     // duplicate PMReq, PMAccept re-sent, timer reset
+    pending,                // on-demand: new transaction waits for its listener, no reply yet
+    pending_duplicate,      // on-demand: duplicate PMReq while waiting, absorbed
+    denied_no_service,      // PMDeny: no mapping for ApIPAddr:ApPort
+    denied_not_allowed,     // PMDeny: client outside the service's allow list
+    denied_no_address,      // PMDeny: service has no SDP address for this family
+    denied_unavailable,     // PMDeny: no SDP address of the family is available (health)
+    denied_pool_exhausted,  // PMDeny: on-demand pool has no free port (15.2.1)
+    denied_open_failed,     // PMDeny: the acceptor could not open the port, or did not answer
+    acked,                  // PMAck matched: timer stopped, state released
+    ack_unknown,            // PMAck with no matching state: discarded (7.5.2)
+    drop_too_short,         // datagram shorter than 48 bytes
+    drop_too_long,          // longer than 48 bytes (and not iwpmd's 64-byte PMReq)
+    drop_bad_version,       // Ver != 0
+    drop_reserved_ipv,      // IPV not 4 or 6
+    drop_not_for_server,    // PMAccept or PMDeny sent to the server
+    drop_iwpm_disabled,     // 64-byte PMReq while accept_iwpm_request is off
+    drop_bad_request,       // PMReq with CpPort 0 or an unspecified CpIPAddr
+    drop_rate_limited,      // PMReq over its source's token bucket (15.2.1)
+    drop_quenched,          // PMReq from a quenched source (15.2.1, 15.2.2.1)
     count_
 };
 inline constexpr std::size_t kOutcomeCount = static_cast<std::size_t>(Outcome::count_);
@@ -79,9 +86,34 @@ struct Counters {
     Counters& operator+=(const Counters& o);
 };
 
+// What an on-demand transaction tells the port pool (io/on_demand.hpp,
+// core/on_demand.hpp), which the main thread owns: the shell carries it over.
+struct PoolNote {
+    enum class Kind : std::uint8_t {
+        open,    // a new transaction wants a listener: answer with on_port()
+        touch,   // duplicate PMReq: PMAccept re-sent, the PMAck timer restarts
+        acked,   // PMAck for the port
+        cancel,  // (from the shell) the transaction went before its port came
+    };
+    Kind kind = Kind::open;
+    std::string service;
+    pm::Message request;     // the PMReq (open: pass it back to on_port())
+    std::uint16_t port = 0;  // touch, acked
+};
+
 struct Result {
     Outcome outcome;
     std::optional<pm::Wire> reply;  // send to the source, from the local address
+    std::optional<PoolNote> pool;   // on-demand: for the port pool
+};
+
+// The answer to an on-demand transaction, once its listener is open or not.
+struct PortResult {
+    // The transaction was gone (superseded, timed out): no reply; a port
+    // that was opened for it must be released.
+    bool orphan = true;
+    Outcome outcome = Outcome::denied_open_failed;
+    std::optional<pm::Wire> reply;
 };
 
 // A live transaction, for listings.
@@ -90,6 +122,7 @@ struct TransactionView {
     pm::Endpoint sdp;     // SDP Address handed out
     std::string_view service;
     TimePoint expires;
+    bool pending = false;  // on-demand: waiting for its listener (sdp port 0)
 };
 
 class Pmsp {
@@ -101,6 +134,14 @@ class Pmsp {
 
     Result on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoint& source,
                        const pm::IpAddress& local, TimePoint now);
+    // The pool's answer to PoolNote::open for `request`: the port opened
+    // (PMAccept with it, the PMAck timer starts) or nullopt with the deny
+    // reason (denied_pool_exhausted or denied_open_failed: PMDeny).
+    PortResult on_port(const pm::Message& request, std::optional<std::uint16_t> port,
+                       Outcome deny_reason, TimePoint now);
+    // Transactions waiting for their listener.
+    std::size_t pending() const;
+
     // Releases every transaction whose PMAck timer expired by `now`.
     // Returns the number released.
     std::size_t on_timer(TimePoint now);
@@ -124,6 +165,8 @@ class Pmsp {
     struct Table;
     Result admit_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now);
     Result handle_request(const pm::Message& req, const pm::Endpoint& source, TimePoint now);
+    Result handle_on_demand(const pm::Message& req, const Service& service,
+                            const pm::Endpoint& chosen, std::uint32_t existing, TimePoint now);
     Result handle_ack(const pm::Message& ack);
     std::optional<pm::Endpoint> choose(const Service& service, const pm::Message& req,
                                        std::uint32_t existing, Outcome& deny_reason);

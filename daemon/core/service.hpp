@@ -25,6 +25,17 @@ enum class Policy : std::uint8_t {
 
 std::string_view to_string(Policy p);
 
+// An on-demand service (docs/sdp-pmd.md, "On-demand SDP ports"): the SDP
+// port is not fixed; the daemon has the registered acceptor open a listener
+// on a free port of `ports` for each new transaction (io/on_demand.hpp).
+struct OnDemand {
+    std::vector<std::uint16_t> ports;  // the pool: sorted, no duplicates, none 0
+    bool single_use = false;           // closed after the first connection
+    bool operator==(const OnDemand&) const = default;
+};
+
+inline constexpr std::size_t kMaxOnDemandPorts = 1024;
+
 struct Service {
     std::string name;
     // ApIPAddr clients ask for; nullopt is "*": any ApIPAddr with this port.
@@ -42,6 +53,9 @@ struct Service {
     // `health:` of this service; unset fields come from the top-level
     // `health:` (resolved by the shell, see daemon/core/health.hpp).
     HealthOverrides health;
+    // Set: an on-demand service; the port of each `sdp` entry is a
+    // placeholder replaced by the pool port opened for the transaction.
+    std::optional<OnDemand> on_demand;
 
     // A copy-constructible description; the round-robin cursor lives in the
     // Registry so that snapshots can share Service values freely.

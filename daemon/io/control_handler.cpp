@@ -87,6 +87,14 @@ std::optional<std::string> read_regular_file(const std::string& path, std::strin
     return std::nullopt;
 }
 
+// The channel lines by their key (parse_channel_line).
+constexpr std::pair<std::string_view, ChannelMessage::Kind> kChannelKinds[] = {
+    {"opened", ChannelMessage::Kind::opened},
+    {"failed", ChannelMessage::Kind::failed},
+    {"connected", ChannelMessage::Kind::connected},
+    {"closed", ChannelMessage::Kind::closed},
+};
+
 // --- one handler per command of pmctl::kCommands --------------------------------
 
 using Finish = Done<Reply>;
@@ -194,7 +202,18 @@ void run_register(const json& args, const Peer& peer, ControlBackend& b, Finish 
     if (auto* e = std::get_if<std::string>(&parsed)) {
         return done(error(kResultError, *e));
     }
-    b.register_service(std::move(std::get<Registration>(parsed)), std::move(done));
+    auto& r = std::get<Registration>(parsed);
+    if (r.service.on_demand) {
+        if (peer.channel.expired()) {
+            return done(error(kResultError, "on_demand: needs a control connection kept open"));
+        }
+        if (r.lease) {
+            return done(error(kResultError,
+                              "lease: not with on_demand (it lives as long as this connection)"));
+        }
+        return b.register_on_demand(std::move(r), peer.channel, std::move(done));
+    }
+    b.register_service(std::move(r), std::move(done));
 }
 
 void run_unregister(const json& args, const Peer&, ControlBackend& b, Finish done) {
@@ -279,6 +298,63 @@ int json_depth(std::string_view text, int limit) {
         }
     }
     return max;
+}
+
+std::optional<ChannelMessage> parse_channel_line(std::string_view line) {
+    try {
+        if (!line.empty() && line.back() == '\r') {
+            line.remove_suffix(1);
+        }
+        if (line.size() > 4096 || json_depth(line, 2) > 1) {
+            return std::nullopt;
+        }
+        json j = json::parse(line.begin(), line.end(), nullptr, false);
+        if (j.is_discarded() || !j.is_object() || j.size() > 3) {
+            return std::nullopt;
+        }
+        const auto port_of = [](const json& v) -> std::optional<std::uint16_t> {
+            if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 ||
+                v.get<std::uint64_t>() > 65535) {
+                return std::nullopt;
+            }
+            return static_cast<std::uint16_t>(v.get<std::uint64_t>());
+        };
+        std::optional<ChannelMessage> out;
+        std::string_view out_key;
+        for (const auto& [name, kind] : kChannelKinds) {
+            auto it = j.find(std::string(name));
+            if (it == j.end()) {
+                continue;
+            }
+            auto port = port_of(*it);
+            if (out || !port) {
+                return std::nullopt;  // two kinds in one line, or a bad port
+            }
+            out = ChannelMessage{kind, *port, 0, {}};
+            out_key = name;
+        }
+        if (!out) {
+            return std::nullopt;
+        }
+        const bool with_id =
+            out->kind == ChannelMessage::Kind::opened || out->kind == ChannelMessage::Kind::failed;
+        for (const auto& [key, value] : j.items()) {
+            if (key == "id" && with_id && value.is_number_unsigned()) {
+                out->id = value.get<std::uint64_t>();
+            } else if (key == "error" && out->kind == ChannelMessage::Kind::failed &&
+                       value.is_string()) {
+                out->error = shown(value.get<std::string>(), 200);
+            } else if (key != out_key) {
+                return std::nullopt;
+            }
+        }
+        if (with_id && !j.contains("id")) {
+            return std::nullopt;
+        }
+        return out;
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
 }
 
 bool peer_may_read(const std::string& path, const Peer& peer) {

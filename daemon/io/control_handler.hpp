@@ -11,7 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +28,35 @@ inline constexpr int kMaxControlDepth = 16;
 
 using pmctl::Access;
 
+// A control connection that an on-demand registration turns into a
+// two-way channel (docs/control-protocol.md, "On-demand services"): the
+// daemon sends {"open": P, "id": N} and {"close": P}, the acceptor answers
+// with the lines parse_channel_line() reads. The registration lives as long
+// as the connection.
+class Channel {
+  public:
+    virtual ~Channel() = default;
+    // From now on every line the peer sends is for `service`'s channel.
+    virtual void attach(std::string service) = 0;
+    // Queues one line (without '\n'); false when closed or its queue is
+    // full (a peer that stopped reading).
+    virtual bool send(std::string line) = 0;
+    virtual void close() = 0;
+};
+
+// A line an acceptor sends on its channel.
+struct ChannelMessage {
+    enum class Kind : std::uint8_t { opened, failed, connected, closed };
+    Kind kind = Kind::opened;
+    std::uint16_t port = 0;
+    std::uint64_t id = 0;  // opened, failed: the id of the open
+    std::string error;     // failed: why (shown() when logged)
+};
+// {"opened": P, "id": N}, {"failed": P, "id": N, "error": "..."},
+// {"connected": P}, {"closed": P}; nullopt for anything else (the caller
+// counts it). Never throws.
+std::optional<ChannelMessage> parse_channel_line(std::string_view line);
+
 // Who is asking (SO_PEERCRED / SO_PEERGROUPS).
 struct Peer {
     pid_t pid = 0;
@@ -33,6 +64,7 @@ struct Peer {
     gid_t gid = 0;
     std::vector<gid_t> groups;  // supplementary
     Access access = Access::none;
+    std::weak_ptr<Channel> channel;  // the connection, for an on-demand `register`
 };
 
 enum ControlResult : int {
@@ -62,6 +94,25 @@ class ControlBackend {
     virtual void status(Done<nlohmann::json> done) = 0;
     virtual void services(Done<nlohmann::json> done) = 0;
     virtual void register_service(Registration r, Done<Reply> done) = 0;
+    // `register` with "on_demand": on success the backend attaches `channel`
+    // to the service before answering.
+    virtual void register_on_demand(Registration r, std::weak_ptr<Channel> channel,
+                                    Done<Reply> done) {
+        (void)r;
+        (void)channel;
+        done(Reply{2, "on_demand: not supported", nullptr});
+    }
+    // A line from an attached channel, and its end.
+    virtual void channel_line(const std::string& service, std::string_view line,
+                              const Channel* channel) {
+        (void)service;
+        (void)line;
+        (void)channel;
+    }
+    virtual void channel_closed(const std::string& service, const Channel* channel) {
+        (void)service;
+        (void)channel;
+    }
     virtual void unregister_service(const std::string& name, Done<Reply> done) = 0;
     virtual void transactions(std::size_t limit, Done<nlohmann::json> done) = 0;
     virtual void stats(Done<nlohmann::json> done) = 0;

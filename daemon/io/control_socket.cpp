@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -86,7 +87,7 @@ std::string who(const Peer& p) {
 
 }  // namespace
 
-struct ControlServer::Session : std::enable_shared_from_this<Session> {
+struct ControlServer::Session : Channel, std::enable_shared_from_this<Session> {
     Session(ControlServer& owner, stream::socket s)
         : server(owner), socket(std::move(s)), timer(socket.get_executor()) {}
 
@@ -100,14 +101,18 @@ struct ControlServer::Session : std::enable_shared_from_this<Session> {
             peer.groups = peer_groups(socket.native_handle(), cred.pid);
             peer.access = server.access_of(peer);
         }
+        peer.channel = std::static_pointer_cast<Channel>(shared_from_this());
         arm_timer();
         read();
     }
 
     void arm_timer() {
+        if (!service.empty()) {
+            return;  // a channel stays open as long as its peer keeps it
+        }
         timer.expires_after(kControlIdleTimeout);
         timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-            if (ec || self->closed) {
+            if (ec || self->closed || !self->service.empty()) {
                 return;
             }
             ++self->server.mutable_counters().timeouts;
@@ -128,7 +133,7 @@ struct ControlServer::Session : std::enable_shared_from_this<Session> {
                 if (ec) {
                     // EOF: a request without a final newline still counts
                     // ("one request per connection").
-                    if (ec == asio::error::eof && !self->buffer.empty()) {
+                    if (ec == asio::error::eof && !self->buffer.empty() && self->service.empty()) {
                         self->eof = true;
                         self->process();
                     } else {
@@ -142,8 +147,32 @@ struct ControlServer::Session : std::enable_shared_from_this<Session> {
             });
     }
 
+    // An attached channel: every complete line goes to the backend, no
+    // answer; then reads more.
+    void process_channel() {
+        while (!closed) {
+            auto nl = buffer.find('\n');
+            if (nl == std::string::npos) {
+                if (buffer.size() > kMaxControlLine) {
+                    ++server.mutable_counters().oversized;
+                    close();
+                    return;
+                }
+                read();
+                return;
+            }
+            std::string line = buffer.substr(0, nl);
+            buffer.erase(0, nl + 1);
+            server.backend().channel_line(service, line, this);
+        }
+    }
+
     // Answers the next complete line, or reads more.
     void process() {
+        if (!service.empty()) {
+            process_channel();
+            return;
+        }
         auto nl = buffer.find('\n');
         std::string line;
         bool last = false;
@@ -203,27 +232,69 @@ struct ControlServer::Session : std::enable_shared_from_this<Session> {
         } else if (h.result == kResultError || h.result == kResultUnsupported) {
             ++counters.errors;
         }
-        write(std::move(h.response), last);
+        write(std::move(h.response), last && service.empty());
     }
 
+    // An answer: once written, the next request is read.
     void write(std::string text, bool then_close) {
-        out = std::move(text);
-        asio::async_write(socket, asio::buffer(out),
-                          [self = shared_from_this(), then_close](
-                              const boost::system::error_code& ec, std::size_t) {
-                              if (self->closed) {
-                                  return;
-                              }
-                              if (ec || then_close) {
-                                  self->close();
-                                  return;
-                              }
-                              self->arm_timer();
-                              self->process();
-                          });
+        enqueue(Out{std::move(text), true, then_close});
     }
 
-    void close() {
+    // Channel: a line to the peer, queued behind what is being written.
+    void attach(std::string name) override {
+        service = std::move(name);
+        timer.cancel();
+    }
+
+    bool send(std::string line) override {
+        if (closed || out.size() >= kMaxChannelQueue) {
+            return false;
+        }
+        line += '\n';
+        enqueue(Out{std::move(line), false, false});
+        return true;
+    }
+
+    struct Out {
+        std::string text;
+        bool resume = false;  // an answer: read the next request once written
+        bool then_close = false;
+    };
+
+    void enqueue(Out o) {
+        out.push_back(std::move(o));
+        if (!writing) {
+            write_next();
+        }
+    }
+
+    void write_next() {
+        if (closed || out.empty()) {
+            writing = false;
+            return;
+        }
+        writing = true;
+        asio::async_write(
+            socket, asio::buffer(out.front().text),
+            [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                if (self->closed) {
+                    return;
+                }
+                Out done = std::move(self->out.front());
+                self->out.pop_front();
+                if (ec || done.then_close) {
+                    self->close();
+                    return;
+                }
+                if (done.resume) {
+                    self->arm_timer();
+                    self->process();
+                }
+                self->write_next();
+            });
+    }
+
+    void close() override {
         if (closed) {
             return;
         }
@@ -232,6 +303,11 @@ struct ControlServer::Session : std::enable_shared_from_this<Session> {
         timer.cancel();
         socket.shutdown(stream::socket::shutdown_both, ignored);
         socket.close(ignored);
+        // Keeps this alive while the backend and the server let go of it.
+        auto self = shared_from_this();
+        if (!service.empty()) {
+            server.backend().channel_closed(service, this);
+        }
         server.finished(this);
     }
 
@@ -241,7 +317,9 @@ struct ControlServer::Session : std::enable_shared_from_this<Session> {
     Peer peer;
     std::array<char, 4096> chunk{};
     std::string buffer;
-    std::string out;
+    std::deque<Out> out;
+    bool writing = false;
+    std::string service;  // attached channel: the on-demand service
     bool eof = false;
     bool closed = false;
 };
@@ -366,7 +444,12 @@ void ControlServer::accept() {
             return;
         }
         if (!ec) {
-            if (sessions_.size() >= kMaxControlConnections) {
+            // On-demand channels do not count: each is a registration,
+            // bounded by kMaxRegistrations, and must not starve sdp-pmctl.
+            const auto channels = static_cast<std::size_t>(
+                std::count_if(sessions_.begin(), sessions_.end(),
+                              [](const auto& x) { return !x->service.empty(); }));
+            if (sessions_.size() - channels >= kMaxControlConnections) {
                 ++counters_.rejected_connections;
                 log::logger().limited(LogLevel::warning, "control_busy", [] {
                     return "control: " + std::to_string(kMaxControlConnections) +

@@ -21,6 +21,9 @@ namespace pmd::io {
 
 inline constexpr std::size_t kMaxControlConnections = 64;
 inline constexpr std::chrono::seconds kControlIdleTimeout{30};
+// Lines queued to an on-demand channel whose peer does not read; beyond it
+// the channel is closed (and its registration removed).
+inline constexpr std::size_t kMaxChannelQueue = 4096;
 
 struct ControlCounters {
     std::uint64_t connections = 0;

@@ -139,6 +139,30 @@ std::vector<MetricDef> make_defs() {
     d.push_back(counter("health_netlink_malformed", "sdp_pmd_health_netlink_malformed_total",
                         "sock_diag reply messages skipped as malformed.", InLine::nonzero,
                         [](S s) { return n(s.health.netlink_malformed); }));
+    d.push_back(counter("ondemand_opens", "sdp_pmd_ondemand_opens_total",
+                        "On-demand listeners the daemon asked an acceptor to open.",
+                        InLine::nonzero, [](S s) { return n(s.pool.opens); }));
+    d.push_back(counter("ondemand_open_failures", "sdp_pmd_ondemand_open_failures_total",
+                        "On-demand opens the acceptor refused, or that went unanswered.",
+                        InLine::nonzero,
+                        [](S s) { return n(s.pool.open_failures + s.pool.open_timeouts); }));
+    d.push_back(counter("ondemand_connections", "sdp_pmd_ondemand_connections_total",
+                        "Connections acceptors reported on on-demand listeners.", InLine::no,
+                        [](S s) { return n(s.pool.connections); }));
+    d.push_back(counter(
+        "ondemand_released_unused", "sdp_pmd_ondemand_released_total",
+        "On-demand listeners closed, by whether a PMAck or connection came.", InLine::nonzero,
+        [](S s) { return n(s.pool.released_unused); }, "reason=\"unused\""));
+    d.push_back(counter(
+        "ondemand_released_used", "sdp_pmd_ondemand_released_total",
+        "On-demand listeners closed, by whether a PMAck or connection came.", InLine::nonzero,
+        [](S s) { return n(s.pool.released_used); }, "reason=\"used\""));
+    d.push_back(counter("ondemand_bad_answers", "sdp_pmd_ondemand_bad_answers_total",
+                        "Acceptor channel lines dropped: unreadable, or for no known open.",
+                        InLine::nonzero, [](S s) { return n(s.pool.bad_answers); }));
+    d.push_back(gauge("ondemand_listeners", "sdp_pmd_ondemand_listeners",
+                      "On-demand listeners open or being opened.", InLine::nonzero,
+                      [](S s) { return n(s.pool_listeners); }));
     d.push_back(gauge("sdp_addresses_down", "sdp_pmd_sdp_addresses_down",
                       "Checked SDP addresses whose state is down.", InLine::nonzero, [](S s) {
                           return static_cast<double>(std::count_if(

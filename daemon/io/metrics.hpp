@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/core/on_demand.hpp"
 #include "daemon/core/registrations.hpp"
 #include "daemon/io/control_socket.hpp"
 #include "daemon/io/health_checker.hpp"
@@ -41,6 +42,8 @@ struct MetricSources {
     double uptime_seconds = 0;
     HealthCounters health;
     std::vector<AddressHealth> addresses;  // one sample set each, Prometheus only
+    PoolCounters pool;                     // on-demand ports
+    std::size_t pool_listeners = 0;        // open or being opened now
 };
 
 enum class MetricKind : std::uint8_t { counter, gauge };

@@ -71,8 +71,18 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
       owners_(io, [this](std::int64_t pid) { owner_exited(pid); }),
       status_timer_(io),
       watchdog_timer_(io),
-      health_(io) {
+      health_(io),
+      pool_(pool_timers()),
+      pool_timer_(io) {
     apply_logging(config_);
+    for (auto& w : shards_.workers()) {
+        // Runs on the worker's thread: the note goes to the main thread.
+        w->set_pool_sink([this](unsigned index, PoolNote note, std::uint64_t token) {
+            asio::post(io_, [this, index, note = std::move(note), token]() mutable {
+                on_pool_note(index, std::move(note), token);
+            });
+        });
+    }
     health_.update(registry_, config_.health);
     // Registered now so that a signal arriving during startup is queued for
     // the loop instead of taking its default action.
@@ -83,6 +93,7 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
 }
 
 Server::~Server() {
+    stopping_ = true;  // channels closed below must not touch the store
     if (control_) {
         control_->stop();
     }
@@ -103,6 +114,7 @@ void Server::metric_values(std::function<void(std::vector<MetricValue>)> done) {
 void Server::publish(std::shared_ptr<const Registry> registry, std::function<void()> done) {
     registry_ = registry;
     health_.update(registry_, config_.health);
+    sync_on_demand();
     // Done once every shard answers from the new snapshot, so a `register`
     // reply means every worker knows the service.
     shards_.publish(std::move(registry), nullptr, std::move(done));
@@ -233,6 +245,7 @@ void Server::stop(std::string_view why) {
     status_timer_.cancel();
     watchdog_timer_.cancel();
     health_.stop();
+    pool_timer_.cancel();
     if (control_) {
         control_->stop();
     }
@@ -444,6 +457,8 @@ bool Server::apply_reload(std::function<void()> then) {
     }
     config_ = std::move(next);
     health_.update(registry, config_.health);
+    pool_.set_timers(pool_timers());
+    sync_on_demand();
     config_optional_ = false;
     ++shell_.reloads;
     log::notice("reloaded configuration from " + config_path_ + ": " +

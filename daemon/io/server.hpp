@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "daemon/config/config.hpp"
+#include "daemon/core/on_demand.hpp"
 #include "daemon/core/pmsp.hpp"
 #include "daemon/core/registrations.hpp"
 #include "daemon/io/control_handler.hpp"
@@ -112,6 +113,12 @@ class Server final : public ControlBackend {
     void stats(Done<nlohmann::json> done) override;
     void reset_stats(std::function<void()> done) override;
     void reload_config(Done<Reply> done) override;
+    // On-demand services (server_on_demand.cpp).
+    void register_on_demand(Registration r, std::weak_ptr<Channel> channel,
+                            Done<Reply> done) override;
+    void channel_line(const std::string& service, std::string_view line,
+                      const Channel* channel) override;
+    void channel_closed(const std::string& service, const Channel* channel) override;
 
   private:
     MetricSources metric_sources(Aggregate workers) const;
@@ -144,6 +151,16 @@ class Server final : public ControlBackend {
     void arm_lease_timer(std::optional<WallClock::time_point> deadline);
     void arm_status_timer();
     void arm_watchdog();
+    // On-demand ports (server_on_demand.cpp): a worker's PoolNote, carried
+    // to the main thread; the pool's commands to the acceptors' channels
+    // and its answers to the workers; the pool's timer.
+    void on_pool_note(unsigned worker, PoolNote note, std::uint64_t token);
+    void run_pool_step(OnDemandPool::Step step);
+    void arm_pool_timer();
+    // The pools follow the on-demand registrations in the store: those of
+    // registrations gone are dropped and their channels closed.
+    void sync_on_demand();
+    PoolTimers pool_timers() const;
 
     boost::asio::io_context& io_;
     Config config_;
@@ -178,6 +195,11 @@ class Server final : public ControlBackend {
     // Health of the SDP addresses (io/health_checker.hpp); told of every
     // new registry snapshot before the workers get it.
     HealthChecker health_;
+    // On-demand ports: the pools, their timer and each service's channel.
+    OnDemandPool pool_;
+    boost::asio::steady_timer pool_timer_;
+    std::optional<TimePoint> pool_deadline_;
+    std::map<std::string, std::weak_ptr<Channel>, std::less<>> channels_;
 };
 
 }  // namespace pmd::io

@@ -112,6 +112,10 @@ json Server::services_json(const LiveMap& live) const {
                              {"denied", c.denied}};
         auto h = health.find(name);
         j["health"] = h == health.end() ? json::array() : h->second;
+        if (j.contains("on_demand")) {
+            // Listeners open now (or being opened), out of the pool's ports.
+            j["on_demand"]["listeners"] = pool_.in_use(name);
+        }
         list.push_back(std::move(j));
     };
     for (const Service& s : config_.services) {
@@ -251,6 +255,7 @@ void Server::transactions(std::size_t limit, Done<json> done) {
                     {"sdp", t.sdp.to_string()},
                     {"assoc_handle", handle},
                     {"expires_in_ms", std::max<std::int64_t>(0, left.count())},
+                    {"pending", t.pending},
                 });
             });
             return p;
@@ -271,6 +276,8 @@ MetricSources Server::metric_sources(Aggregate workers) const {
     s.uptime_seconds = std::floor(seconds_since(started_));
     s.health = health_.counters();
     s.addresses = health_.addresses();
+    s.pool = pool_.counters();
+    s.pool_listeners = pool_.in_use();
     return s;
 }
 
@@ -284,6 +291,7 @@ void Server::reset_stats(std::function<void()> done) {
     watchdog_withheld_ = 0;
     store_.reset_counts();
     health_.reset_counters();
+    pool_.reset_counters();
     state_write_errors_ = 0;
     if (control_) {
         control_->reset_counters();

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -13,6 +14,8 @@
 #include <system_error>
 
 #include "daemon/config/config.hpp"
+#include "pmclient/address.hpp"
+#include "pmclient/pm_time.hpp"
 
 namespace pmd::io {
 
@@ -76,6 +79,64 @@ bool printable(std::string_view s) {
     return true;
 }
 
+// `on_demand`: {"ports": "7001-7004" or a list of such strings and port
+// numbers, "single_use": false}.
+std::variant<OnDemand, std::string> parse_on_demand(const json& j) {
+    if (!j.is_object()) {
+        return std::string(
+            "on_demand: expected an object {\"ports\": \"7001-7004\", \"single_use\": false}");
+    }
+    OnDemand od;
+    for (const auto& [key, value] : j.items()) {
+        if (key == "single_use") {
+            if (!value.is_boolean()) {
+                return std::string("on_demand.single_use: expected true or false");
+            }
+            od.single_use = value.get<bool>();
+        } else if (key != "ports") {
+            return "on_demand: unknown key \"" + (printable(key) && key.size() < 64 ? key : "?") +
+                   "\"";
+        }
+    }
+    auto ports = j.find("ports");
+    if (ports == j.end()) {
+        return std::string("on_demand.ports: missing (e.g. \"7001-7004\")");
+    }
+    const std::string bad = "on_demand.ports: expected \"A-B\", a port, or a list of them (1 to " +
+                            std::to_string(kMaxOnDemandPorts) + " ports, none 0)";
+    std::vector<json> items;
+    if (ports->is_array()) {
+        if (ports->empty() || ports->size() > kMaxOnDemandPorts) {
+            return bad;
+        }
+        items.assign(ports->begin(), ports->end());
+    } else {
+        items.push_back(*ports);
+    }
+    for (const json& item : items) {
+        std::string text;
+        if (item.is_number_integer() && item.get<std::int64_t>() >= 0 &&
+            item.get<std::int64_t>() <= 65535) {
+            text = std::to_string(item.get<std::int64_t>());
+        } else if (item.is_string() && item.get<std::string>().size() <= 4096) {
+            text = item.get<std::string>();
+        } else {
+            return bad;
+        }
+        auto list = pm::parse_port_list(text, kMaxOnDemandPorts);
+        if (!list) {
+            return bad;
+        }
+        od.ports.insert(od.ports.end(), list->begin(), list->end());
+        if (od.ports.size() > kMaxOnDemandPorts) {
+            return bad;
+        }
+    }
+    std::sort(od.ports.begin(), od.ports.end());
+    od.ports.erase(std::unique(od.ports.begin(), od.ports.end()), od.ports.end());
+    return od;
+}
+
 }  // namespace
 
 std::variant<Registration, std::string> parse_registration(const json& args, bool from_state,
@@ -83,9 +144,9 @@ std::variant<Registration, std::string> parse_registration(const json& args, boo
     if (!args.is_object()) {
         return std::string("arguments: expected an object");
     }
-    static constexpr std::string_view kKeys[] = {"name",    "conventional", "sdp",   "policy",
-                                                 "pm_time", "allow",        "lease", "owner",
-                                                 "pid",     "health"};
+    static constexpr std::string_view kKeys[] = {"name",    "conventional", "sdp",      "policy",
+                                                 "pm_time", "allow",        "lease",    "owner",
+                                                 "pid",     "health",       "on_demand"};
     static constexpr std::string_view kStateKeys[] = {"expires_at", "pid_start_time", "boot_id"};
     for (const auto& [key, value] : args.items()) {
         bool known = std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys) ||
@@ -114,12 +175,36 @@ std::variant<Registration, std::string> parse_registration(const json& args, boo
             return std::string("pm_time: expected a string or a number 0-255");
         }
     }
+    std::optional<OnDemand> on_demand;
+    if (auto it = args.find("on_demand"); it != args.end() && !it->is_null()) {
+        if (from_state) {
+            // It lives as long as its acceptor's connection: never stored.
+            return std::string("on_demand: not kept in the state file");
+        }
+        auto parsed = parse_on_demand(*it);
+        if (auto* e = std::get_if<std::string>(&parsed)) {
+            return *e;
+        }
+        on_demand = std::get<OnDemand>(std::move(parsed));
+        if (!sdp) {
+            // The address asked for; the port is the pool's.
+            sdp = std::vector<std::string>{"*:" + std::to_string(on_demand->ports.front())};
+        }
+        if (args.contains("health") && !args["health"].is_null()) {
+            return std::string(
+                "health: not with on_demand (its listeners come and go with the transactions)");
+        }
+    }
     for (const char* required : {"name", "conventional", "sdp"}) {
-        if (!args.contains(required) || args[required].is_null()) {
+        if ((!args.contains(required) || args[required].is_null()) &&
+            !(on_demand && std::string_view(required) == "sdp")) {
             return "missing argument \"" + std::string(required) + "\"";
         }
     }
     ServiceFields fields;
+    if (on_demand) {
+        fields.health = std::vector<std::pair<std::string, std::string>>{{"check", "off"}};
+    }
     if (auto it = args.find("health"); it != args.end() && !it->is_null()) {
         // "off", or an object of the config file's health keys, with
         // strings ("500ms", "connect") or whole numbers (rise, fall).
@@ -156,6 +241,13 @@ std::variant<Registration, std::string> parse_registration(const json& args, boo
     Registration r;
     r.service = std::move(std::get<Service>(made));
     r.service.dynamic = true;
+    if (on_demand) {
+        if (r.service.pm_time == pm::kPmTimePermanent) {
+            return std::string(
+                "pm_time: permanent is not for on_demand (a pool port would never be released)");
+        }
+        r.service.on_demand = std::move(on_demand);
+    }
     if (owner) {
         if (owner->size() > kMaxOwner || !printable(*owner)) {
             return "owner: at most " + std::to_string(kMaxOwner) +
@@ -223,6 +315,10 @@ json service_json(const Service& s) {
     j["pm_time"] = s.pm_time;
     j["allow"] = f.allow ? *f.allow : std::vector<std::string>{};
     j["dynamic"] = s.dynamic;
+    if (s.on_demand) {
+        j["on_demand"] = json{{"ports", pm::port_list_text(s.on_demand->ports)},
+                              {"single_use", s.on_demand->single_use}};
+    }
     return j;
 }
 
@@ -242,6 +338,9 @@ json registration_json(const Registration& r, WallClock::time_point now) {
 std::string state_text(std::span<const Registration> registrations) {
     json list = json::array();
     for (const Registration& r : registrations) {
+        if (r.service.on_demand) {
+            continue;  // lives as long as its acceptor's control connection
+        }
         json j;
         ServiceFields f = service_fields(r.service);
         j["name"] = f.name;

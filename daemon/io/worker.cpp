@@ -29,7 +29,9 @@ LogLevel level_of(Outcome o) {
         case Outcome::denied_not_allowed:
         case Outcome::denied_no_address:
         case Outcome::denied_unavailable:
+        case Outcome::denied_open_failed:
             return LogLevel::info;
+        case Outcome::denied_pool_exhausted:
         case Outcome::drop_rate_limited:
         case Outcome::drop_quenched:
             // The flood alarm of section 15.2.1: a source beyond its bounds.
@@ -178,7 +180,7 @@ void Worker::wait_readable(const std::shared_ptr<UdpSocket>& s) {
                     return "waiting on UDP " + s->endpoint().to_string() + ": " + ec.message();
                 });
             } else {
-                on_readable(*s);
+                on_readable(s);
             }
             if (!stopping_ && s->is_open()) {
                 wait_readable(s);
@@ -186,7 +188,8 @@ void Worker::wait_readable(const std::shared_ptr<UdpSocket>& s) {
         });
 }
 
-void Worker::on_readable(UdpSocket& s) {
+void Worker::on_readable(const std::shared_ptr<UdpSocket>& sp) {
+    UdpSocket& s = *sp;
     for (int round = 0; round < kMaxBatchesPerWakeup; ++round) {
         int n = s.receive(*rx_);
         if (n < 0) {
@@ -210,6 +213,9 @@ void Worker::on_readable(UdpSocket& s) {
             if (res.reply) {
                 tx_->add(*res.reply, r, v6);
             }
+            if (res.pool) {
+                to_pool(res, r, sp);
+            }
             log_outcome(r, res.outcome, now);
         }
         if (tx_->size() > 0) {
@@ -225,6 +231,52 @@ void Worker::on_readable(UdpSocket& s) {
         if (static_cast<std::size_t>(n) < kBatchSize) {
             break;
         }
+    }
+    arm_timer();
+}
+
+void Worker::to_pool(Result& r, const Received& from, const std::shared_ptr<UdpSocket>& s) {
+    std::uint64_t token = 0;
+    if (r.pool->kind == PoolNote::Kind::open) {
+        token = next_token_++;
+        Received to = from;
+        to.bytes = {};  // the receive buffer is reused
+        waiting_.emplace(token, Waiting{r.pool->service, r.pool->request, to, s});
+    }
+    if (pool_sink_) {
+        pool_sink_(index_, std::move(*r.pool), token);
+    } else if (token != 0) {
+        // No pool (a test shell): the open fails, after this batch's
+        // replies went out (port_answer() uses the same send batch).
+        post([this, token] { port_answer(token, std::nullopt, Outcome::denied_open_failed); });
+    }
+}
+
+void Worker::port_answer(std::uint64_t token, std::optional<std::uint16_t> port, Outcome deny) {
+    auto it = waiting_.find(token);
+    if (it == waiting_.end() || stopping_) {
+        return;
+    }
+    Waiting w = std::move(it->second);
+    waiting_.erase(it);
+    const TimePoint now = std::chrono::steady_clock::now();
+    PortResult res = pmsp_->on_port(w.request, port, deny, now);
+    if (res.orphan && port && pool_sink_) {
+        // The transaction went (superseded, timed out) before its port
+        // came: the listener is not needed.
+        pool_sink_(index_, PoolNote{PoolNote::Kind::cancel, w.service, w.request, *port}, 0);
+    }
+    auto s = w.socket.lock();
+    if (res.reply && s && s->is_open()) {
+        tx_->clear();
+        tx_->add(*res.reply, w.to, s->is_v6());
+        auto sent = s->send(*tx_);
+        if (sent.failed > 0) {
+            shell_.send_errors += sent.failed;
+        }
+    }
+    if (res.reply) {
+        log_outcome(w.to, res.outcome, now);
     }
     arm_timer();
 }

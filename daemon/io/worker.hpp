@@ -18,9 +18,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -73,6 +75,17 @@ class Worker {
     // --- on the worker's thread only (or after stop()) ---
     void add_socket(std::shared_ptr<UdpSocket> s);
     void remove_socket(const std::shared_ptr<UdpSocket>& s);
+    // On-demand transactions: every PoolNote goes to `sink` (set before
+    // start(); it posts to the main thread, which owns the pool). An open
+    // carries a token that the main thread answers through port_answer().
+    using PoolSink = std::function<void(unsigned worker, PoolNote note, std::uint64_t token)>;
+    void set_pool_sink(PoolSink sink) { pool_sink_ = std::move(sink); }
+    // The pool's answer to the open `token`: PMAccept with `port`, or
+    // PMDeny for `deny`, sent from the socket the PMReq came in on.
+    void port_answer(std::uint64_t token, std::optional<std::uint16_t> port, Outcome deny);
+    // Opens waiting for the pool's answer.
+    std::size_t waiting_opens() const { return waiting_.size(); }
+
     Pmsp& pmsp() { return *pmsp_; }
     const Pmsp& pmsp() const { return *pmsp_; }
     void set_registry(std::shared_ptr<const Registry> r) { pmsp_->set_registry(std::move(r)); }
@@ -87,7 +100,9 @@ class Worker {
 
   private:
     void wait_readable(const std::shared_ptr<UdpSocket>& s);
-    void on_readable(UdpSocket& s);
+    void on_readable(const std::shared_ptr<UdpSocket>& s);
+    // Hands r.pool to the sink; an open remembers where to answer.
+    void to_pool(Result& r, const Received& from, const std::shared_ptr<UdpSocket>& s);
     void arm_timer();
     void on_timer();
     void shutdown();
@@ -104,6 +119,15 @@ class Worker {
     bool stopping_ = false;
     ShellCounters shell_;
     std::atomic<std::uint64_t> pong_{0};
+    PoolSink pool_sink_;
+    struct Waiting {
+        std::string service;
+        pm::Message request;
+        Received to;  // bytes cleared
+        std::weak_ptr<UdpSocket> socket;
+    };
+    std::unordered_map<std::uint64_t, Waiting> waiting_;
+    std::uint64_t next_token_ = 1;
     std::thread thread_;
 };
 

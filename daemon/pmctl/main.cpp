@@ -208,10 +208,23 @@ void print_human(const std::string& command, const json& response) {
                 }
                 health += (health.empty() ? "" : ",") + one;
             }
-            rows.push_back({text_of(s["name"]), text_of(s["conventional"]), text_of(s["sdp"]),
+            // On-demand: the pool and how many of its ports listen now,
+            // "127.0.0.1 ports 7001-7004 (1/4 open)".
+            std::string sdp = text_of(s["sdp"]);
+            std::string kind = s.value("dynamic", false) ? "dynamic" : "static";
+            if (const auto od = s.value("on_demand", json(nullptr)); od.is_object()) {
+                const std::string ports = od.value("ports", "");
+                const auto list = pm::parse_port_list(ports, 65535);
+                const std::string first =
+                    s["sdp"].is_array() && !s["sdp"].empty() ? text_of(s["sdp"][0]) : "*:0";
+                sdp = first.substr(0, first.rfind(':')) + " ports " + ports + " (" +
+                      text_of(od.value("listeners", json(0))) + "/" +
+                      std::to_string(list ? list->size() : 0) + " open)";
+                kind = od.value("single_use", false) ? "on-demand,single-use" : "on-demand";
+            }
+            rows.push_back({text_of(s["name"]), text_of(s["conventional"]), sdp,
                             health.empty() ? "-" : health, text_of(s["policy"]),
-                            pm::pm_time_to_string(s.value("pm_time", std::uint8_t{0})),
-                            s.value("dynamic", false) ? "dynamic" : "static",
+                            pm::pm_time_to_string(s.value("pm_time", std::uint8_t{0})), kind,
                             s.value("owner", json(nullptr)).is_null() || text_of(s["owner"]).empty()
                                 ? "-"
                                 : text_of(s["owner"]),

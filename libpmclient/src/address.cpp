@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -157,6 +158,47 @@ bool Prefix::contains(const IpAddress& candidate) const {
 
 std::string Prefix::to_string() const {
     return network.to_string() + "/" + std::to_string(length);
+}
+
+std::optional<std::vector<std::uint16_t>> parse_port_list(std::string_view text, std::size_t max) {
+    std::vector<std::uint16_t> out;
+    while (true) {
+        const auto comma = text.find(',');
+        const std::string_view item = text.substr(0, comma);
+        const auto dash = item.find('-');
+        auto first = parse_port(item.substr(0, dash));
+        auto last = dash == std::string_view::npos ? first : parse_port(item.substr(dash + 1));
+        if (!first || !last || *first == 0 || *last < *first ||
+            std::size_t{*last} - *first >= max || out.size() + (*last - *first) >= max) {
+            return std::nullopt;
+        }
+        for (unsigned p = *first; p <= *last; ++p) {
+            out.push_back(static_cast<std::uint16_t>(p));
+        }
+        if (comma == std::string_view::npos) {
+            break;
+        }
+        text.remove_prefix(comma + 1);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
+std::string port_list_text(const std::vector<std::uint16_t>& sorted_ports) {
+    std::string out;
+    for (std::size_t i = 0; i < sorted_ports.size();) {
+        std::size_t j = i;
+        while (j + 1 < sorted_ports.size() && sorted_ports[j + 1] == sorted_ports[j] + 1) {
+            ++j;
+        }
+        out += (out.empty() ? "" : ",") + std::to_string(sorted_ports[i]);
+        if (j > i) {
+            out += "-" + std::to_string(sorted_ports[j]);
+        }
+        i = j + 1;
+    }
+    return out;
 }
 
 }  // namespace pm

@@ -7,11 +7,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <list>
+#include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -82,10 +87,16 @@ std::error_code control_error(const pmctl::Answer& a, const std::string& what,
 }  // namespace
 
 std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint& local,
-                                 std::string& reg_name, std::string& reg_error) {
+                                 std::string& reg_name, std::string& reg_error,
+                                 pmctl::KeptConnection* keep) {
     const bool wildcard = local.address == pm::IpAddress::any(local.address.family());
     const std::string sdp_addr =
         opts.sdp_address.value_or(wildcard ? "*:" + std::to_string(local.port) : local.to_string());
+    auto send = [&](const nlohmann::json& a) {
+        return pmctl::request(*opts.control_socket,
+                              nlohmann::json{{"command", "register"}, {"arguments", a}},
+                              opts.control_timeout, keep);
+    };
     reg_name = opts.service_name.empty() ? "sdp-" + std::to_string(local.port) : opts.service_name;
     if (!opts.conventional) {
         reg_error = "registration needs a conventional address";
@@ -101,10 +112,14 @@ std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint
     if (opts.registration_follows_process) {
         args["pid"] = "peer";
     }
-    if (opts.health_check) {
+    if (opts.health_check && !opts.on_demand) {
         args["health"] = {{"check", *opts.health_check}};
     }
-    auto answer = pmctl::call(*opts.control_socket, "register", args, opts.control_timeout);
+    if (opts.on_demand) {
+        args["on_demand"] = {{"ports", pm::port_list_text(opts.on_demand->ports)},
+                             {"single_use", opts.on_demand->single_use}};
+    }
+    auto answer = send(args);
     if (answer.ok() && answer.reply().result == 1 && args.contains("pid")) {
         // A daemon that cannot tie it to this process (an older one without
         // "pid", no pidfd support, another PID namespace): register without
@@ -112,7 +127,11 @@ std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint
         const std::string why = answer.reply().text;
         if (why.rfind("pid", 0) == 0 || why.find("\"pid\"") != std::string::npos) {
             args.erase("pid");
-            answer = pmctl::call(*opts.control_socket, "register", args, opts.control_timeout);
+            if (keep != nullptr && keep->fd >= 0) {
+                ::close(keep->fd);
+                keep->fd = -1;
+            }
+            answer = send(args);
             if (answer.ok() && answer.reply().result == 0) {
                 reg_error = "registered without following this process: " + why;
                 return {};
@@ -122,7 +141,33 @@ std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint
     if (answer.ok() && answer.reply().result == 0) {
         return {};
     }
+    if (keep != nullptr && keep->fd >= 0) {
+        ::close(keep->fd);
+        keep->fd = -1;
+    }
     return control_error(answer, "registration", reg_error);
+}
+
+int tcp_listen(const pm::Endpoint& local, int backlog, pm::Endpoint& bound) {
+    int fd = tcp_socket(local.address.is_v4());
+    if (fd < 0) {
+        return fd;
+    }
+    int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    sockaddr_storage ss;
+    socklen_t len = to_sockaddr(local, ss);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, backlog) != 0 ||
+        !io::set_nonblocking(fd, true)) {
+        int e = errno;
+        ::close(fd);
+        return -e;
+    }
+    sockaddr_storage got;
+    socklen_t glen = sizeof got;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &glen);
+    bound = from_sockaddr(got);
+    return fd;
 }
 
 std::error_code unregister_service(const AcceptorOptions& opts, const std::string& reg_name,
@@ -144,9 +189,11 @@ std::error_code unregister_service(const AcceptorOptions& opts, const std::strin
 struct Acceptor::Impl {
     struct Startups;
     struct RdmaHolder;
+    struct OnDemand;
 
     void reap();
     std::error_code open_rdma(const pm::Endpoint& local);
+    std::error_code open_on_demand();
 
     int fd_ = -1;
     Provider listener_provider_ = Provider::soft;
@@ -158,6 +205,7 @@ struct Acceptor::Impl {
     std::string reg_error_;
     std::string open_error_;
     std::unique_ptr<Startups> st_;
+    std::unique_ptr<OnDemand> od_;  // after st_: its thread uses st_
 };
 
 // Concurrent MPA/SDP startups of the blocking acceptor: one thread per
@@ -221,6 +269,28 @@ struct Acceptor::Impl::Startups {
         last_error = msg;
         if (failures.size() < 256) {
             failures.push_back(std::move(msg));
+        }
+    }
+
+    // Takes every connection in the listen queue of `lfd` (non-blocking)
+    // and starts each, calling on_each() after it. 0 when the queue is
+    // empty, else the listener's errno.
+    int take_all(int lfd, const AcceptorOptions& opts,
+                 const std::function<void()>& on_each = nullptr) {
+        while (true) {
+            sockaddr_storage peer;
+            socklen_t plen = sizeof peer;
+            int cfd = ::accept4(lfd, reinterpret_cast<sockaddr*>(&peer), &plen, SOCK_CLOEXEC);
+            if (cfd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED) {
+                    continue;
+                }
+                return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : errno;
+            }
+            start(cfd, detail::from_sockaddr(peer), opts);
+            if (on_each) {
+                on_each();
+            }
         }
     }
 
@@ -370,6 +440,231 @@ struct Acceptor::Impl::RdmaHolder {
 #endif
 };
 
+// On-demand ports: the control connection kept from the registration
+// (docs/control-protocol.md, "On-demand services") and the listeners the
+// daemon asked for, both owned by one service thread, so the application
+// need not call accept() for the daemon to be answered. Accepted TCP
+// connections start like those of a fixed listener (Startups) and come out
+// of accept(); each is reported to the daemon as {"connected": P}.
+struct Acceptor::Impl::OnDemand {
+    OnDemand(pmctl::KeptConnection kept, pm::IpAddress addr, AcceptorOptions o, Startups& s)
+        : ctl(kept.fd), in(std::move(kept.pending)), address(addr), opts(std::move(o)), st(s) {
+        stop_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        // A daemon that stops reading must not hold this thread (and so
+        // close()) for ever: a send that times out ends the channel.
+        detail::set_io_timeout(ctl, opts.control_timeout);
+        allowed.insert(opts.on_demand->ports.begin(), opts.on_demand->ports.end());
+    }
+    ~OnDemand() { stop(); }
+    OnDemand(const OnDemand&) = delete;
+    OnDemand& operator=(const OnDemand&) = delete;
+
+    void start() {
+        th = std::thread([this] { run(); });
+    }
+
+    void stop() {
+        if (stop_fd >= 0) {
+            std::uint64_t one = 1;
+            (void)!::write(stop_fd, &one, sizeof one);
+        }
+        if (th.joinable()) {
+            th.join();
+        }
+        for (auto& [port, fd] : listeners) {
+            ::close(fd);
+        }
+        listeners.clear();
+        count = 0;
+        if (ctl >= 0) {
+            ::close(ctl);  // the daemon drops the registration
+            ctl = -1;
+        }
+        if (stop_fd >= 0) {
+            ::close(stop_fd);
+            stop_fd = -1;
+        }
+    }
+
+    void run() {
+        std::vector<pollfd> p;
+        std::vector<std::uint16_t> ports;
+        while (!lost && handle_lines()) {
+            p.assign({{ctl, POLLIN, 0}, {stop_fd, POLLIN, 0}});
+            ports.clear();
+            for (const auto& [port, fd] : listeners) {
+                p.push_back({fd, POLLIN, 0});
+                ports.push_back(port);
+            }
+            int n = ::poll(p.data(), p.size(), -1);
+            if (n < 0 && errno != EINTR) {
+                break;
+            }
+            if (n <= 0) {
+                continue;
+            }
+            if (p[1].revents != 0) {
+                return;  // close()
+            }
+            for (std::size_t i = 2; i < p.size(); ++i) {
+                if (p[i].revents != 0) {
+                    take(ports[i - 2]);
+                }
+            }
+            if (p[0].revents != 0) {
+                char buf[4096];
+                ssize_t r = ::recv(ctl, buf, sizeof buf, 0);
+                if (r < 0 && (errno == EINTR || errno == EAGAIN)) {
+                    continue;
+                }
+                if (r <= 0 || in.size() + static_cast<std::size_t>(r) > 65536) {
+                    break;
+                }
+                in.append(buf, static_cast<std::size_t>(r));
+            }
+        }
+        // The daemon is gone (or spoke nonsense at length): no more ports.
+        for (auto& [port, fd] : listeners) {
+            ::close(fd);
+        }
+        listeners.clear();
+        count = 0;
+        lost = true;
+        std::uint64_t one = 1;
+        (void)!::write(st.wake_fd, &one, sizeof one);
+    }
+
+    // Carries out the complete lines received; false to give up.
+    bool handle_lines() {
+        for (auto nl = in.find('\n'); nl != std::string::npos; nl = in.find('\n')) {
+            const std::string line = in.substr(0, nl);
+            in.erase(0, nl + 1);
+            auto j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_discarded() || !j.is_object()) {
+                continue;  // not for us; the daemon only sends objects
+            }
+            const auto port_of = [&](const char* key) -> int {
+                auto it = j.find(key);
+                if (it == j.end() || !it->is_number_unsigned() ||
+                    it->get<std::uint64_t>() > 65535) {
+                    return -1;
+                }
+                return static_cast<int>(it->get<std::uint64_t>());
+            };
+            if (int port = port_of("open"); port > 0) {
+                const auto id = j.value("id", std::uint64_t{0});
+                std::string error = open_port(static_cast<std::uint16_t>(port));
+                nlohmann::json answer =
+                    error.empty() ? nlohmann::json{{"opened", port}, {"id", id}}
+                                  : nlohmann::json{{"failed", port}, {"id", id}, {"error", error}};
+                if (!say(answer)) {
+                    return false;
+                }
+            } else if (int cport = port_of("close"); cport > 0) {
+                if (auto it = listeners.find(static_cast<std::uint16_t>(cport));
+                    it != listeners.end()) {
+                    ::close(it->second);
+                    listeners.erase(it);
+                    count = listeners.size();
+                }
+                if (!say(nlohmann::json{{"closed", cport}})) {
+                    return false;
+                }
+            }
+        }
+        return true;
+    }
+
+    // "" when listening on `port` (already or now), else why not.
+    std::string open_port(std::uint16_t port) {
+        if (!allowed.count(port)) {
+            return "port " + std::to_string(port) + " is not in this acceptor's pool";
+        }
+        if (listeners.count(port)) {
+            return {};
+        }
+        pm::Endpoint bound;
+        int fd = detail::tcp_listen(pm::Endpoint{address, port}, opts.backlog, bound);
+        if (fd < 0) {
+            return std::error_code(-fd, std::generic_category()).message();
+        }
+        listeners.emplace(port, fd);
+        count = listeners.size();
+        return {};
+    }
+
+    // Takes the listen queue of `port`; each connection is reported.
+    void take(std::uint16_t port) {
+        auto it = listeners.find(port);
+        if (it == listeners.end()) {
+            return;
+        }
+        // A listener that fails is closed by the daemon in time (PMAck timer).
+        (void)st.take_all(it->second, opts, [&] {
+            (void)say(nlohmann::json{{"connected", port}});
+        });
+    }
+
+    bool say(const nlohmann::json& j) {
+        const std::string line = j.dump() + "\n";
+        std::size_t off = 0;
+        while (off < line.size()) {
+            ssize_t n = ::send(ctl, line.data() + off, line.size() - off, MSG_NOSIGNAL);
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            if (n <= 0) {
+                return false;
+            }
+            off += static_cast<std::size_t>(n);
+        }
+        return true;
+    }
+
+    int ctl = -1;
+    std::string in;
+    pm::IpAddress address;
+    AcceptorOptions opts;
+    Startups& st;
+    int stop_fd = -1;
+    std::thread th;
+    std::set<std::uint16_t> allowed;
+    std::map<std::uint16_t, int> listeners;  // the service thread's
+    std::atomic<std::size_t> count{0};
+    std::atomic<bool> lost{false};
+};
+
+std::error_code Acceptor::Impl::open_on_demand() {
+    if (!opts_.control_socket || !opts_.conventional) {
+        open_error_ = "on-demand ports need a control socket and a conventional address";
+        return std::make_error_code(std::errc::invalid_argument);
+    }
+    if (opts_.on_demand->ports.empty()) {
+        open_error_ = "on-demand ports: the pool is empty";
+        return std::make_error_code(std::errc::invalid_argument);
+    }
+    std::sort(opts_.on_demand->ports.begin(), opts_.on_demand->ports.end());
+    pmctl::KeptConnection kept;
+    // The mapping's SDP address: this IP, the pool's first port (the daemon
+    // hands out the port it opened).
+    const pm::Endpoint first{local_.address, opts_.on_demand->ports.front()};
+    if (auto ec = detail::register_service(opts_, first, reg_name_, reg_error_, &kept)) {
+        st_.reset();
+        return ec;
+    }
+    try {
+        od_ = std::make_unique<OnDemand>(std::move(kept), local_.address, opts_, *st_);
+        od_->start();
+    } catch (const std::exception& e) {
+        od_.reset();
+        st_.reset();
+        open_error_ = std::string("on-demand service thread: ") + e.what();
+        return std::make_error_code(std::errc::resource_unavailable_try_again);
+    }
+    registered_ = true;
+    return {};
+}
+
 Acceptor::Acceptor() : impl_(std::make_unique<Impl>()) {}
 Acceptor::Acceptor(Acceptor&&) noexcept = default;
 Acceptor& Acceptor::operator=(Acceptor&& other) noexcept {
@@ -413,7 +708,11 @@ const std::string& Acceptor::open_error() const {
 }
 
 bool Acceptor::is_open() const {
-    return impl_ && (impl_->fd_ >= 0 || impl_->rdma_ != nullptr);
+    return impl_ && (impl_->fd_ >= 0 || impl_->rdma_ != nullptr || impl_->od_ != nullptr);
+}
+
+std::size_t Acceptor::on_demand_listeners() const {
+    return state().od_ ? state().od_->count.load() : 0;
 }
 
 int Acceptor::native_handle() const {
@@ -439,29 +738,23 @@ std::error_code Acceptor::open(const pm::Endpoint& local, const AcceptorOptions&
         impl_->open_error_ = detail::rdma_unusable_reason(pwhy);
         return std::make_error_code(std::errc::no_such_device);
     }
+    if (*prov == Provider::rdma && opts.on_demand) {
+        impl_->open_error_ = "on-demand ports need the soft provider";
+        return std::make_error_code(std::errc::operation_not_supported);
+    }
     if (*prov == Provider::rdma) {
         if (auto ec = impl_->open_rdma(local)) {
             return ec;
         }
+    } else if (opts.on_demand) {
+        // Listeners come later, one per port the daemon asks for.
+        impl_->local_ = pm::Endpoint{local.address, 0};
+        impl_->listener_provider_ = Provider::soft;
     } else {
-        int fd = detail::tcp_socket(local.address.is_v4());
+        int fd = detail::tcp_listen(local, opts.backlog, impl_->local_);
         if (fd < 0) {
             return {-fd, std::generic_category()};
         }
-        int on = 1;
-        ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-        sockaddr_storage ss;
-        socklen_t len = detail::to_sockaddr(local, ss);
-        if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
-            ::listen(fd, opts.backlog) != 0 || !io::set_nonblocking(fd, true)) {
-            int e = errno;
-            ::close(fd);
-            return {e, std::generic_category()};
-        }
-        sockaddr_storage got;
-        socklen_t glen = sizeof got;
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &glen);
-        impl_->local_ = detail::from_sockaddr(got);
         impl_->fd_ = fd;
         impl_->listener_provider_ = Provider::soft;
     }
@@ -470,6 +763,9 @@ std::error_code Acceptor::open(const pm::Endpoint& local, const AcceptorOptions&
         int e = errno;
         close();
         return {e, std::generic_category()};
+    }
+    if (opts.on_demand) {
+        return impl_->open_on_demand();
     }
     if (opts.control_socket) {
         if (auto ec = detail::register_service(opts, impl_->local_, impl_->reg_name_,
@@ -549,6 +845,11 @@ std::error_code Acceptor::accept(Stream& out, std::optional<std::chrono::millise
                 return {};
             }
         }
+        if (impl_->od_ && impl_->od_->lost) {
+            // sdp-pmd closed the channel: no listener will open again.
+            impl_->reg_error_ = "sdp-pmd closed the on-demand control connection";
+            return std::make_error_code(std::errc::connection_aborted);
+        }
         int wait_ms = -1;
         if (deadline) {
             auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - io::Clock::now());
@@ -598,21 +899,8 @@ std::error_code Acceptor::accept(Stream& out, std::optional<std::chrono::millise
         }
 #endif
         // Take everything in the listen queue; startups run on their own.
-        while (true) {
-            sockaddr_storage peer;
-            socklen_t plen = sizeof peer;
-            int cfd =
-                ::accept4(impl_->fd_, reinterpret_cast<sockaddr*>(&peer), &plen, SOCK_CLOEXEC);
-            if (cfd < 0) {
-                if (errno == EINTR || errno == ECONNABORTED) {
-                    continue;
-                }
-                if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    break;
-                }
-                return {errno, std::generic_category()};
-            }
-            impl_->st_->start(cfd, detail::from_sockaddr(peer), impl_->opts_);
+        if (int e = impl_->st_->take_all(impl_->fd_, impl_->opts_)) {
+            return {e, std::generic_category()};
         }
     }
 }
@@ -638,7 +926,9 @@ std::error_code Acceptor::close() {
         return {};  // moved from
     }
     std::error_code ec;
-    if (impl_->registered_ && impl_->opts_.control_socket) {
+    if (impl_->od_) {
+        impl_->od_.reset();  // closing its control connection unregisters
+    } else if (impl_->registered_ && impl_->opts_.control_socket) {
         ec = detail::unregister_service(impl_->opts_, impl_->reg_name_, impl_->reg_error_);
     }
     impl_->registered_ = false;

@@ -672,6 +672,11 @@ std::error_code AsyncAcceptor::open(const pm::Endpoint& local, const AcceptorOpt
     auto& im = *impl_;
     im.opts = opts;
     boost::system::error_code e;
+    if (opts.on_demand) {
+        // On-demand ports are the blocking sdp::Acceptor's (its service
+        // thread owns the listeners and the daemon's channel).
+        return std::make_error_code(std::errc::operation_not_supported);
+    }
     const auto ep = detail::to_asio(local);
     im.acc.open(ep.protocol(), e);
     if (!e) {

@@ -18,6 +18,7 @@
 #include "pmclient/resolver.hpp"
 #include "pmclient/sockaddr.hpp"
 #include "pmclient/types.hpp"
+#include "pmctl/client.hpp"
 #include "sdp/io/channel.hpp"
 #include "sdp/stream.hpp"
 
@@ -109,8 +110,14 @@ class RdmaConnector {
 std::unique_ptr<RdmaConnector> make_rdma_connector(const StreamOptions& o);
 
 // Registration of an acceptor with the local sdp-pmd (control socket).
+// With `keep` (on-demand, opts.on_demand set) the control connection is
+// kept as the registration's channel.
 std::error_code register_service(const AcceptorOptions& opts, const pm::Endpoint& local,
-                                 std::string& reg_name, std::string& reg_error);
+                                 std::string& reg_name, std::string& reg_error,
+                                 pmctl::KeptConnection* keep = nullptr);
+// A listening TCP socket (SO_REUSEADDR, non-blocking) on `local`; the fd
+// and the address bound in `bound`, or -errno.
+int tcp_listen(const pm::Endpoint& local, int backlog, pm::Endpoint& bound);
 std::error_code unregister_service(const AcceptorOptions& opts, const std::string& reg_name,
                                    std::string& reg_error);
 

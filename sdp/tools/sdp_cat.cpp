@@ -7,6 +7,10 @@
 //   sdp-cat [-v] --sdp HOST PORT    SDP straight to HOST:PORT (no Port Mapper)
 //   sdp-cat [-v] -l [--register CONV] [--control PATH] PORT
 //                                   accept one SDP connection on PORT
+//   sdp-cat [-v] -l --register CONV --on-demand PORTS [--single-use]
+//                                   on-demand: sdp-pmd has a listener opened
+//                                   on a port of PORTS ("7001-7004") for each
+//                                   client's PMReq; accept one connection
 //
 // stdin goes to the peer (EOF: half-close), the peer's bytes go to stdout;
 // the program ends when the peer's stream ends. -v reports on stderr which
@@ -33,6 +37,8 @@ void usage() {
                  "       sdp-cat [-v] [OPTIONS] --sdp HOST PORT\n"
                  "       sdp-cat [-v] [OPTIONS] -l [--register CONV_IP:PORT] "
                  "[--control SOCKET] [--bind IP] PORT\n"
+                 "       sdp-cat [-v] [OPTIONS] -l --register CONV_IP:PORT --on-demand PORTS "
+                 "[--single-use] [--control SOCKET] [--bind IP]\n"
                  "OPTIONS: [--provider soft|rdma|auto] [--mechanism bcopy|zcopy|auto]\n");
 }
 
@@ -118,8 +124,8 @@ int run(sdp::Stream& s, bool verbose) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool verbose = false, listen = false, direct = false, fallback = true;
-    std::string reg, control = "/run/sdp-pmd/control.sock", bind_ip = "0.0.0.0", pmsp;
+    bool verbose = false, listen = false, direct = false, fallback = true, single_use = false;
+    std::string reg, on_demand, control = "/run/sdp-pmd/control.sock", bind_ip = "0.0.0.0", pmsp;
     sdp::Provider prov = sdp::Provider::soft;
     sdp::Mechanism mech = sdp::Mechanism::bcopy;
     std::vector<std::string> pos;
@@ -142,6 +148,10 @@ int main(int argc, char** argv) {
             fallback = false;
         } else if (a == "--register") {
             reg = next();
+        } else if (a == "--on-demand") {
+            on_demand = next();
+        } else if (a == "--single-use") {
+            single_use = true;
         } else if (a == "--control") {
             control = next();
         } else if (a == "--bind") {
@@ -192,13 +202,17 @@ int main(int argc, char** argv) {
     }
     sdp::Stream s;
     if (listen) {
-        if (pos.size() != 1) {
+        // On-demand: no fixed port (the pool's come and go).
+        if (pos.size() != (on_demand.empty() ? 1u : 0u) || (!on_demand.empty() && reg.empty()) ||
+            (single_use && on_demand.empty())) {
             usage();
             return 2;
         }
-        auto local = pm::Endpoint::parse(bind_ip + ":" + pos[0]);
+        const std::string port_text = on_demand.empty() ? pos[0] : "0";
+        auto local = pm::Endpoint::parse(bind_ip + ":" + port_text);
         if (!local) {
-            std::fprintf(stderr, "sdp-cat: bad address %s:%s\n", bind_ip.c_str(), pos[0].c_str());
+            std::fprintf(stderr, "sdp-cat: bad address %s:%s\n", bind_ip.c_str(),
+                         port_text.c_str());
             return 2;
         }
         sdp::Acceptor acc;
@@ -208,6 +222,17 @@ int main(int argc, char** argv) {
             ao.control_socket = control;
             ao.conventional = reg;
         }
+        if (!on_demand.empty()) {
+            auto ports = pm::parse_port_list(on_demand, 1024);
+            if (!ports) {
+                std::fprintf(stderr,
+                             "sdp-cat: bad --on-demand %s (expected ports such as 7001-7004,7010; "
+                             "at most 1024)\n",
+                             on_demand.c_str());
+                return 2;
+            }
+            ao.on_demand = sdp::AcceptorOptions::OnDemandPorts{*ports, single_use};
+        }
         if (auto ec = acc.open(*local, ao)) {
             const std::string& detail =
                 !acc.open_error().empty() ? acc.open_error() : acc.registration_error();
@@ -215,7 +240,10 @@ int main(int argc, char** argv) {
                          ec.message().c_str(), detail.empty() ? "" : ": ", detail.c_str());
             return 1;
         }
-        if (verbose) {
+        if (verbose && !on_demand.empty()) {
+            std::fprintf(stderr, "sdp-cat: on-demand ports %s on %s, registered %s\n",
+                         on_demand.c_str(), bind_ip.c_str(), reg.c_str());
+        } else if (verbose) {
             std::fprintf(
                 stderr, "sdp-cat: listening on %s (sdp, %s provider)%s%s\n",
                 acc.local_endpoint().to_string().c_str(), sdp::to_string(acc.listener_provider()),

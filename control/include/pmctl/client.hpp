@@ -55,9 +55,19 @@ class Answer {
     std::variant<Reply, Error> v_;
 };
 
+// The connection of a request that keeps it (an on-demand `register`,
+// whose connection becomes a channel: docs/control-protocol.md): the socket
+// (the caller closes it) and what the daemon sent after the reply.
+struct KeptConnection {
+    int fd = -1;
+    std::string pending;
+};
+
 // Sends `request` (a JSON object) and waits at most `timeout` for each step.
+// With `keep`, a connection that got a reply is handed over instead of
+// closed.
 Answer request(const std::string& socket_path, const nlohmann::json& request,
-               std::chrono::milliseconds timeout);
+               std::chrono::milliseconds timeout, KeptConnection* keep = nullptr);
 // request() of {"command": command, "arguments": arguments}; null
 // arguments are left out.
 Answer call(const std::string& socket_path, std::string_view command,

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pm {
 
@@ -68,6 +69,13 @@ struct Prefix {
     std::string to_string() const;
     bool operator==(const Prefix&) const = default;
 };
+
+// A list of ports: "7001-7004,7010" (ranges and single ports, comma
+// separated, no port 0). Returns them sorted without duplicates, or
+// nullopt on bad syntax or more than `max` ports.
+std::optional<std::vector<std::uint16_t>> parse_port_list(std::string_view text, std::size_t max);
+// The inverse: sorted ports as "7001-7004,7010".
+std::string port_list_text(const std::vector<std::uint16_t>& sorted_ports);
 
 }  // namespace pm
 

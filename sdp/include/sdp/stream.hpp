@@ -219,6 +219,20 @@ struct AcceptorOptions {
     // invisible to the kernel's socket tables, wants "connect" or "off".
     std::optional<std::string> health_check;
     std::chrono::milliseconds control_timeout{2000};
+    // On-demand SDP ports (docs/sdp.md, "On-demand ports"; section 7.4): no
+    // fixed listener. open() registers the pool with sdp-pmd over a control
+    // connection it keeps (the registration lives as long as it), and a
+    // service thread opens a listener on a port of the pool when the daemon
+    // asks (one per client PMReq) and closes it when told (PMAck timer out,
+    // the client connected for a single-use mapping, or its PmTime over).
+    // accept() returns the connections of every such listener. Needs
+    // control_socket and conventional, and the soft provider; the port of
+    // the address given to open() is ignored (its IP is where they listen).
+    struct OnDemandPorts {
+        std::vector<std::uint16_t> ports;  // the pool (at most 1024)
+        bool single_use = false;           // closed after the first connection
+    };
+    std::optional<OnDemandPorts> on_demand;
     // MPA/SDP startups in progress at once, plus established streams not
     // yet returned by accept(). Beyond it a new TCP connection is closed at
     // once and counted (AcceptorStats::over_limit).
@@ -280,8 +294,11 @@ class Acceptor {
     // The last startup failure ("peer: error: why"), empty if none.
     std::string last_error() const;
     AcceptorStats stats() const;
-    // The listening TCP socket (soft), or the rdma_cm event channel (rdma).
+    // The listening TCP socket (soft), or the rdma_cm event channel (rdma);
+    // -1 for an on-demand acceptor.
     int native_handle() const;
+    // On-demand: listeners open now (the daemon's pool ports in use here).
+    std::size_t on_demand_listeners() const;
 
     struct Impl;
 

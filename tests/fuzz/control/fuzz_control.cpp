@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target: one control-socket request line, handled with every access
 // level against a backend that keeps registrations in memory, and the same
-// bytes as a state file. Any bytes must give exactly one JSON response line
-// with a result code, never an exception, a crash or unbounded work.
+// bytes as a state file and as an on-demand acceptor's channel line. Any bytes must give exactly
+// one JSON response line with a result code, never an exception, a crash or unbounded work.
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -82,6 +82,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         json reply = json::parse(h.response, nullptr, false);
         if (reply.is_discarded() || !reply.contains("result") || reply["result"] != h.result) {
+            std::abort();
+        }
+    }
+    // The same bytes as a line from an on-demand acceptor's channel.
+    if (auto m = parse_channel_line(text)) {
+        if (m->port == 0 || m->error.size() > 200) {
             std::abort();
         }
     }

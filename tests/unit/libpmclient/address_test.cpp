@@ -53,4 +53,21 @@ TEST(Address, PrefixMatching) {
     }
 }
 
+TEST(PortList, ParsesRangesAndListsAndPrintsThemBack) {
+    auto p = pm::parse_port_list("7010,7001-7003,7002", 16);
+    ASSERT_TRUE(p);
+    EXPECT_EQ(*p, (std::vector<std::uint16_t>{7001, 7002, 7003, 7010}));
+    EXPECT_EQ(pm::port_list_text(*p), "7001-7003,7010");
+    EXPECT_EQ(pm::port_list_text({5}), "5");
+    EXPECT_EQ(pm::parse_port_list("65535", 1)->size(), 1u);
+    for (const char* bad : {"", "0", "0-3", "7003-7001", "7001-", "-7001", "a", "7001,,7002",
+                            "65536", "1-100", "7001 - 7002"}) {
+        EXPECT_FALSE(pm::parse_port_list(bad, 16)) << bad;
+    }
+    // At most `max` ports, however written.
+    EXPECT_FALSE(pm::parse_port_list("1-17", 16));
+    EXPECT_FALSE(pm::parse_port_list("1-10,20-29", 16));
+    EXPECT_TRUE(pm::parse_port_list("1-16", 16));
+}
+
 }  // namespace

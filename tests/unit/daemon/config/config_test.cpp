@@ -259,6 +259,10 @@ TEST(ConfigLoad, BoundsAreInclusive) {
     EXPECT_EQ(load_ok("max_transactions: 1").max_transactions, 1u);
     EXPECT_EQ(load_ok("max_transactions: 100000000").max_transactions, 100'000'000u);
     EXPECT_EQ(load_ok("log_rate_limit: 1").log_rate_limit, 1u);
+    EXPECT_EQ(load_ok("on_demand_open_timeout: 10ms").on_demand_open_timeout, milliseconds{10});
+    EXPECT_EQ(load_ok("on_demand_open_timeout: 1h").on_demand_open_timeout, std::chrono::hours{1});
+    EXPECT_EQ(load_ok("").on_demand_open_timeout, milliseconds{1000});
+    EXPECT_EQ(load_error("on_demand_open_timeout: 5ms").key, "on_demand_open_timeout");
 }
 
 TEST(ConfigLoad, AnchorsAndAliases) {

@@ -696,3 +696,120 @@ TEST_F(PmspHealthTest, HealthSurvivesANewSnapshotOfTheSameAddresses) {
     registry->set_health(registry->services()[0], 0, pmd::HealthState::up);
     EXPECT_EQ(next->health(next->services()[0], 0), pmd::HealthState::up);
 }
+
+// --- on-demand services (section 7.4: dynamically created SDP listen ports) ---
+
+Service on_demand_service(bool single_use = false) {
+    Service s = service("od", "192.0.2.10:90", {"198.51.100.10:0"});
+    s.on_demand = pmd::OnDemand{{7001, 7002}, single_use};
+    return s;
+}
+
+TEST_F(PmspTest, OnDemandWaitsForItsListenerThenAccepts) {
+    make({on_demand_service()});
+    Message req = request("192.0.2.10:90", "10.0.0.5:51000");
+    auto r = send(req);
+    ASSERT_EQ(r.outcome, Outcome::pending);
+    EXPECT_FALSE(r.reply);  // no PMAccept before the listener exists
+    ASSERT_TRUE(r.pool);
+    EXPECT_EQ(r.pool->kind, pmd::PoolNote::Kind::open);
+    EXPECT_EQ(r.pool->service, "od");
+    EXPECT_EQ(core->pending(), 1u);
+    int listed = 0;
+    core->for_each_transaction([&](const pmd::TransactionView& t) {
+        ++listed;
+        EXPECT_TRUE(t.pending);
+        EXPECT_EQ(t.sdp.port, 0);
+        EXPECT_EQ(t.service, "od");
+    });
+    EXPECT_EQ(listed, 1);
+
+    // Retransmissions while it waits are absorbed.
+    auto dup = send(req);
+    EXPECT_EQ(dup.outcome, Outcome::pending_duplicate);
+    EXPECT_FALSE(dup.reply);
+    EXPECT_FALSE(dup.pool);
+    // Nothing to acknowledge yet.
+    Message early = pm::make_ack(pm::make_accept(req, ep("198.51.100.10:7001"), 120));
+    EXPECT_EQ(send(early).outcome, Outcome::ack_unknown);
+
+    now += 10ms;
+    auto done = core->on_port(r.pool->request, 7001, Outcome::denied_open_failed, now);
+    EXPECT_FALSE(done.orphan);
+    EXPECT_EQ(done.outcome, Outcome::accepted);
+    ASSERT_TRUE(done.reply);
+    Message a = std::get<Message>(pm::decode(*done.reply));
+    EXPECT_EQ(a.type, MessageType::accept);
+    EXPECT_EQ(a.ap_addr, ip("198.51.100.10"));
+    EXPECT_EQ(a.ap_port, 7001);
+    EXPECT_EQ(a.assoc_handle, req.assoc_handle);
+    EXPECT_EQ(core->pending(), 0u);
+    EXPECT_EQ(core->next_deadline(), now + 5s);  // the PMAck timer starts now
+
+    // A duplicate now gets the same port and restarts the pool's timer.
+    auto again = send(req);
+    EXPECT_EQ(again.outcome, Outcome::accepted_duplicate);
+    EXPECT_EQ(reply_of(again).ap_port, 7001);
+    ASSERT_TRUE(again.pool);
+    EXPECT_EQ(again.pool->kind, pmd::PoolNote::Kind::touch);
+    EXPECT_EQ(again.pool->port, 7001);
+
+    // The PMAck goes to the pool too.
+    auto ack = send(pm::make_ack(a));
+    EXPECT_EQ(ack.outcome, Outcome::acked);
+    ASSERT_TRUE(ack.pool);
+    EXPECT_EQ(ack.pool->kind, pmd::PoolNote::Kind::acked);
+    EXPECT_EQ(ack.pool->port, 7001);
+    EXPECT_EQ(core->counters()[Outcome::pending], 1u);
+    EXPECT_EQ(core->counters()[Outcome::pending_duplicate], 1u);
+    EXPECT_EQ(core->counters()[Outcome::accepted], 1u);
+}
+
+TEST_F(PmspTest, OnDemandFailureIsAPMDeny) {
+    make({on_demand_service()});
+    Message req = request("192.0.2.10:90", "10.0.0.5:51000");
+    auto r = send(req);
+    ASSERT_TRUE(r.pool);
+    auto done = core->on_port(r.pool->request, std::nullopt, Outcome::denied_pool_exhausted, now);
+    EXPECT_FALSE(done.orphan);
+    EXPECT_EQ(done.outcome, Outcome::denied_pool_exhausted);
+    ASSERT_TRUE(done.reply);
+    EXPECT_EQ(std::get<Message>(pm::decode(*done.reply)).type, MessageType::deny);
+    EXPECT_EQ(core->transactions(), 0u);
+    EXPECT_EQ(core->counters()[Outcome::denied_pool_exhausted], 1u);
+    // A second answer for the same request finds nothing.
+    EXPECT_TRUE(core->on_port(r.pool->request, 7002, Outcome::denied_open_failed, now).orphan);
+}
+
+TEST_F(PmspTest, OnDemandAnswerAfterTheTransactionWentIsAnOrphan) {
+    make({on_demand_service()});
+    Message req = request("192.0.2.10:90", "10.0.0.5:51000");
+    auto r = send(req);
+    ASSERT_TRUE(r.pool);
+    now += 6s;
+    EXPECT_EQ(core->on_timer(now), 1u);  // the wait is bounded by the PMAck timer
+    EXPECT_EQ(core->pending(), 0u);
+    auto done = core->on_port(r.pool->request, 7001, Outcome::denied_open_failed, now);
+    EXPECT_TRUE(done.orphan);  // the shell releases port 7001
+    EXPECT_FALSE(done.reply);
+}
+
+TEST_F(PmspTest, OnDemandWaitingTransactionsAreBounded) {
+    pmd::Limits limits;
+    limits.max_pending_opens = 3;
+    make({on_demand_service()}, limits);
+    int pending = 0;
+    int denied = 0;
+    for (int i = 0; i < 10; ++i) {
+        std::string cp = "10.0.0.5:" + std::to_string(50000 + i);
+        auto r = send(request("192.0.2.10:90", cp.c_str()));
+        pending += r.outcome == Outcome::pending;
+        if (r.outcome == Outcome::denied_pool_exhausted) {
+            ++denied;
+            EXPECT_EQ(reply_of(r).type, MessageType::deny);
+        }
+    }
+    EXPECT_EQ(pending, 3);
+    EXPECT_EQ(denied, 7);
+    EXPECT_EQ(core->pending(), 3u);
+}

@@ -214,4 +214,47 @@ TEST(StateFile, RegistrationHealthSettingsRoundTrip) {
 }
 
 }  // namespace
+// `register` with "on_demand" (docs/control-protocol.md, "On-demand services").
+TEST(StateFile, OnDemandRegistration) {
+    const auto now = WallClock::time_point{};
+    nlohmann::json args{
+        {"name", "od"},
+        {"conventional", "127.0.0.1:80"},
+        {"on_demand",
+         {{"ports", nlohmann::json::array({"7001-7003", 7010})}, {"single_use", true}}}};
+    auto parsed = parse_registration(args, false, now);
+    ASSERT_TRUE(std::holds_alternative<Registration>(parsed)) << std::get<std::string>(parsed);
+    const Registration& r = std::get<Registration>(parsed);
+    ASSERT_TRUE(r.service.on_demand);
+    EXPECT_EQ(r.service.on_demand->ports, (std::vector<std::uint16_t>{7001, 7002, 7003, 7010}));
+    EXPECT_TRUE(r.service.on_demand->single_use);
+    ASSERT_EQ(r.service.sdp.size(), 1u);  // "*:" and the first port, the address asked for
+    EXPECT_TRUE(r.service.sdp[0].address.is_unspecified());
+    const auto j = service_json(r.service);
+    EXPECT_EQ(j["on_demand"]["ports"], "7001-7003,7010");
+    // Never in the state file: it lives as long as its connection.
+    std::vector<Registration> regs{r};
+    EXPECT_TRUE(parse_state(state_text(regs), now).registrations.empty());
+
+    for (const nlohmann::json& bad :
+         {nlohmann::json("7001"), nlohmann::json{{"ports", "0-3"}},
+          nlohmann::json{{"ports", nlohmann::json::array()}}, nlohmann::json{{"ports", 70000}},
+          nlohmann::json{{"ports", "1-2000"}}, nlohmann::json{{"ports", "7001"}, {"single_use", 1}},
+          nlohmann::json{{"ports", "7001"}, {"extra", true}},
+          nlohmann::json{{"single_use", true}}}) {
+        args["on_demand"] = bad;
+        auto e = parse_registration(args, false, now);
+        ASSERT_TRUE(std::holds_alternative<std::string>(e)) << bad.dump();
+        EXPECT_EQ(std::get<std::string>(e).rfind("on_demand", 0), 0u) << std::get<std::string>(e);
+    }
+    args["on_demand"] = {{"ports", "7001"}};
+    args["pm_time"] = "permanent";
+    EXPECT_TRUE(std::holds_alternative<std::string>(parse_registration(args, false, now)));
+    args.erase("pm_time");
+    args["health"] = "off";
+    EXPECT_TRUE(std::holds_alternative<std::string>(parse_registration(args, false, now)));
+    args.erase("health");
+    EXPECT_TRUE(std::holds_alternative<std::string>(parse_registration(args, true, now)));
+}
+
 }  // namespace pmd::io
