@@ -11,10 +11,15 @@
 #     left undecoded;
 #   - every FPDU has one RDMAP header, one "Good CRC32" each, no "Bad CRC32",
 #     nothing malformed;
-#   - enough Send messages carry at least the whole input client -> server.
-# usage: tshark_capture.sh SDP_CAT
+#   - enough Send messages carry at least the whole input client -> server;
+#   - with MECHANISM zcopy (Read Zcopy, 9.2): the server RDMA-Reads the
+#     client's buffers (Read Requests one way, Read Responses the other, the
+#     final RdmaRdCompl as Send with SE and Invalidate), and Sends plus Read
+#     Responses carry the whole input.
+# usage: tshark_capture.sh SDP_CAT [bcopy|zcopy]
 set -u
-cat_bin=${1:?usage: tshark_capture.sh SDP_CAT}
+cat_bin=${1:?usage: tshark_capture.sh SDP_CAT [bcopy|zcopy]}
+mech=${2:-bcopy}
 size=$((384 * 1024))
 
 skip() { echo "SKIP: $*" >&2; exit 77; }
@@ -91,7 +96,7 @@ for attempt in 1 2 3; do
   # "Capturing on" comes after the filter is set; a short settle anyway.
   for ((i = 0; i < 10; i++)); do [ -e "$pcap" ] && break; sleep 0.1; done
   sleep 0.3
-  "$cat_bin" -v -l --bind 127.0.0.1 "$port" < /dev/null > "$work/out" 2> "$work/listen.err" &
+  "$cat_bin" -v --mechanism "$mech" -l --bind 127.0.0.1 "$port" < /dev/null > "$work/out" 2> "$work/listen.err" &
   listen_pid=$!
   pids+=("$listen_pid")
   if wait_grep "$work/listen.err" "listening on" "$listen_pid" 100; then
@@ -103,9 +108,9 @@ for attempt in 1 2 3; do
   wait "$listen_pid" "$tshark_pid" 2>/dev/null
 done
 [ "$listening" -eq 1 ] || die "sdp-cat -l never listened"
-echo "port $port, $size bytes"
+echo "port $port, $size bytes, $mech"
 
-timeout 60 "$cat_bin" -v --sdp 127.0.0.1 "$port" < "$work/in" > "$work/client.out" \
+timeout 60 "$cat_bin" -v --mechanism "$mech" --sdp 127.0.0.1 "$port" < "$work/in" > "$work/client.out" \
   2> "$work/client.err"
 crc=$?
 cat "$work/client.err"
@@ -155,7 +160,7 @@ bad=$(grep -c "Bad CRC32" "$work/v.txt")
 malformed=$(grep -ci "malformed" "$work/v.txt")
 badlen=$(grep -ci "bad length" "$work/v.txt")
 
-awk -F'\t' -v port="$port" -v size="$size" -v good="$good" -v bad="$bad" \
+awk -F'\t' -v port="$port" -v size="$size" -v mech="$mech" -v good="$good" -v bad="$bad" \
     -v malformed="$malformed" -v badlen="$badlen" -v rexfile="$work/rexmit.txt" '
 function err(m) { print "FAIL: " m > "/dev/stderr"; fails++ }
 # "0x05" or "5" -> 5 (portable: no strtonum in mawk).
@@ -195,10 +200,17 @@ BEGIN { while ((getline l < rexfile) > 0) rexmit[l] = 1 }
     o = op[i]
     o = hex(o)
     ops[o]++
-    if (o == 3 || o == 5) {
+    # Send, with Invalidate, with SE, with SE and Invalidate (RFC 5040 4.3).
+    if (o >= 3 && o <= 6) {
       sends++
       if (dir == "c2s") { csends++; cpay += l - 18 }
     }
+    if (o == 2) {
+      rresp[dir]++
+      if (dir == "c2s") rpay += l - 14  # tagged DDP header
+    }
+    if (o == 1) rreq[dir]++
+    if (o == 6) seinv[dir]++
   }
 }
 END {
@@ -213,13 +225,21 @@ END {
   printf "FPDUs %d, Good CRC32 %d, Bad CRC32 %d, malformed %d, bad length %d\n", fpdus, good, bad, malformed, badlen
   for (o in ops) printf "  RDMAP opcode %s: %d\n", o, ops[o]
   printf "Sends: %d (client->server %d carrying %d bytes of DDP payload; input %d)\n", sends, csends, cpay, size
+  printf "Read Responses client->server: %d carrying %d bytes\n", rresp["c2s"], rpay
   if (bad != 0) err("Bad CRC32 in tshark -V")
   if (malformed != 0) err("Malformed in tshark -V")
   if (badlen != 0) err("Bad length in tshark -V")
   if (crc && good != fpdus) err(good " Good CRC32 for " fpdus " FPDUs")
-  minsends = int((size + 65534) / 65535)
-  if (csends < minsends) err(csends " client Sends, want at least " minsends)
-  if (cpay < size) err("client Sends carry " cpay " bytes < input " size)
+  if (mech == "zcopy") {
+    if (rreq["s2c"] == 0) err("no RDMA Read Request from the server (Read Zcopy)")
+    if (rresp["c2s"] == 0) err("no RDMA Read Response from the client (Read Zcopy)")
+    if (seinv["s2c"] == 0) err("no Send with SE and Invalidate (final RdmaRdCompl)")
+    if (cpay + rpay < size) err("client Sends and Read Responses carry " cpay + rpay " bytes < input " size)
+  } else {
+    minsends = int((size + 65534) / 65535)
+    if (csends < minsends) err(csends " client Sends, want at least " minsends)
+    if (cpay < size) err("client Sends carry " cpay " bytes < input " size)
+  }
   if (fails) exit 1
 }' "$work/f.txt" || { echo "--- fields ---" >&2; head -50 "$work/f.txt" >&2; die "decode check"; }
 echo "PASS"
