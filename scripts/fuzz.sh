@@ -36,7 +36,11 @@ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 names=()
 for spec in "${targets[@]}"; do names+=("${spec%%:*}"); done
 echo "== build fuzz targets: ${names[*]}"
-cmake --build build/fuzz -j "$(nproc)" --target "${names[@]}" >/dev/null
+if ! cmake --build build/fuzz -j "$(nproc)" --target "${names[@]}" >build/fuzz/build.log 2>&1; then
+  grep -E "error|FAILED" build/fuzz/build.log | head -20 >&2
+  echo "fuzz targets did not build (clang); log build/fuzz/build.log" >&2
+  exit 1
+fi
 rm -rf build/fuzz/artifacts
 mkdir -p build/fuzz/artifacts
 : >build/fuzz/summary.txt

@@ -233,7 +233,9 @@ void Server::arm_pool_timer() {
 
 void Server::sync_on_demand() {
     std::vector<std::string> gone;
-    for (const auto& [name, weak] : channels_) {
+    for (const auto& entry : channels_) {
+        // Not a structured binding: clang 14 cannot capture one in a lambda.
+        const std::string& name = entry.first;
         const auto& regs = store_.registrations();
         const bool kept = std::any_of(regs.begin(), regs.end(), [&](const Registration& r) {
             return r.service.name == name && r.service.on_demand;

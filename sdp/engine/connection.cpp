@@ -385,7 +385,8 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 on_src_avail_cancel(m.mseq);
                 deliver(none, 0);
             } else if constexpr (std::is_same_v<T, w::SinkAvail>) {
-                if (!v.payload.empty() && disconn_received())
+                // 11.2: no ULP payload while a SrcAvail is in process.
+                if (!v.payload.empty() && (disconn_received() || src_in_))
                     return false;
                 // 9.5.1 step 4: stale unless NonDiscards matches. A current
                 // one is not used either (the Data Source forces Bcopy,
@@ -487,6 +488,11 @@ void Connection::on_llp_closed() {
                 state_ = State::closed;
                 tx_.clear();
                 tx_bytes_ = 0;
+                // No region may outlive the connection; bytes a finished
+                // read placed stay the reader's to take.
+                const auto placed = zread_result_;
+                drop_zcopy();
+                zread_result_ = placed;
             } else {
                 state_ = State::reset;
                 error_ = Error::llp_lost;
@@ -666,6 +672,11 @@ bool Connection::write_zcopy(std::span<const std::uint8_t> buf) {
         Access::remote_read);
     if (!region)
         return false;
+    // 9.2's deadlock rule from this side too: the peer's SrcAvail waits for
+    // a reader and now ours will wait as well; a peer that does not recover
+    // itself would wait for ever. Its data comes by Bcopy instead.
+    if (src_in_ && !zread_)
+        force_bcopy();
     const std::size_t room = peer_recv_size_ - w::kBsdhSize - w::kSrcAvailHeaderSize;
     src_out_ = SrcOut{buf, *region, std::min({kSrcAvailInline, room, buf.size() - 1}), 0, false};
     ++stats_.zcopy_writes;
@@ -686,7 +697,8 @@ bool Connection::read_zcopy(std::span<std::uint8_t> out) {
     const auto n = static_cast<std::uint32_t>(std::min(out.size(), rest));
     // 9.2 step 2a: a buffer smaller than the rest and than the threshold is
     // not worth an RDMA Read: Bcopy for the rest (9.5.2.1).
-    if (n < rest && n < cfg_.bcopy_threshold) {
+    // The Data Sink's threshold is at least its private buffer size (9.5.1).
+    if (n < rest && n < std::max<std::size_t>(cfg_.bcopy_threshold, cfg_.recv_buf_size)) {
         force_bcopy();
         pump();
         return false;
@@ -750,9 +762,17 @@ bool Connection::on_src_avail(const w::SrcAvail& v, const Payload& inline_payloa
     src_in_ = SrcIn{v.stag, v.va, v.len, static_cast<std::uint32_t>(v.payload.size()), 0, false};
     // 9.2's deadlock rule: a SrcAvail of ours is outstanding too, and no
     // reader waits here; and without RDMA Read at all: Bcopy (9.5.2.1).
-    if (!qp_.rdma_capable() || cfg_.bcopy_threshold == 0 || (src_out_ && src_out_->advertised))
+    if (!qp_.rdma_capable() || cfg_.bcopy_threshold == 0 ||
+        (src_out_ && src_out_->advertised && !src_out_->forced))
         force_bcopy();
     return true;
+}
+
+void Connection::decline_zcopy() {
+    if (src_in_ && !zread_) {
+        force_bcopy();
+        pump();
+    }
 }
 
 void Connection::force_bcopy() {
@@ -765,8 +785,8 @@ void Connection::force_bcopy() {
 }
 
 bool Connection::on_rdma_rd_compl(const w::RdmaRdCompl& v, std::uint32_t invalidated) {
-    if (!src_out_ || !src_out_->advertised)
-        return false;
+    if (!src_out_ || !src_out_->advertised || src_out_->forced)
+        return false;  // nothing to complete, or after its SendSm
     SrcOut& so = *src_out_;
     const std::size_t rest = so.buf.size() - so.inline_n - so.acked;
     if (v.len > rest)
@@ -787,15 +807,28 @@ bool Connection::on_rdma_rd_compl(const w::RdmaRdCompl& v, std::uint32_t invalid
 
 void Connection::on_send_sm() {
     ++stats_.send_sm_received;
-    if (!src_out_ || !src_out_->advertised) {
-        ++stats_.ignored;  // nothing advertised (e.g. after a reset race)
+    if (!src_out_ || !src_out_->advertised || src_out_->forced) {
+        ++stats_.ignored;  // nothing advertised (e.g. after a reset race), or a second one
         return;
     }
-    // 9.5.2.1: the rest of the oldest incomplete SrcAvail goes as Data.
-    SrcOut so = *src_out_;
-    src_out_.reset();
+    // 9.5.2.1: the rest of the oldest incomplete SrcAvail goes as Data,
+    // fed into the send queue as it has room (the caller's buffer stays
+    // lent until all of it is queued: zcopy_write_pending()).
+    SrcOut& so = *src_out_;
     qp_.invalidate_region(so.region.stag);
-    queue_tx(so.buf.subspan(so.inline_n + so.acked));
+    so.forced = true;
+    so.fed = so.inline_n + so.acked;
+}
+
+void Connection::feed_forced_rest() {
+    SrcOut& so = *src_out_;
+    const std::size_t room =
+        send_queued() < cfg_.send_queue_limit ? cfg_.send_queue_limit - send_queued() : 0;
+    const std::size_t k = std::min(room, so.buf.size() - so.fed);
+    queue_tx(so.buf.subspan(so.fed, k));
+    so.fed += k;
+    if (so.fed == so.buf.size())
+        src_out_.reset();
 }
 
 void Connection::on_src_avail_cancel(std::uint32_t mseq) {
@@ -805,7 +838,8 @@ void Connection::on_src_avail_cancel(std::uint32_t mseq) {
         // In process: finish the read, RdmaRdCompl, then cancel the rest;
         // MSeqAck stays below the cancel until then.
         src_in_->cancelled = true;
-        ack_hold_ = mseq - 1;
+        if (!ack_hold_)
+            ack_hold_ = mseq - 1;  // a later cancel may not raise it
         return;
     }
     force_bcopy();  // exactly one SendSm for the cancelled advertisement
@@ -946,6 +980,8 @@ void Connection::pump() {
     if (state_ != State::established)
         return;
     for (;;) {
+        if (src_out_ && src_out_->forced)
+            feed_forced_rest();
         const std::uint32_t c = send_credits();
         const bool gives_credit = local_bufs() > peer_credit_estimate();
         // 10.5: 1 credit: only credit-providing messages without payload;
@@ -957,7 +993,7 @@ void Connection::pump() {
             send(std::move(ctl.body), take_pend_flag(false), nullptr, ctl.invalidate);
             continue;
         }
-        if (src_out_ && !src_out_->advertised && c >= 3) {
+        if (src_out_ && !src_out_->advertised && !src_out_->forced && c >= 3) {
             // 9.2 step 1: Len, STag and VA describe the whole buffer; in
             // Combined Mode its first bytes travel in the SrcAvail (11.2).
             SrcOut& so = *src_out_;

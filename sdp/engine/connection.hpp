@@ -189,6 +189,9 @@ class Connection {
     // The byte count a finished read_zcopy() placed, once; nullopt while it
     // runs (or none ran). A failed read resets the connection.
     std::optional<std::size_t> take_zcopy_read();
+    // The reader will not take the peer's advertised buffer (closing, or
+    // it gave up): the peer sends the rest by Bcopy (SendSm).
+    void decline_zcopy();
     // Completion of QueuePair::post_rdma_read().
     void on_rdma_read_done(std::uint64_t id, bool ok);
 
@@ -283,6 +286,7 @@ class Connection {
     void on_send_sm();
     void on_src_avail_cancel(std::uint32_t mseq);
     void force_bcopy();  // Data Sink: SendSm for the advertisement in process
+    void feed_forced_rest();
     void drop_zcopy();
     void queue_tx(std::span<const std::uint8_t> bytes);
     std::size_t tx_block_payload() const;
@@ -368,6 +372,8 @@ class Connection {
         std::size_t inline_n = 0;  // bytes sent in the SrcAvail
         std::size_t acked = 0;     // bytes the peer's RdmaRdCompls counted
         bool advertised = false;   // SrcAvail sent
+        bool forced = false;       // SendSm: the rest goes as Data
+        std::size_t fed = 0;       // forced: bytes of buf queued so far
     };
     std::optional<SrcOut> src_out_;
     // The peer's, as Data Sink:

@@ -418,11 +418,8 @@ void AsioChannel::check_close() {
     if (!close_cb_) {
         return;
     }
-    const bool had_input = core_.sdp().readable() > 0;
     const bool done = core_.closed();  // discards unread input
-    if (had_input) {
-        start_write();  // credit updates
-    }
+    start_write();                     // credit updates, a declined advertisement's SendSm
     if (done && (!core_.writing() || finished_)) {
         finish_close(core_.close_error());
     } else if (finished_) {

@@ -117,7 +117,8 @@ SoftChannel::~SoftChannel() {
         if (!core_.rd_eof() && !core_.rst_done()) {
             core_.abort();
             service_locked();
-            if (!core_.rst_done() && !core_.wr_shut()) {
+            // An AbortConn after our DisConn goes out first (8.2.2).
+            if (!finish_abort_locked(lk) && !core_.rst_done() && !core_.wr_shut()) {
                 reset_connection(fd_);
             }
         }
@@ -396,10 +397,16 @@ std::optional<std::size_t> SoftChannel::read_zcopy_locked(std::unique_lock<std::
         return std::nullopt;
     }
     service_locked();
-    // The RDMA Read cannot be called back: `out` is the caller's until it
-    // completes or the connection is gone, so no io_timeout here.
-    drive(
-        lk, [&] { return !c.zcopy_read_pending(); }, std::nullopt);
+    // The RDMA Read cannot be called back: if io_timeout runs out first the
+    // connection is reset, which invalidates `out`'s region (a late Read
+    // Response then meets a Terminate) before it goes back to the caller.
+    if (!drive(
+            lk, [&] { return !c.zcopy_read_pending(); }, io_deadline())) {
+        core_.abort();
+        service_locked();
+        ec = std::make_error_code(std::errc::timed_out);
+        return 0;
+    }
     if (auto n = c.take_zcopy_read()) {
         after_call();
         return n;
@@ -464,10 +471,17 @@ std::optional<std::size_t> SoftChannel::write_zcopy_locked(std::unique_lock<std:
     }
     service_locked();
     wake_poller_for_output();
-    // The peer may read `in` until it says so: no io_timeout (a reset or a
-    // lost LLP ends the wait and invalidates the region).
-    drive(
-        lk, [&] { return !c.zcopy_write_pending(); }, std::nullopt);
+    // The peer may read `in` until it says so. If io_timeout runs out first
+    // the connection is reset, which invalidates the region, before `in`
+    // goes back to the caller (SrcAvailCancel, 9.5.4, is not sent yet).
+    if (!drive(
+            lk, [&] { return !c.zcopy_write_pending(); }, io_deadline())) {
+        core_.abort();
+        service_locked();
+        kick_helper();
+        ec = std::make_error_code(std::errc::timed_out);
+        return 0;
+    }
     kick_helper();
     if (c.state() != engine::State::established) {
         ec = core_.state_error(true);
@@ -505,12 +519,22 @@ void SoftChannel::close(std::chrono::milliseconds linger, std::error_code& ec) {
     std::unique_lock lk(mu_);
     core_.begin_close();
     // 8.2.1: both DisConns exchanged, then the LLP teardown (the peer's FIN).
+    // closed() may queue messages (a declined advertisement's SendSm):
+    // they go out before the next wait.
     if (!drive(
-            lk, [&] { return core_.closed(); }, Clock::now() + linger)) {
+            lk,
+            [&] {
+                const bool done = core_.closed();
+                service_locked();
+                return done;
+            },
+            Clock::now() + linger)) {
         ec = std::make_error_code(std::errc::timed_out);
         core_.abort();
         service_locked();
-        finish_abort_locked(lk);
+        if (!finish_abort_locked(lk) && core_.take_reset()) {
+            reset_connection(fd_);
+        }
     } else {
         ec = core_.close_error();
     }

@@ -235,6 +235,12 @@ bool ChannelCore::closed() {
     while (c.readable() > 0) {
         c.read(sink);
     }
+    // A buffer the peer advertised will not be read either: it sends the
+    // rest by Bcopy (SendSm), to be discarded, and can then close too.
+    c.decline_zcopy();
+    while (c.readable() > 0) {
+        c.read(sink);
+    }
     return c.state() != engine::State::established && c.state() != engine::State::connecting;
 }
 

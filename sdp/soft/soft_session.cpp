@@ -289,8 +289,11 @@ void SoftSession::poll_completions() {
                     land_.flights.pop_front();
                     std::optional<std::size_t> took;
                     // Exactly what the BSDH announced, placed in order.
+                    // A Send with Invalidate is never a landable Data Message:
+                    // back to the private buffer, where the engine checks it.
                     if (c.status == iwarp::WcStatus::success && !llp_reported_ &&
-                        c.byte_len == wire::kBsdhSize + f.room && f.placed_end == c.byte_len) {
+                        c.invalidated_stag == 0 && c.byte_len == wire::kBsdhSize + f.room &&
+                        f.placed_end == c.byte_len) {
                         took = conn_.on_recv_landed(f.private_buf, c.byte_len);
                     }
                     if (!took && c.status == iwarp::WcStatus::success && !llp_reported_) {

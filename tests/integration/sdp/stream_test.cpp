@@ -225,6 +225,49 @@ TEST(SdpStreamZcopy, BcopyPeerAnswersSendSm) {
     EXPECT_GT(r.server.send_sm_sent, 0u);
 }
 
+// A reader that closes while the peer's zero-copy write waits for it: the
+// advertisement is declined (SendSm), the rest is discarded, and both sides
+// close gracefully (before, the close ran into its linger and aborted).
+TEST(SdpStreamZcopy, CloseWhilePeerWaitsForItsBufferToBeRead) {
+    auto o = opts();
+    o.mechanism = sdp::Mechanism::zcopy;
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p, o));
+    std::error_code wec;
+    std::thread w([&] {
+        wec = send_pattern(p.client, 4u << 20, 3, 1 << 20);
+        if (!wec)
+            wec = p.client.shutdown_write();
+    });
+    std::vector<std::uint8_t> first(16);
+    std::error_code ec;
+    ASSERT_GT(p.server.read_some(first, ec), 0u) << ec.message();
+    EXPECT_FALSE(p.server.close());  // graceful: no timed_out after linger
+    w.join();
+    EXPECT_FALSE(wec) << wec.message();
+    std::vector<std::uint8_t> b(16);
+    EXPECT_EQ(p.client.read_some(b, ec), 0u);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_FALSE(p.client.close());
+}
+
+// io_timeout bounds a zero-copy write whose peer never reads: timed_out, and
+// the connection is reset (the region is gone before write() returns).
+TEST(SdpStreamZcopy, WriteTimesOutWhenThePeerNeverReads) {
+    auto o = opts();
+    o.mechanism = sdp::Mechanism::zcopy;
+    o.io_timeout = 300ms;
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p, o));
+    std::vector<std::uint8_t> big(1 << 20, 1);
+    std::error_code ec;
+    p.client.write(big, ec);
+    EXPECT_EQ(ec, std::errc::timed_out) << ec.message();
+    std::vector<std::uint8_t> b(16);
+    p.client.read_some(b, ec);
+    EXPECT_TRUE(ec) << "the stream was reset";
+}
+
 TEST(SdpStream, OneByte) {
     transfer(1);
 }

@@ -244,6 +244,13 @@ TEST(SdpEngineReadZcopy, ViolationsResetTheConnection) {
         EXPECT_EQ(p.b.state(), e::State::reset);
     }
     {
+        ZPair p;  // a SinkAvail with payload while a SrcAvail is in process (11.2)
+        inject(p, avail);
+        inject(p,
+               w::SinkAvail{.len = 100000, .stag = 5, .va = 0, .non_discards = 0, .payload = {7}});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
         ZPair p;  // a Combined-Mode SrcAvail without payload (11.2)
         inject(p, w::SrcAvail{.len = 100000, .stag = 77, .va = 0, .payload = {}});
         EXPECT_EQ(p.b.state(), e::State::reset);
@@ -313,6 +320,7 @@ TEST(SdpEngineReadZcopy, SrcAvailCancel) {
         ASSERT_EQ(p.b.read(std::span(out).first(1)), 1u);
         ASSERT_TRUE(p.b.read_zcopy(out));
         const auto cancel_mseq = inject(p, w::SrcAvailCancel{});
+        inject(p, w::SrcAvailCancel{});  // a second one may not raise the hold
         // Other messages meanwhile keep MSeqAck below the cancel.
         ASSERT_EQ(p.b.write(pattern(100, 1)), 100u);
         ASSERT_FALSE(p.qb.outbound.empty());
@@ -395,4 +403,85 @@ TEST(SdpEngineReadZcopy, RandomWorkloadMatchesBcopy) {
             EXPECT_TRUE(p.qb.regions.empty());
         }
     }
+}
+
+// 9.5.2.1 with a large buffer: after SendSm the rest is fed into the send
+// queue as it has room (no copy of the whole remainder at once), and the
+// buffer stays lent until all of it is queued.
+TEST(SdpEngineReadZcopy, SendSmRestIsFedWithinTheSendQueueLimit) {
+    e::Config ca = zcopy_config();
+    ca.send_queue_limit = 64 * 1024;
+    ZPair p(ca, zcopy_config(0));  // the sink forces Bcopy
+    const Bytes data = pattern(4 << 20, 11);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    Bytes got, buf(100000);
+    std::size_t max_queued = 0;
+    for (int i = 0; i < 100000 && got.size() < data.size(); ++i) {
+        p.step();
+        max_queued = std::max(max_queued, p.a.send_queued());
+        const std::size_t n = p.b.read(buf);
+        got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    EXPECT_EQ(got, data);
+    EXPECT_LE(max_queued, ca.send_queue_limit);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+}
+
+// A reader that closes, or a writer that advertises while the peer's
+// SrcAvail waits for a reader (9.2's deadlock from this side): the peer's
+// advertisement is declined with SendSm.
+TEST(SdpEngineReadZcopy, DeclinedAdvertisements) {
+    {
+        ZPair p;
+        ASSERT_TRUE(p.a.write_zcopy(pattern(100000, 1)));
+        p.run();
+        ASSERT_GT(p.b.zcopy_readable() + p.b.readable(), 0u);
+        p.b.decline_zcopy();
+        p.run();
+        EXPECT_EQ(p.b.stats().send_sm_sent, 1u);
+        EXPECT_FALSE(p.a.zcopy_write_pending());
+    }
+    {
+        ZPair p;
+        ASSERT_TRUE(p.a.write_zcopy(pattern(100000, 2)));
+        p.run_to_b();  // b holds a's SrcAvail, no reader
+        ASSERT_TRUE(p.b.write_zcopy(pattern(100000, 3)));
+        EXPECT_EQ(p.b.stats().send_sm_sent, 1u);
+    }
+}
+
+// Section 10 rule 5 / 9.5.1: the Data Sink's threshold is at least its
+// private buffer size: a reader buffer smaller than that (and than the rest)
+// gets Bcopy even when it is above the configured threshold.
+TEST(SdpEngineReadZcopy, SinkThresholdAtLeastThePrivateBufferSize) {
+    e::Config cb = zcopy_config(1024);
+    cb.recv_buf_size = 16384;
+    ZPair p(zcopy_config(1024), cb);
+    ASSERT_TRUE(p.a.write_zcopy(pattern(100000, 4)));
+    p.run();
+    Bytes first(64), out(8192);
+    ASSERT_EQ(p.b.read(first), 64u);
+    EXPECT_FALSE(p.b.read_zcopy(out));
+    EXPECT_EQ(p.b.stats().send_sm_sent, 1u);
+}
+
+// Bytes a finished RDMA Read placed stay the reader's even when the
+// connection closes gracefully before it takes them (a race seen in the
+// both-ways stream test).
+TEST(SdpEngineReadZcopy, PlacedBytesSurviveAGracefulClose) {
+    ZPair p;
+    const Bytes data = pattern(100000, 12);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run();
+    Bytes got(data.size());
+    ASSERT_EQ(p.b.read(got), 64u);
+    ASSERT_TRUE(p.b.read_zcopy(std::span(got).subspan(64)));
+    p.run();
+    p.a.shutdown_write();
+    p.b.shutdown_write();
+    p.run();
+    ASSERT_EQ(p.b.state(), e::State::closed);
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size() - 64));
+    EXPECT_EQ(got, data);
+    EXPECT_TRUE(p.b.eof());
 }
