@@ -262,7 +262,8 @@ TEST(SdpEngineReadZcopy, ViolationsResetTheConnection) {
     }
     {
         ZPair p;  // RdmaRdCompl for more than the rest; a foreign STag invalidated
-        ASSERT_TRUE(p.b.write_zcopy(pattern(100000, 1)));
+        const Bytes lent1 = pattern(100000, 1);  // lent until done
+        ASSERT_TRUE(p.b.write_zcopy(lent1));
         p.run_to_b();
         ASSERT_TRUE(p.b.zcopy_write_pending());
         inject(p, w::RdmaRdCompl{200000});
@@ -270,7 +271,8 @@ TEST(SdpEngineReadZcopy, ViolationsResetTheConnection) {
     }
     {
         ZPair p;
-        ASSERT_TRUE(p.b.write_zcopy(pattern(100000, 1)));
+        const Bytes lent2 = pattern(100000, 1);  // lent until done
+        ASSERT_TRUE(p.b.write_zcopy(lent2));
         inject(p, w::RdmaRdCompl{100000 - 64}, 0xdead);
         EXPECT_EQ(p.b.state(), e::State::reset);
         EXPECT_TRUE(p.qb.regions.empty()) << "a reset invalidates the advertised buffer";
@@ -433,7 +435,8 @@ TEST(SdpEngineReadZcopy, SendSmRestIsFedWithinTheSendQueueLimit) {
 TEST(SdpEngineReadZcopy, DeclinedAdvertisements) {
     {
         ZPair p;
-        ASSERT_TRUE(p.a.write_zcopy(pattern(100000, 1)));
+        const Bytes lent3 = pattern(100000, 1);  // lent until done
+        ASSERT_TRUE(p.a.write_zcopy(lent3));
         p.run();
         ASSERT_GT(p.b.zcopy_readable() + p.b.readable(), 0u);
         p.b.decline_zcopy();
@@ -443,9 +446,11 @@ TEST(SdpEngineReadZcopy, DeclinedAdvertisements) {
     }
     {
         ZPair p;
-        ASSERT_TRUE(p.a.write_zcopy(pattern(100000, 2)));
-        p.run_to_b();  // b holds a's SrcAvail, no reader
-        ASSERT_TRUE(p.b.write_zcopy(pattern(100000, 3)));
+        const Bytes lent4 = pattern(100000, 2);  // lent until done
+        ASSERT_TRUE(p.a.write_zcopy(lent4));
+        p.run_to_b();                            // b holds a's SrcAvail, no reader
+        const Bytes lent5 = pattern(100000, 3);  // lent until done
+        ASSERT_TRUE(p.b.write_zcopy(lent5));
         EXPECT_EQ(p.b.stats().send_sm_sent, 1u);
     }
 }
@@ -457,7 +462,8 @@ TEST(SdpEngineReadZcopy, SinkThresholdAtLeastThePrivateBufferSize) {
     e::Config cb = zcopy_config(1024);
     cb.recv_buf_size = 16384;
     ZPair p(zcopy_config(1024), cb);
-    ASSERT_TRUE(p.a.write_zcopy(pattern(100000, 4)));
+    const Bytes lent6 = pattern(100000, 4);  // lent until done
+    ASSERT_TRUE(p.a.write_zcopy(lent6));
     p.run();
     Bytes first(64), out(8192);
     ASSERT_EQ(p.b.read(first), 64u);
