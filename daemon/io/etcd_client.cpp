@@ -557,6 +557,24 @@ class Call final : public Op {
         parser_.emplace();
         parser_->header_limit(kMaxHeader);
         parser_->body_limit(limit_);
+        // The header first: string_body reserves the announced length, so an
+        // oversized Content-Length is refused before any body is read.
+        with_stream([this](auto& s) {
+            http::async_read_header(s, buf_, *parser_, step([this](beast::error_code ec) {
+                                        const auto length = parser_->content_length();
+                                        if (!ec && length && *length > limit_) {
+                                            ec = http::error::body_limit;
+                                        }
+                                        if (ec) {
+                                            on_read(ec);
+                                            return;
+                                        }
+                                        read_body();
+                                    }));
+        });
+    }
+
+    void read_body() {
         with_stream([this](auto& s) {
             http::async_read(s, buf_, *parser_,
                              step([this](beast::error_code ec) { on_read(ec); }));
