@@ -263,21 +263,26 @@ struct Client::Impl {
     }
 
     void setup_tls() {
+        std::string step = "context";
         try {
             tls.emplace(ssl::context::tls_client);
             tls->set_verify_mode(ssl::verify_peer);
             if (config.tls && !config.tls->ca_file.empty()) {
+                step = "CA file " + config.tls->ca_file;
                 tls->load_verify_file(config.tls->ca_file);
             } else {
+                step = "system trust store";
                 tls->set_default_verify_paths();
             }
             if (config.tls && !config.tls->cert_file.empty()) {
+                step = "certificate " + config.tls->cert_file;
                 tls->use_certificate_chain_file(config.tls->cert_file);
+                step = "key " + config.tls->key_file;
                 tls->use_private_key_file(config.tls->key_file, ssl::context::pem);
             }
         } catch (const std::exception& e) {
             tls.reset();
-            tls_error = std::string("TLS setup failed: ") + e.what();
+            tls_error = "TLS setup failed (" + step + "): " + e.what();
         }
     }
 
@@ -315,6 +320,7 @@ class Op : public std::enable_shared_from_this<Op> {
         req_.target(target);
         req_.version(11);
         req_.set(http::field::content_type, "application/json");
+        req_.keep_alive(false);  // one connection per attempt
         req_.body() = std::move(body);
     }
     virtual ~Op() = default;

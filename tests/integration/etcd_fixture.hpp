@@ -9,6 +9,10 @@
 //   pmtest::EtcdCluster c(3);
 //   ASSERT_TRUE(c.ok()) << c.error();
 //   c.client_urls(); c.kill(0); c.restart(0); c.compact(rev);
+//
+// With `tls`, clients talk https to the members and must present a client
+// certificate; the fixture makes a throwaway CA (openssl) whose files are
+// ca_file(), client_cert_file(), client_key_file().
 #pragma once
 
 #include <unistd.h>
@@ -53,9 +57,12 @@ inline std::vector<std::uint16_t> free_tcp_ports(std::size_t n) {
 
 class EtcdCluster {
   public:
-    explicit EtcdCluster(std::size_t members) {
+    explicit EtcdCluster(std::size_t members, bool tls = false) : tls_(tls) {
         if (dir_.path().empty()) {
             error_ = "cannot create a temporary directory";
+            return;
+        }
+        if (tls_ && !make_certificates()) {
             return;
         }
         // A busy port (taken between probing and etcd's bind) fails the
@@ -72,6 +79,9 @@ class EtcdCluster {
     const std::string& error() const { return error_; }
     std::size_t size() const { return members_.size(); }
     const fs::path& dir() const { return dir_.path(); }
+    fs::path ca_file() const { return dir_.path() / "ca.crt"; }
+    fs::path client_cert_file() const { return dir_.path() / "client.crt"; }
+    fs::path client_key_file() const { return dir_.path() / "client.key"; }
 
     std::vector<std::string> client_urls() const {
         std::vector<std::string> urls;
@@ -104,6 +114,11 @@ class EtcdCluster {
                       std::chrono::milliseconds timeout = 5000ms) const {
         std::vector<std::string> argv{kEtcdctlBin, "--endpoints=" + join(endpoints, ","),
                                       "--dial-timeout=1s", "--command-timeout=2s"};
+        if (tls_) {
+            argv.push_back("--cacert=" + ca_file().string());
+            argv.push_back("--cert=" + client_cert_file().string());
+            argv.push_back("--key=" + client_key_file().string());
+        }
         argv.insert(argv.end(), args.begin(), args.end());
         return run(argv, dir_.path(), timeout);
     }
@@ -146,7 +161,8 @@ class EtcdCluster {
         for (std::size_t i = 0; i < n; ++i) {
             Member m;
             m.name = "m" + std::to_string(i);
-            m.client_url = "http://127.0.0.1:" + std::to_string(ports[2 * i]);
+            m.client_url = std::string(tls_ ? "https" : "http") +
+                           "://127.0.0.1:" + std::to_string(ports[2 * i]);
             m.peer_url = "http://127.0.0.1:" + std::to_string(ports[2 * i + 1]);
             initial_cluster_ += (i == 0 ? "" : ",") + m.name + "=" + m.peer_url;
             members_.push_back(std::move(m));
@@ -165,16 +181,28 @@ class EtcdCluster {
 
     void launch(std::size_t i) {
         auto& m = members_[i];
-        const fs::path data = dir_.path() / (token_ + "-" + m.name);
-        m.process = std::make_unique<Process>(
-            std::vector<std::string>{
-                kEtcdBin, "--name=" + m.name, "--data-dir=" + data.string(),
-                "--listen-client-urls=" + m.client_url, "--advertise-client-urls=" + m.client_url,
-                "--listen-peer-urls=" + m.peer_url, "--initial-advertise-peer-urls=" + m.peer_url,
-                "--initial-cluster=" + initial_cluster_, "--initial-cluster-state=new",
-                "--initial-cluster-token=" + token_, "--heartbeat-interval=50",
-                "--election-timeout=500", "--logger=zap", "--log-level=warn"},
-            dir_.path() / (m.name + ".out"), dir_.path() / (m.name + ".err"));
+        const fs::path d = dir_.path();
+        std::vector<std::string> argv{kEtcdBin,
+                                      "--name=" + m.name,
+                                      "--data-dir=" + (d / (token_ + "-" + m.name)).string(),
+                                      "--listen-client-urls=" + m.client_url,
+                                      "--advertise-client-urls=" + m.client_url,
+                                      "--listen-peer-urls=" + m.peer_url,
+                                      "--initial-advertise-peer-urls=" + m.peer_url,
+                                      "--initial-cluster=" + initial_cluster_,
+                                      "--initial-cluster-state=new",
+                                      "--initial-cluster-token=" + token_,
+                                      "--heartbeat-interval=50",
+                                      "--election-timeout=500",
+                                      "--logger=zap",
+                                      "--log-level=warn"};
+        if (tls_) {
+            argv.insert(argv.end(),
+                        {"--cert-file=" + (d / "server.crt").string(),
+                         "--key-file=" + (d / "server.key").string(),
+                         "--trusted-ca-file=" + ca_file().string(), "--client-cert-auth"});
+        }
+        m.process = std::make_unique<Process>(argv, d / (m.name + ".out"), d / (m.name + ".err"));
     }
 
     // Every URL answers `etcdctl endpoint health` (it needs a leader).
@@ -195,6 +223,46 @@ class EtcdCluster {
         return true;
     }
 
+    // A CA, a server certificate for 127.0.0.1 and a client certificate. The
+    // server certificate is also good for clientAuth: with --client-cert-auth
+    // etcd's JSON gateway presents it to etcd's own gRPC server (else: 503).
+    bool make_certificates() {
+        const auto d = dir_.path();
+        const auto openssl = [&](std::vector<std::string> args) {
+            args.insert(args.begin(), "/usr/bin/openssl");
+            const auto r = run(args, d, 10000ms);
+            if (!r.exit_code || *r.exit_code != 0) {
+                error_ = "openssl " + args[1] + " failed: " + r.err;
+                return false;
+            }
+            return true;
+        };
+        const std::vector<std::string> new_key{"-newkey", "ec", "-pkeyopt",
+                                               "ec_paramgen_curve:prime256v1", "-nodes"};
+        const auto req = [&](const std::string& name, std::vector<std::string> extra) {
+            std::vector<std::string> args{"req"};
+            args.insert(args.end(), new_key.begin(), new_key.end());
+            args.insert(args.end(), {"-keyout", (d / (name + ".key")).string(), "-subj",
+                                     "/CN=sdppm-test-" + name});
+            args.insert(args.end(), extra.begin(), extra.end());
+            return openssl(args);
+        };
+        const auto sign = [&](const std::string& name, const std::string& ext) {
+            write_file(d / (name + ".ext"), ext);
+            return req(name, {"-out", (d / (name + ".csr")).string()}) &&
+                   openssl({"x509", "-req", "-in", (d / (name + ".csr")).string(), "-CA",
+                            ca_file().string(), "-CAkey", (d / "ca.key").string(),
+                            "-CAcreateserial", "-days", "1", "-extfile",
+                            (d / (name + ".ext")).string(), "-out",
+                            (d / (name + ".crt")).string()});
+        };
+        return req("ca", {"-x509", "-days", "1", "-out", ca_file().string()}) &&
+               sign("server",
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,"
+                    "clientAuth\n") &&
+               sign("client", "extendedKeyUsage=clientAuth\n");
+    }
+
     void stop_all() {
         for (auto& m : members_) {
             m.process.reset();
@@ -203,6 +271,7 @@ class EtcdCluster {
     }
 
     TempDir dir_;
+    bool tls_ = false;
     std::string token_;
     std::string initial_cluster_;
     std::vector<Member> members_;

@@ -315,9 +315,10 @@ TEST_F(etcd_client, WatchResumedFromLastRevisionMissesAndReplaysNothing) {
     ASSERT_TRUE(cluster.ok()) << cluster.error();
     auto c = client(cluster.client_urls());
 
+    const auto r0 = range(*c, "r/");
+    ASSERT_FALSE(r0.e);
     Watched w1;
-    auto h1 = watch(*c, "r/", 0, w1);
-    run_for(100ms);  // let the watch be created before the put
+    auto h1 = watch(*c, "r/", r0.rev + 1, w1);
     ASSERT_FALSE(put(*c, "r/1", "a").e);
     ASSERT_TRUE(run_until([&] { return !w1.events.empty() || w1.end; }));
     ASSERT_EQ(w1.events.size(), 1U);
@@ -421,6 +422,47 @@ TEST_F(etcd_client, FailoverStatusAndAllDown) {
     for (const auto& s : st) {
         EXPECT_FALSE(s.healthy);
     }
+}
+
+TEST_F(etcd_client, HttpsWithClientCertificate) {
+    SDPPM_REQUIRE_ETCD();
+    pmtest::EtcdCluster cluster(1, true);
+    ASSERT_TRUE(cluster.ok()) << cluster.error();
+    const auto urls = cluster.client_urls();
+    ASSERT_TRUE(urls[0].starts_with("https://"));
+    const auto tls_client = [&](std::optional<pmd::io::etcd::TlsConfig> tls) {
+        ClientConfig cfg;
+        cfg.endpoints = urls;
+        cfg.tls = std::move(tls);
+        EXPECT_EQ(pmd::io::etcd::validate(cfg), "");
+        return std::make_unique<Client>(ioc_.get_executor(), cfg);
+    };
+
+    auto c = tls_client(pmd::io::etcd::TlsConfig{cluster.ca_file(), cluster.client_cert_file(),
+                                                 cluster.client_key_file()});
+    const auto p = put(*c, "tls/a", "1");
+    ASSERT_FALSE(p.e) << p.e.text;
+    Watched w;
+    auto h = watch(*c, "tls/", p.rev, w);
+    ASSERT_TRUE(run_until([&] { return !w.events.empty() || w.end; }));
+    ASSERT_FALSE(w.end) << w.end->text;
+    EXPECT_EQ(w.events[0].kv.key, "tls/a");
+
+    // The server's certificate is not trusted by the system store.
+    auto untrusted = tls_client(std::nullopt);
+    const auto u = put(*untrusted, "tls/b", "2");
+    EXPECT_EQ(u.e.kind, Kind::unavailable) << u.e.text;
+    EXPECT_NE(u.e.text.find("TLS"), std::string::npos) << u.e.text;
+
+    // Without a client certificate the member refuses the handshake.
+    auto anonymous = tls_client(pmd::io::etcd::TlsConfig{cluster.ca_file(), "", ""});
+    EXPECT_TRUE(put(*anonymous, "tls/c", "3").e);
+
+    // A CA file that does not exist: every https request fails, naming it.
+    auto broken = tls_client(pmd::io::etcd::TlsConfig{"/nonexistent/ca.pem", "", ""});
+    const auto b = put(*broken, "tls/d", "4");
+    EXPECT_EQ(b.e.kind, Kind::unavailable);
+    EXPECT_NE(b.e.text.find("TLS setup"), std::string::npos) << b.e.text;
 }
 
 // A loopback HTTP server that answers every connection the same way.
@@ -630,6 +672,21 @@ TEST_F(etcd_client, DestroyingTheClientRunsNoCallback) {
     EXPECT_GE(silent.connections(), 5);
     run_for(100ms);
     EXPECT_EQ(callbacks, 0);
+
+    // Destroyed by the first callback that runs: the other one never runs.
+    FakeServer quick(ioc_, FakeServer::Mode::not_json);
+    auto c = client({quick.url()});
+    c->put("k", "v", 0, [&](Error, std::int64_t) {
+        ++callbacks;
+        c.reset();
+    });
+    c->del("k", [&](Error, std::int64_t) {
+        ++callbacks;
+        c.reset();
+    });
+    ASSERT_TRUE(run_until([&] { return callbacks > 0; }));
+    run_for(200ms);
+    EXPECT_EQ(callbacks, 1);
 }
 
 TEST(etcd_client_validate, Endpoints) {
