@@ -7,6 +7,7 @@
 // load_config_*(). The schema is documented in docs/configuration.md.
 #include "daemon/config/config.hpp"
 
+#include "daemon/core/cluster.hpp"
 #include "daemon/core/registrations.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -37,22 +38,11 @@ constexpr std::uint64_t kMaxTransactions = 100'000'000;
 constexpr std::uint64_t kMaxLogRateLimit = 1'000'000;
 constexpr std::size_t kMaxServiceName = 64;
 
-constexpr std::array<std::string_view, 15> kTopLevelKeys = {
-    "limits",
-    "listen",
-    "ack_timeout",
-    "max_transactions",
-    "services",
-    "deny_ap_port",
-    "accept_iwpm_request",
-    "log_level",
-    "log_rate_limit",
-    "control",
-    "state_file",
-    "metrics",
-    "workers",
-    "health",
-    "on_demand_open_timeout",
+constexpr std::array<std::string_view, 16> kTopLevelKeys = {
+    "registry",         "limits",         "listen",       "ack_timeout",
+    "max_transactions", "services",       "deny_ap_port", "accept_iwpm_request",
+    "log_level",        "log_rate_limit", "control",      "state_file",
+    "metrics",          "workers",        "health",       "on_demand_open_timeout",
 };
 constexpr std::array<std::string_view, 5> kHealthKeys = {"check", "interval", "timeout", "rise",
                                                          "fall"};
@@ -63,6 +53,11 @@ constexpr std::chrono::milliseconds kMaxHealthTimeout = std::chrono::minutes{1};
 constexpr std::uint64_t kMaxHealthCount = 100;
 constexpr std::array<std::string_view, 3> kControlKeys = {"socket", "admin_group", "read_group"};
 constexpr std::array<std::string_view, 2> kLimitsKeys = {"per_source", "source_quench"};
+constexpr std::array<std::string_view, 8> kRegistryKeys = {
+    "backend",   "endpoints",     "prefix",          "member",
+    "lease_ttl", "max_staleness", "request_timeout", "tls"};
+constexpr std::array<std::string_view, 3> kTlsKeys = {"ca", "cert", "key"};
+constexpr std::size_t kMaxEtcdEndpoints = 16;
 constexpr std::array<std::string_view, 3> kPerSourceKeys = {"rate", "burst", "max_sources"};
 constexpr std::array<std::string_view, 4> kQuenchKeys = {"max_unacked", "window", "period",
                                                          "max_sources"};
@@ -84,6 +79,10 @@ constexpr std::array<Named<Policy>, 3> kPolicies{{
     {"first", Policy::first},
     {"round-robin", Policy::round_robin},
     {"hash", Policy::hash},
+}};
+constexpr std::array<Named<RegistryConfig::Backend>, 2> kBackends = {{
+    {"local", RegistryConfig::Backend::local},
+    {"etcd", RegistryConfig::Backend::etcd},
 }};
 constexpr std::array<Named<HealthCheck>, 3> kHealthChecks{{
     {"listener", HealthCheck::listener},
@@ -392,6 +391,8 @@ class Loader {
     bool load_metrics(const Field& f, std::optional<pm::Endpoint>& out);
     bool load_workers(const Field& f, unsigned& out);
     bool load_health(const Field& f, HealthOverrides& out);
+    bool load_registry(const Field& f, RegistryConfig& out);
+    bool load_tls(const Field& f, RegistryConfig& out);
 
   public:
     // For make_service(): one service from a node tree built in memory.
@@ -549,6 +550,8 @@ bool Loader::load_root(const Field& root, Config& config) {
             ok = load_workers(f, config.workers);
         } else if (e.key == "health") {
             ok = load_health(f, config.health);
+        } else if (e.key == "registry") {
+            ok = load_registry(f, config.registry);
         }
         if (!ok) {
             return false;
@@ -959,6 +962,94 @@ bool Loader::load_control(const Field& f, ControlConfig& out) {
         if (!ok) {
             return false;
         }
+    }
+    return true;
+}
+
+bool Loader::load_registry(const Field& f, RegistryConfig& out) {
+    std::vector<Entry> entries;
+    if (!map_entries(f,
+                     "a map with backend, endpoints, prefix, member, lease_ttl, "
+                     "max_staleness, request_timeout, tls",
+                     kRegistryKeys, entries)) {
+        return false;
+    }
+    for (const Entry& e : entries) {
+        bool ok = true;
+        std::string text;
+        if (e.key == "backend") {
+            ok = load_enum(e.value, kBackends, out.backend);
+        } else if (e.key == "endpoints") {
+            std::vector<Field> items;
+            ok = sequence_items(e.value, "etcd URLs such as \"http://10.0.0.1:2379\"", items);
+            if (ok && items.size() > kMaxEtcdEndpoints) {
+                return fail(e.value,
+                            "at most " + std::to_string(kMaxEtcdEndpoints) + " etcd endpoints");
+            }
+            out.endpoints.clear();
+            for (std::size_t i = 0; ok && i < items.size(); ++i) {
+                ok = scalar(items[i], "an etcd URL such as \"http://10.0.0.1:2379\"", text);
+                if (ok && !cluster::parse_endpoint_url(text)) {
+                    return fail(items[i], "bad etcd endpoint " + quote(text) +
+                                              " (use http://HOST:PORT or https://HOST:PORT)");
+                }
+                out.endpoints.push_back(text);
+            }
+        } else if (e.key == "prefix") {
+            ok = scalar(e.value, "a key prefix such as \"/sdp-pm/\"", text);
+            out.prefix = text;
+        } else if (e.key == "member") {
+            ok = scalar(e.value, "a member name", text);
+            if (ok && !cluster::is_valid_member(text)) {
+                return fail(e.value, "bad member name " + quote(text) +
+                                         " (use 1 to 64 letters, digits, '.', '_' or '-')");
+            }
+            out.member = text;
+        } else if (e.key == "lease_ttl") {
+            ok = load_duration(e.value, std::chrono::seconds(2), std::chrono::hours(1), "2s and 1h",
+                               out.lease_ttl);
+        } else if (e.key == "max_staleness") {
+            ok = load_duration(e.value, std::chrono::milliseconds(100), std::chrono::hours(24),
+                               "100ms and 24h", out.max_staleness);
+        } else if (e.key == "request_timeout") {
+            ok = load_duration(e.value, std::chrono::milliseconds(10), std::chrono::minutes(1),
+                               "10ms and 1m", out.request_timeout);
+        } else if (e.key == "tls") {
+            ok = load_tls(e.value, out);
+        }
+        if (!ok) {
+            return false;
+        }
+    }
+    cluster::Settings settings;
+    settings.prefix = out.prefix;
+    settings.member = out.member.empty() ? "placeholder" : out.member;
+    settings.lease_ttl = std::chrono::duration_cast<std::chrono::seconds>(out.lease_ttl);
+    settings.max_staleness = out.max_staleness;
+    if (auto why = cluster::validate(settings); !why.empty()) {
+        return fail(f, why);
+    }
+    if (out.backend == RegistryConfig::Backend::etcd && out.endpoints.empty()) {
+        return fail(f, "backend etcd needs at least one entry in endpoints");
+    }
+    return true;
+}
+
+bool Loader::load_tls(const Field& f, RegistryConfig& out) {
+    std::vector<Entry> entries;
+    if (!map_entries(f, "a map with ca, cert, key", kTlsKeys, entries)) {
+        return false;
+    }
+    for (const Entry& e : entries) {
+        std::string& target = e.key == "ca"     ? out.tls_ca
+                              : e.key == "cert" ? out.tls_cert
+                                                : out.tls_key;
+        if (!load_path(e.value, 4096, target)) {
+            return false;
+        }
+    }
+    if (out.tls_cert.empty() != out.tls_key.empty()) {
+        return fail(f, "cert and key go together");
     }
     return true;
 }

@@ -35,14 +35,30 @@ struct ControlConfig {
     bool operator==(const ControlConfig&) const = default;
 };
 
-// SDP addresses of one service (each is health-checked and has its own
-// metrics series).
-inline constexpr std::size_t kMaxSdpAddresses = 64;
-
 // Upper bound of `workers:` (and of what "auto" resolves to).
 inline constexpr unsigned kMaxWorkers = 64;
 // `workers:` when the file does not say: 0 is "auto".
 inline constexpr unsigned kDefaultWorkers = 1;
+
+// `registry:` (docs/cluster.md): where dynamic registrations live. `local`
+// keeps them in this daemon (and its state file); `etcd` shares them with
+// every replica through an etcd cluster.
+struct RegistryConfig {
+    enum class Backend : std::uint8_t { local, etcd };
+    Backend backend = Backend::local;
+    std::vector<std::string> endpoints;  // etcd client URLs, "http(s)://host:port"
+    std::string prefix = "/sdp-pm/";
+    std::string member;  // this replica's name in the cluster; "" : the host name
+    std::chrono::milliseconds lease_ttl{10'000};
+    std::chrono::milliseconds max_staleness{30'000};
+    std::chrono::milliseconds request_timeout{2'000};
+    // `tls:` (https:// endpoints): CA bundle, client certificate and key;
+    // "" : the system trust store, no client certificate.
+    std::string tls_ca;
+    std::string tls_cert;
+    std::string tls_key;
+    bool operator==(const RegistryConfig&) const = default;
+};
 
 struct Config {
     // Listen endpoints. Default: 0.0.0.0:3935 and [::]:3935 (the IPv6 socket
@@ -77,6 +93,7 @@ struct Config {
     // Top-level `health:`: the defaults of every service's `health:`,
     // static and dynamic (daemon/core/health.hpp).
     HealthOverrides health;
+    RegistryConfig registry;
 
     static Config defaults();
 };

@@ -12,12 +12,12 @@ bool by_name(const Registration& a, const Registration& b) {
     return a.service.name < b.service.name;
 }
 
+}  // namespace
+
 bool same_conventional(const Service& a, const Service& b) {
     return a.conventional_port == b.conventional_port &&
            a.conventional_address == b.conventional_address;
 }
-
-}  // namespace
 
 std::string conventional_text(const Service& s) {
     return s.conventional_address

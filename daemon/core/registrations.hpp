@@ -52,6 +52,8 @@ struct Registration {
     std::optional<std::chrono::milliseconds> lease;  // nullopt: until unregistered
     std::optional<WallClock::time_point> expires;    // set when lease is
 
+    bool operator==(const Registration&) const = default;
+
     bool expired(WallClock::time_point now) const { return expires && *expires <= now; }
     // (Re)starts the lease, if any, at `now`.
     void start_lease(WallClock::time_point now) {
@@ -59,6 +61,8 @@ struct Registration {
     }
 };
 
+// The same Conventional Address ("*" only equals "*").
+bool same_conventional(const Service& a, const Service& b);
 // "IP:PORT" / "*:PORT" of the service's Conventional Address.
 std::string conventional_text(const Service& s);
 

@@ -36,6 +36,10 @@ struct OnDemand {
 
 inline constexpr std::size_t kMaxOnDemandPorts = 1024;
 
+// SDP addresses of one service (each is health-checked and has its own
+// metrics series).
+inline constexpr std::size_t kMaxSdpAddresses = 64;
+
 struct Service {
     std::string name;
     // ApIPAddr clients ask for; nullopt is "*": any ApIPAddr with this port.

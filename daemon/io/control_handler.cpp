@@ -227,6 +227,10 @@ void run_unregister(const json& args, const Peer&, ControlBackend& b, Finish don
     b.unregister_service(args["name"].get<std::string>(), std::move(done));
 }
 
+void run_cluster(const json&, const Peer&, ControlBackend& b, Finish done) {
+    b.cluster([done](json j) { done(Reply{kResultOk, "registry", std::move(j)}); });
+}
+
 using Handler = void (*)(const json& args, const Peer& peer, ControlBackend& b, Finish done);
 
 struct Bound {
@@ -247,6 +251,7 @@ constexpr std::array<Bound, pmctl::kCommands.size()> kHandlers{{
     {"reload", run_reload},
     {"config-test", run_config_test},
     {"version", run_version},
+    {"cluster", run_cluster},
 }};
 
 constexpr bool handlers_match_commands() {

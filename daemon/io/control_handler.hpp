@@ -92,6 +92,8 @@ class ControlBackend {
   public:
     virtual ~ControlBackend() = default;
     virtual void status(Done<nlohmann::json> done) = 0;
+    // The registry backend and, for etcd, its endpoints and replicas.
+    virtual void cluster(Done<nlohmann::json> done) = 0;
     virtual void services(Done<nlohmann::json> done) = 0;
     virtual void register_service(Registration r, Done<Reply> done) = 0;
     // `register` with "on_demand": on success the backend attaches `channel`

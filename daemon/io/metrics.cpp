@@ -163,6 +163,35 @@ std::vector<MetricDef> make_defs() {
     d.push_back(gauge("ondemand_listeners", "sdp_pmd_ondemand_listeners",
                       "On-demand listeners open or being opened.", InLine::nonzero,
                       [](S s) { return n(s.pool_listeners); }));
+    // The etcd registry backend (docs/cluster.md); zero with `local`.
+    const auto cluster_counter = [&d](std::string stat, std::string help,
+                                      std::uint64_t cluster::Counters::*field) {
+        d.push_back(counter(stat, "sdp_pmd_" + stat + "_total", std::move(help), InLine::nonzero,
+                            [field](S s) { return n(s.cluster_counters.*field); }));
+    };
+    cluster_counter("cluster_etcd_errors", "Failed etcd calls (each retried).",
+                    &cluster::Counters::etcd_errors);
+    cluster_counter("cluster_leases_granted", "etcd leases granted to this replica.",
+                    &cluster::Counters::leases_granted);
+    cluster_counter("cluster_leases_lost", "etcd leases found expired (keys written again).",
+                    &cluster::Counters::leases_lost);
+    cluster_counter("cluster_snapshots", "Snapshots of the cluster's registrations read.",
+                    &cluster::Counters::snapshots);
+    cluster_counter("cluster_compactions", "Watches ended by an etcd compaction.",
+                    &cluster::Counters::compactions);
+    cluster_counter("cluster_watch_restarts", "Watches resumed after a broken stream.",
+                    &cluster::Counters::watch_restarts);
+    cluster_counter("cluster_events", "Watch events applied.", &cluster::Counters::events);
+    cluster_counter("cluster_puts", "Registrations written to etcd.", &cluster::Counters::puts);
+    cluster_counter("cluster_deletes", "Registrations deleted from etcd.",
+                    &cluster::Counters::deletes);
+    cluster_counter("cluster_bad_values", "etcd keys under the prefix that did not decode.",
+                    &cluster::Counters::bad_values);
+    d.push_back(gauge("cluster_stale", "sdp_pmd_cluster_stale",
+                      "1 while the etcd backend denies dynamic services (etcd silent for longer "
+                      "than max_staleness).",
+                      InLine::nonzero,
+                      [](S s) { return s.cluster && !s.cluster_serving ? 1.0 : 0.0; }));
     d.push_back(gauge("sdp_addresses_down", "sdp_pmd_sdp_addresses_down",
                       "Checked SDP addresses whose state is down.", InLine::nonzero, [](S s) {
                           return static_cast<double>(std::count_if(

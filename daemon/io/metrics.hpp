@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/core/cluster.hpp"
 #include "daemon/core/on_demand.hpp"
 #include "daemon/core/registrations.hpp"
 #include "daemon/io/control_socket.hpp"
@@ -44,6 +45,10 @@ struct MetricSources {
     std::vector<AddressHealth> addresses;  // one sample set each, Prometheus only
     PoolCounters pool;                     // on-demand ports
     std::size_t pool_listeners = 0;        // open or being opened now
+    // The registry backend (io/registry_backend.hpp).
+    bool cluster = false;  // the etcd backend
+    bool cluster_serving = true;
+    cluster::Counters cluster_counters;
 };
 
 enum class MetricKind : std::uint8_t { counter, gauge };

@@ -75,6 +75,11 @@ Server::Server(asio::io_context& io, Config config, std::string config_path, boo
       pool_(pool_timers()),
       pool_timer_(io) {
     apply_logging(config_);
+    backend_ = make_registry_backend(io_, config_.registry, default_member_name(), [this] {
+        if (!stopping_) {
+            publish(make_registry(config_.services));
+        }
+    });
     for (auto& w : shards_.workers()) {
         // Runs on the worker's thread: the note goes to the main thread.
         w->set_pool_sink([this](unsigned index, PoolNote note, std::uint64_t token) {
@@ -215,6 +220,7 @@ void Server::start() {
     }
     arm_lease_timer(store_.next_deadline());
     health_.start();
+    backend_->start();
     notify("READY=1\nSTATUS=" + last_status_);
     arm_status_timer();
     if (auto timeout = watchdog_timeout()) {
@@ -246,6 +252,7 @@ void Server::stop(std::string_view why) {
     watchdog_timer_.cancel();
     health_.stop();
     pool_timer_.cancel();
+    backend_->stop();
     if (control_) {
         control_->stop();
     }
@@ -434,12 +441,15 @@ bool Server::apply_reload(std::function<void()> then) {
         }
     }
     if (next.control.socket != config_.control.socket || next.state_file != config_.state_file ||
-        next.metrics != config_.metrics) {
-        log::notice("reload: control.socket, state_file and metrics take effect at the next start");
+        next.metrics != config_.metrics || next.registry != config_.registry) {
+        log::notice(
+            "reload: control.socket, state_file, metrics and registry take effect at the next "
+            "start");
         next.control.socket = config_.control.socket;
         next.control.socket_configured = config_.control.socket_configured;
         next.state_file = config_.state_file;
         next.metrics = config_.metrics;
+        next.registry = config_.registry;
     }
     if (control_) {
         control_->set_groups(next.control);

@@ -11,6 +11,8 @@
 //                          (core/listen_plan.hpp)
 //   io/health_checker.hpp  the health of every SDP address (listener and
 //                          connect checks) into the registry's flags
+//   io/registry_backend.hpp where registrations live beyond this daemon:
+//                          `local`, or `etcd` for a cluster of replicas
 //   core/registrations.hpp the dynamic registrations, their leases and
 //                          owner processes, wired to the state file, the
 //                          lease timer and the owners' pidfds
@@ -64,6 +66,7 @@
 #include "daemon/io/metrics.hpp"
 #include "daemon/io/metrics_http.hpp"
 #include "daemon/io/owner_watch.hpp"
+#include "daemon/io/registry_backend.hpp"
 #include "daemon/io/shards.hpp"
 #include "daemon/io/state_file.hpp"
 #include "daemon/io/udp_socket.hpp"
@@ -113,6 +116,7 @@ class Server final : public ControlBackend {
     void stats(Done<nlohmann::json> done) override;
     void reset_stats(std::function<void()> done) override;
     void reload_config(Done<Reply> done) override;
+    void cluster(Done<nlohmann::json> done) override;
     // On-demand services (server_on_demand.cpp).
     void register_on_demand(Registration r, std::weak_ptr<Channel> channel,
                             Done<Reply> done) override;
@@ -175,7 +179,10 @@ class Server final : public ControlBackend {
     ShellCounters shell_;
     std::string last_reload_error_;
 
-    RegistrationStore store_;  // the dynamic registrations
+    RegistrationStore store_;  // the dynamic registrations made here
+    // Which dynamic services the workers answer for: the store's (`local`)
+    // or every replica's (`etcd`); io/registry_backend.hpp.
+    std::unique_ptr<RegistryBackend> backend_;
     boost::asio::steady_timer lease_timer_;
     OwnerWatch owners_;
     std::unique_ptr<ControlServer> control_;

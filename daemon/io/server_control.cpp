@@ -52,6 +52,10 @@ json Server::status_json(std::size_t transactions) const {
     j["services"] = config_.services.size() + store_.size();
     j["static_services"] = config_.services.size();
     j["dynamic_services"] = store_.size();
+    j["registry"] = std::string(backend_->name());
+    if (!backend_->serving()) {
+        j["registry_serving"] = false;
+    }
     j["transactions"] = transactions;
     j["workers"] = shards_.size();
     j["control_connections"] = control_ ? control_->connections() : 0;
@@ -128,6 +132,19 @@ json Server::services_json(const LiveMap& live) const {
     for (const Registration& r : store_.registrations()) {
         add(registration_json(r, now));
     }
+    // Other replicas' registrations (the etcd backend), merged per name.
+    for (const Service& s : registry_->services()) {
+        if (!s.dynamic ||
+            std::any_of(store_.registrations().begin(), store_.registrations().end(),
+                        [&](const Registration& r) { return r.service.name == s.name; })) {
+            continue;
+        }
+        json j = service_json(s);
+        j["owner"] = "cluster";
+        j["pid"] = nullptr;
+        j["lease_expires_in"] = nullptr;
+        add(std::move(j));
+    }
     return list;
 }
 
@@ -143,6 +160,9 @@ void Server::register_service(Registration r, Done<Reply> done) {
             }
             done(std::move(reply));
         };
+    }
+    if (auto why = backend_->conflict(r)) {
+        return done(Reply{kResultConflict, "conflict: " + *why, nullptr});
     }
     auto before = store_.save_point();
     const std::string name = r.service.name;
@@ -170,6 +190,7 @@ void Server::register_service(Registration r, Done<Reply> done) {
     }
     arm_lease_timer(outcome.change.next_deadline);
     watch_owners();
+    backend_->own_changed(store_.registrations());
     log::notice(std::string(outcome.renewal ? "renewed" : "registered") + " \"" + name + "\" " +
                 text);
     j["counters"] = json{{"transactions", 0}};
@@ -199,6 +220,7 @@ void Server::unregister_service(const std::string& name, Done<Reply> done) {
     }
     arm_lease_timer(outcome.change.next_deadline);
     watch_owners();
+    backend_->own_changed(store_.registrations());
     log::notice("unregistered \"" + name + "\"");
     publish(make_registry(config_.services), [done = std::move(done), name] {
         done(Reply{kResultOk, "unregistered " + name, nullptr});
@@ -278,6 +300,9 @@ MetricSources Server::metric_sources(Aggregate workers) const {
     s.addresses = health_.addresses();
     s.pool = pool_.counters();
     s.pool_listeners = pool_.in_use();
+    s.cluster = backend_->name() == "etcd";
+    s.cluster_serving = backend_->serving();
+    s.cluster_counters = backend_->counters();
     return s;
 }
 
@@ -292,11 +317,16 @@ void Server::reset_stats(std::function<void()> done) {
     store_.reset_counts();
     health_.reset_counters();
     pool_.reset_counters();
+    backend_->reset_counters();
     state_write_errors_ = 0;
     if (control_) {
         control_->reset_counters();
     }
     log::notice("counters reset through the control socket");
+}
+
+void Server::cluster(Done<json> done) {
+    backend_->status(config_.services, std::move(done));
 }
 
 void Server::reload_config(Done<Reply> done) {

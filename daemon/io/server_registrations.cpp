@@ -12,8 +12,8 @@ namespace pmd::io {
 
 std::shared_ptr<const Registry> Server::make_registry(const std::vector<Service>& statics) const {
     std::vector<Service> all = statics;
-    for (const Registration& r : store_.registrations()) {
-        all.push_back(r.service);
+    for (Service& s : backend_->services(statics, store_.registrations())) {
+        all.push_back(std::move(s));
     }
     // Services keep their counts across reloads and registrations.
     return std::make_shared<const Registry>(std::move(all), registry_.get());
@@ -57,6 +57,7 @@ void Server::load_state() {
         }
     }
     watch_owners();
+    backend_->own_changed(store_.registrations());
     if (!loaded.missing) {
         log::notice("state file " + path + ": " + std::to_string(store_.size()) +
                     " dynamic registrations");
@@ -122,6 +123,7 @@ void Server::apply_change(const RegistrationStore::Change& change, std::string_v
         return;
     }
     watch_owners();
+    backend_->own_changed(store_.registrations());
     publish(make_registry(config_.services));
     if (auto error = persist()) {
         log::err("state file: " + *error);

@@ -335,48 +335,52 @@ json registration_json(const Registration& r, WallClock::time_point now) {
     return j;
 }
 
+json registration_entry(const Registration& r) {
+    json j;
+    ServiceFields f = service_fields(r.service);
+    j["name"] = f.name;
+    j["conventional"] = f.conventional;
+    j["sdp"] = f.sdp;
+    j["policy"] = *f.policy;
+    j["pm_time"] = r.service.pm_time;
+    if (f.allow) {
+        j["allow"] = *f.allow;
+    }
+    if (f.health) {
+        json h = json::object();
+        for (const auto& [key, value] : *f.health) {
+            h[key] = value;
+        }
+        j["health"] = std::move(h);
+    }
+    if (!r.owner.empty()) {
+        j["owner"] = r.owner;
+    }
+    if (r.process) {
+        j["pid"] = r.process->pid;
+        if (r.process->start_time) {
+            j["pid_start_time"] = *r.process->start_time;
+        }
+        if (!r.process->boot_id.empty()) {
+            j["boot_id"] = r.process->boot_id;
+        }
+    }
+    if (r.lease && r.expires) {
+        j["lease"] = std::to_string(r.lease->count()) + "ms";
+        j["expires_at"] =
+            std::chrono::duration_cast<std::chrono::milliseconds>(r.expires->time_since_epoch())
+                .count();
+    }
+    return j;
+}
+
 std::string state_text(std::span<const Registration> registrations) {
     json list = json::array();
     for (const Registration& r : registrations) {
         if (r.service.on_demand) {
             continue;  // lives as long as its acceptor's control connection
         }
-        json j;
-        ServiceFields f = service_fields(r.service);
-        j["name"] = f.name;
-        j["conventional"] = f.conventional;
-        j["sdp"] = f.sdp;
-        j["policy"] = *f.policy;
-        j["pm_time"] = r.service.pm_time;
-        if (f.allow) {
-            j["allow"] = *f.allow;
-        }
-        if (f.health) {
-            json h = json::object();
-            for (const auto& [key, value] : *f.health) {
-                h[key] = value;
-            }
-            j["health"] = std::move(h);
-        }
-        if (!r.owner.empty()) {
-            j["owner"] = r.owner;
-        }
-        if (r.process) {
-            j["pid"] = r.process->pid;
-            if (r.process->start_time) {
-                j["pid_start_time"] = *r.process->start_time;
-            }
-            if (!r.process->boot_id.empty()) {
-                j["boot_id"] = r.process->boot_id;
-            }
-        }
-        if (r.lease && r.expires) {
-            j["lease"] = std::to_string(r.lease->count()) + "ms";
-            j["expires_at"] =
-                std::chrono::duration_cast<std::chrono::milliseconds>(r.expires->time_since_epoch())
-                    .count();
-        }
-        list.push_back(std::move(j));
+        list.push_back(registration_entry(r));
     }
     json doc;
     doc["version"] = 1;

@@ -44,6 +44,10 @@ std::variant<Registration, std::string> parse_registration(const nlohmann::json&
 nlohmann::json service_json(const Service& s);
 nlohmann::json registration_json(const Registration& r, WallClock::time_point now);
 
+// One registration as the state file (and the etcd backend's values) keep
+// it; parse_registration(entry, true, now) reads it back.
+nlohmann::json registration_entry(const Registration& r);
+
 struct StateLoad {
     std::vector<Registration> registrations;
     bool missing = false;              // no file: a first start

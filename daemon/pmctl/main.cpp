@@ -262,6 +262,42 @@ void print_human(const std::string& command, const json& response) {
         }
         return;
     }
+    if (command == "cluster" && args.is_object()) {
+        std::cout << "backend: " << text_of(args.value("backend", json("?"))) << '\n';
+        if (args.value("backend", "") != "etcd") {
+            return;
+        }
+        std::cout << "member: " << text_of(args["member"])
+                  << "\nprefix: " << text_of(args["prefix"]) << "\nserving: "
+                  << (args.value("fresh", false) ? "yes" : "no (etcd silent too long)")
+                  << "\nlast etcd answer: "
+                  << (args["since_contact_ms"].is_null()
+                          ? std::string("never")
+                          : text_of(args["since_contact_ms"]) + " ms ago")
+                  << "\nrevision: " << text_of(args["revision"])
+                  << "\nlease: " << text_of(args["lease"]) << " (ttl "
+                  << text_of(args["lease_ttl_s"])
+                  << " s)\nown registrations: " << text_of(args["own_written"]) << '/'
+                  << text_of(args["own"]) << " written\nconflicts: " << text_of(args["conflicts"])
+                  << "\n\n";
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& e : args.value("endpoints", json::array())) {
+            const bool healthy = e.value("healthy", false);
+            rows.push_back({text_of(e["endpoint"]), healthy ? "healthy" : "unhealthy",
+                            healthy ? text_of(e["version"]) : "-",
+                            healthy ? (e.value("leader", false) ? "leader" : "follower") : "-",
+                            healthy ? text_of(e["revision"]) : "-",
+                            healthy ? text_of(e["latency_ms"]) + " ms" : text_of(e["error"])});
+        }
+        print_table({"ENDPOINT", "HEALTH", "VERSION", "ROLE", "REVISION", "LATENCY/ERROR"}, rows);
+        std::cout << '\n';
+        rows.clear();
+        for (const auto& item : args.value("members", json::object()).items()) {
+            rows.push_back({item.key(), text_of(item.value())});
+        }
+        print_table({"REPLICA", "KEYS"}, rows);
+        return;
+    }
     if (command == "register" && args.is_object()) {
         std::cout << response.value("text", "") << ": " << text_of(args["conventional"]) << " -> "
                   << text_of(args["sdp"]) << '\n';

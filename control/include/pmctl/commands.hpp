@@ -28,7 +28,7 @@ struct Command {
     std::string_view summary;  // one line
 };
 
-inline constexpr std::array<Command, 10> kCommands{{
+inline constexpr std::array<Command, 11> kCommands{{
     {"status", Access::read, "status", "daemon uptime, addresses and counts"},
     {"services", Access::read, "services", "static and dynamic services"},
     {"register", Access::admin,
@@ -42,6 +42,7 @@ inline constexpr std::array<Command, 10> kCommands{{
     {"reload", Access::admin, "reload", "re-read the configuration file (as SIGHUP)"},
     {"config-test", Access::read, "", "validate a configuration file as the daemon would"},
     {"version", Access::read, "version", "versions of sdp-pmctl and of the daemon"},
+    {"cluster", Access::read, "cluster", "registry backend, etcd endpoints and replicas"},
 }};
 
 // The entry named `name`, or nullptr.

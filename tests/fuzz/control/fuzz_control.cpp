@@ -20,6 +20,7 @@ using namespace pmd::io;
 class FakeBackend final : public ControlBackend {
   public:
     void status(Done<json> done) override { done(json{{"services", regs_.size()}}); }
+    void cluster(Done<json> done) override { done(json{{"backend", "local"}}); }
     void services(Done<json> done) override {
         json list = json::array();
         for (const auto& r : regs_) {

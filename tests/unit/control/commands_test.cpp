@@ -26,7 +26,7 @@ TEST(Commands, WritingNeedsAdmin) {
         EXPECT_EQ(find_command(name)->access, Access::admin) << name;
     }
     for (const char* name :
-         {"version", "status", "services", "transactions", "stats", "config-test"}) {
+         {"version", "status", "services", "transactions", "stats", "config-test", "cluster"}) {
         ASSERT_NE(find_command(name), nullptr) << name;
         EXPECT_EQ(find_command(name)->access, Access::read) << name;
     }
