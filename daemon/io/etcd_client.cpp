@@ -567,8 +567,7 @@ class Call final : public Op {
         // oversized Content-Length is refused before any body is read.
         with_stream([this](auto& s) {
             http::async_read_header(s, buf_, *parser_, step([this](beast::error_code ec) {
-                                        const auto length = parser_->content_length();
-                                        if (!ec && length && *length > limit_) {
+                                        if (!ec && parser_->content_length().value_or(0) > limit_) {
                                             ec = http::error::body_limit;
                                         }
                                         if (ec) {
