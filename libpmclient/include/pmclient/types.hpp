@@ -83,6 +83,14 @@ struct RequestOptions {
     std::chrono::milliseconds per_pmsp_timeout{0};
 };
 
+// Parses a PMSP list as SDP_PMSP, pmclient.yaml, pmc_options.pmsp and the
+// tools take it: comma-separated entries, each "a.b.c.d:port", "[v6]:port"
+// or a bare address (port 3935), spaces around entries ignored, e.g.
+// "10.0.0.1:3935,10.0.0.2,[fd00::1]:3935". At most kMaxPmsps, none twice,
+// no port 0, no unspecified address, no empty entry. On error returns an
+// empty list and sets `error` to a message naming the bad entry.
+PMCLIENT_API std::vector<pm::Endpoint> parse_pmsp_list(std::string_view text, std::string& error);
+
 // The PMSPs `o` names, in order (pmsps, else pmsp, else empty).
 PMCLIENT_API std::vector<pm::Endpoint> pmsp_list(const RequestOptions& o);
 
