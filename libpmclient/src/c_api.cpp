@@ -494,6 +494,24 @@ int pmc_get_counters(pmc_resolver* r, pmc_counters* out) {
     }
 }
 
+int pmc_parse_pmsp_list(const char* text, char* err, size_t errlen) {
+    try {
+        std::string why;
+        auto list = pmclient::parse_pmsp_list(text != nullptr ? text : "", why);
+        if (!why.empty()) {
+            if (err != nullptr && errlen > 0) {
+                std::snprintf(err, errlen, "%s", why.c_str());
+            }
+            return PMC_E_INVAL;
+        }
+        return static_cast<int>(list.size());
+    } catch (const std::bad_alloc&) {
+        return PMC_E_NOMEM;
+    } catch (...) {
+        return PMC_E_INTERNAL;
+    }
+}
+
 const char* pmc_strerror(int code) {
     switch (code) {
         case PMC_OK:

@@ -242,6 +242,12 @@ typedef struct pmc_counters {
 
 PMCLIENT_API int pmc_get_counters(pmc_resolver* r, pmc_counters* out);
 
+/* Checks a PMSP list as pmc_options.pmsp takes it (one "ip:port" /
+ * "[ip]:port" / bare address, or up to 16 of them comma-separated). Returns
+ * the number of PMSPs, or PMC_E_INVAL with a message naming the bad entry in
+ * err[0 .. errlen) (err may be NULL). */
+PMCLIENT_API int pmc_parse_pmsp_list(const char* text, char* err, size_t errlen);
+
 PMCLIENT_API const char* pmc_strerror(int code);
 PMCLIENT_API const char* pmc_version(void);
 PMCLIENT_API int pmc_abi_version(void);
