@@ -166,6 +166,12 @@ int main(int argc, char** argv) {
     int rc = pmc_resolver_new(&opts, &r);
     if (rc != PMC_OK) {
         fprintf(stderr, "pm-resolve: %s\n", pmc_strerror(rc));
+        const char* env = getenv("SDP_PMSP");
+        char why[160];
+        if (rc == PMC_E_CONFIG && opts.pmsp == NULL && env != NULL && *env != '\0' &&
+            pmc_parse_pmsp_list(env, why, sizeof why) < 0) {
+            fprintf(stderr, "pm-resolve: SDP_PMSP: %s\n", why);
+        }
         if (tcp_fd >= 0) {
             close(tcp_fd);
         }
