@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "pmclient/resolver.hpp"
 
@@ -112,6 +113,23 @@ pmclient::Result wait_until_up(pmclient::BlockingResolver& r, std::uint16_t cp) 
     return res;
 }
 
+#ifdef PM_RESOLVE_PATH
+// Runs `pm-resolve --pmsp <pmsp> 127.0.0.1 7000`: its exit status (-1 when
+// it did not exit) and the first line it printed.
+std::pair<int, std::string> pm_resolve(const std::string& pmsp) {
+    const std::string cmd =
+        std::string("'") + PM_RESOLVE_PATH + "' --pmsp " + pmsp + " 127.0.0.1 7000 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    if (p == nullptr) {
+        return {-1, "popen failed"};
+    }
+    char line[256] = {};
+    std::string out = std::fgets(line, sizeof line, p) != nullptr ? line : "";
+    const int st = ::pclose(p);
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+#endif
+
 class PmdTest : public ::testing::Test {
   protected:
     void SetUp() override {
@@ -147,21 +165,11 @@ TEST_F(PmdTest, AcceptAndDeny) {
 
 #ifdef PM_RESOLVE_PATH
     // The README demo: pm-resolve against the daemon.
-    std::string cmd = std::string("'") + PM_RESOLVE_PATH +
-                      "' --pmsp 127.0.0.1:" + std::to_string(port) + " 127.0.0.1 7000 2>/dev/null";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    char line[256] = {};
-    std::string out = std::fgets(line, sizeof line, p) != nullptr ? line : "";
-    int st = ::pclose(p);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+    auto [status, out] = pm_resolve("127.0.0.1:" + std::to_string(port));
+    EXPECT_EQ(status, 0) << out;
     EXPECT_EQ(out.rfind("accept 127.0.0.1:7001 pm_time=120 (30s) rtt=", 0), 0u) << out;
 #endif
 }
-
-}  // namespace
-
-namespace {
 
 // Several PMSPs: [a dead port, pmd1, pmd2]. Every resolution is accepted via
 // failover; pmd1 is killed mid-run and the client keeps resolving via pmd2.
@@ -244,14 +252,8 @@ TEST(PmdFailoverTest, ListWithDeadPortAndKilledReplica) {
 
 #ifdef PM_RESOLVE_PATH
     // pm-resolve takes the list too.
-    std::string cmd = std::string("'") + PM_RESOLVE_PATH + "' --pmsp " + dead.to_string() + "," +
-                      pmd2.endpoint().to_string() + " 127.0.0.1 7000 2>/dev/null";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    char line[256] = {};
-    std::string out = std::fgets(line, sizeof line, p) != nullptr ? line : "";
-    int st = ::pclose(p);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+    auto [status, out] = pm_resolve(dead.to_string() + "," + pmd2.endpoint().to_string());
+    EXPECT_EQ(status, 0) << out;
     EXPECT_EQ(out.rfind("accept 127.0.0.1:7001", 0), 0u) << out;
 #endif
 }
