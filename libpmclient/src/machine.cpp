@@ -233,11 +233,11 @@ TxnId Machine::start(const Query& query, TimePoint now, std::uint64_t random, Ac
             t.order.push_back(e);
         }
     }
-    t.healthy = t.order.size();
+    const std::size_t healthy = t.order.size();
     for (const auto& e : q.pmsps) {
         if (pmsp_skipped(e, now)) {
             t.order.push_back(e);
-            if (t.healthy > 0) {
+            if (healthy > 0) {
                 ++counters_.pmsp_skipped;
             }
         }
@@ -264,14 +264,12 @@ void Machine::start_leg(Txn& t, TimePoint now, std::uint64_t random, Actions& ou
     t.legs.push_back({handle, to, now});
     handles_.emplace(handle, t.id);
 
-    Duration slice{};
-    if (o.per_pmsp_timeout > Duration::zero()) {
-        slice = o.per_pmsp_timeout;
-    } else {
-        const std::size_t healthy_left = t.healthy > k ? t.healthy - k : 0;
-        const std::size_t share = healthy_left > 0 ? healthy_left : t.order.size() - k;
-        slice = (t.deadline_at - now) / static_cast<Duration::rep>(share);
-    }
+    // Every PMSP still to ask gets an equal share of what is left, skipped
+    // ones included: they come last, but they are still asked.
+    const Duration slice =
+        o.per_pmsp_timeout > Duration::zero()
+            ? Duration(o.per_pmsp_timeout)
+            : (t.deadline_at - now) / static_cast<Duration::rep>(t.order.size() - k);
     t.leg_end = std::min(now + slice, t.deadline_at);
     t.timeout = std::min<Duration>(o.initial_timeout, o.deadline);
     t.next_at = std::min(now + t.timeout, t.leg_end);

@@ -43,7 +43,8 @@
 // without a reply is a failure of its PMSP, a matching reply clears the
 // record. After pmsp_fail_threshold failures in a row the PMSP is skipped
 // for pmsp_skip_period from the last failure: lists of two or more ask it
-// after all the others (a single PMSP is always asked, as before). When the
+// after all the others, in its own slice of the deadline (a single PMSP is
+// always asked, as before). When the
 // period is over it is asked in its place again; one more failure skips it
 // again.
 #pragma once
@@ -182,7 +183,6 @@ class Machine {
         Query query;
         CacheKey key;
         std::vector<pm::Endpoint> order;  // asking order: healthy, then skipped
-        std::size_t healthy = 0;          // order[0 .. healthy) are not skipped
         std::vector<Leg> legs;            // legs.back() is the current one
         TimePoint started{};
         TimePoint next_at{};

@@ -48,9 +48,9 @@ inline constexpr std::size_t kMaxPmsps = 16;
 // is used up, whichever is first; then the next PMSP is asked. Its slice,
 // fixed when its turn starts:
 //     per_pmsp_timeout                     when set (non-zero), else
-//     (deadline_at - now) / R              R = PMSPs still to ask that are
-//                                          not skipped (all still to ask
-//                                          when every one of them is skipped)
+//     (deadline_at - now) / R              R = PMSPs still to ask (this one
+//                                          included; skipped ones too: they
+//                                          come last, but they are asked)
 // always cut by the deadline. A single PMSP gets the whole deadline: exactly
 // the schedule above. A PMDeny is an answer: it ends the resolution, no
 // other PMSP is asked. A reply to the handle of an earlier PMSP, while the
@@ -64,7 +64,9 @@ inline constexpr std::size_t kMaxPmsps = 16;
 //  1750 ms  PMReq h2 -> B     ...B answers: accepted, Result::pmsp = B
 //  (silent B: 2250 ms h2 -> B again, timeout at 3000 ms, attempts 6)
 // With three PMSPs each gets 1000 ms: sends at 0, 250, 750 | 1000, 1250,
-// 1750 | 2000, 2250, 2750, timeout at 3000.
+// 1750 | 2000, 2250, 2750, timeout at 3000. An early reply ends it at once,
+// so a healthy first PMSP costs nothing; a dead one costs its slice until it
+// is skipped (then the others are asked first).
 struct RequestOptions {
     // PMSPs to ask, in order of preference (at most kMaxPmsps, no
     // duplicates). Precedence: `pmsps` when not empty, else `pmsp` (a list of

@@ -270,17 +270,17 @@ TEST_F(PmspListTest, FailingPmspIsSkippedThenRetriedAfterThePeriod) {
     }
     EXPECT_EQ(m.pmsp_failures(ep(kA)), 3u);
     EXPECT_TRUE(m.pmsp_skipped(ep(kA), T(t0)));
-    // Skipped: B is asked first and gets the whole deadline.
+    // Skipped: B is asked first (A would come last, in its own slice).
     sent.clear();
     start(q, t0, 0x2000);
     ASSERT_EQ(sent.size(), 1u);
     EXPECT_EQ(sent[0].to, ep(kB));
     EXPECT_EQ(m.counters().pmsp_skipped, 1u);
-    run(t0 + 1ms, t0 + 1800ms);
-    EXPECT_EQ(times_to(kB),
-              (std::vector<std::chrono::milliseconds>{t0, t0 + 250ms, t0 + 750ms, t0 + 1750ms}));
+    run(t0 + 1ms, t0 + 1400ms);
+    EXPECT_EQ(times_to(kB), (std::vector<std::chrono::milliseconds>{t0, t0 + 250ms, t0 + 750ms}));
     EXPECT_TRUE(times_to(kA).empty());
-    feed(accept_for(sent.back().handle), kB, t0 + 1800ms);
+    feed(accept_for(sent.back().handle), kB, t0 + 1400ms);
+    ASSERT_EQ(done.back().pmsp, ep(kB));
     // 30 s after A's last failure (at 4000 + 1500 ms) it is asked first again.
     const auto later = 5500ms + 30s;
     EXPECT_TRUE(m.pmsp_skipped(ep(kA), T(later - 1ms)));
@@ -295,7 +295,31 @@ TEST_F(PmspListTest, FailingPmspIsSkippedThenRetriedAfterThePeriod) {
     EXPECT_EQ(m.pmsp_failures(ep(kA)), 4u);
 }
 
-TEST_F(PmspListTest, SkippedPmspIsStillAskedLast) {
+TEST_F(PmspListTest, SkippedPmspIsAskedLastInItsOwnSlice) {
+    auto q = list_query({kA, kB});
+    // A fails three times (B answers each time after the failover).
+    std::chrono::milliseconds t0 = 0ms;
+    for (int i = 0; i < 3; ++i) {
+        sent.clear();
+        start(q, t0, 0x1000 + i);
+        run(t0 + 1ms, t0 + 1500ms);
+        feed(accept_for(sent.back().handle), kB, t0 + 1510ms);
+        t0 += 2000ms;
+    }
+    // Now B is silent too: B first, then A in the second half.
+    sent.clear();
+    done.clear();
+    start(q, t0, 0x2000);
+    run(t0 + 1ms, t0 + 3000ms);
+    EXPECT_EQ(times_to(kB), (std::vector<std::chrono::milliseconds>{t0, t0 + 250ms, t0 + 750ms}));
+    EXPECT_EQ(times_to(kA),
+              (std::vector<std::chrono::milliseconds>{t0 + 1500ms, t0 + 1750ms, t0 + 2250ms}));
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].kind, ResultKind::timeout);
+    EXPECT_EQ(done[0].pmsps_tried, 2u);
+}
+
+TEST_F(PmspListTest, AllSkippedKeepListOrder) {
     auto q = list_query({kA, kB});
     // Make both fail three times (no answers at all).
     std::chrono::milliseconds t0 = 0ms;
