@@ -88,6 +88,21 @@ class PmspListTest : public ::testing::Test {
         return v;
     }
 
+    // Three resolutions of q (list {A, B}) 2 s apart from 0 ms: A silent, B
+    // answers after the failover. Returns when the next one may start (6 s).
+    std::chrono::milliseconds first_fails_three_times(const Query& q) {
+        std::chrono::milliseconds t0 = 0ms;
+        for (int i = 0; i < 3; ++i) {
+            sent.clear();
+            start(q, t0, 0x1000 + static_cast<std::uint64_t>(i));
+            run(t0 + 1ms, t0 + 1500ms);
+            EXPECT_EQ(sent.back().to, ep(kB)) << i;
+            feed(accept_for(sent.back().handle), kB, t0 + 1510ms);
+            t0 += 2000ms;
+        }
+        return t0;
+    }
+
     Machine m;
     Actions out;
     std::vector<Sent> sent;
@@ -259,15 +274,7 @@ TEST_F(PmspListTest, SingleEntryListBehavesAsSinglePmsp) {
 TEST_F(PmspListTest, FailingPmspIsSkippedThenRetriedAfterThePeriod) {
     auto q = list_query({kA, kB});
     // Three resolutions: A silent, B answers after the failover.
-    std::chrono::milliseconds t0 = 0ms;
-    for (int i = 0; i < 3; ++i) {
-        sent.clear();
-        start(q, t0, 0x1000 + i);
-        run(t0 + 1ms, t0 + 1500ms);
-        ASSERT_EQ(sent.back().to, ep(kB)) << i;
-        feed(accept_for(sent.back().handle), kB, t0 + 1510ms);
-        t0 += 2000ms;
-    }
+    std::chrono::milliseconds t0 = first_fails_three_times(q);
     EXPECT_EQ(m.pmsp_failures(ep(kA)), 3u);
     EXPECT_TRUE(m.pmsp_skipped(ep(kA), T(t0)));
     // Skipped: B is asked first (A would come last, in its own slice).
@@ -298,14 +305,7 @@ TEST_F(PmspListTest, FailingPmspIsSkippedThenRetriedAfterThePeriod) {
 TEST_F(PmspListTest, SkippedPmspIsAskedLastInItsOwnSlice) {
     auto q = list_query({kA, kB});
     // A fails three times (B answers each time after the failover).
-    std::chrono::milliseconds t0 = 0ms;
-    for (int i = 0; i < 3; ++i) {
-        sent.clear();
-        start(q, t0, 0x1000 + i);
-        run(t0 + 1ms, t0 + 1500ms);
-        feed(accept_for(sent.back().handle), kB, t0 + 1510ms);
-        t0 += 2000ms;
-    }
+    std::chrono::milliseconds t0 = first_fails_three_times(q);
     // Now B is silent too: B first, then A in the second half.
     sent.clear();
     done.clear();
