@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pm-resolve: ask an SDP Port Mapper for the SDP Address of a service.
  *
- *   pm-resolve [--pmsp HOST:PORT] [--deadline MS] [--initial-timeout MS]
- *              [--retries N] AP_IP AP_PORT [CP_IP CP_PORT]
+ *   pm-resolve [--pmsp HOST:PORT[,HOST:PORT...]] [--deadline MS]
+ *              [--initial-timeout MS] [--retries N] AP_IP AP_PORT [CP_IP CP_PORT]
+ *
+ * --pmsp takes one PMSP or a comma-separated list of up to 16 (replicas,
+ * asked in order within the one deadline, see libpmclient(3)).
  *
  * Prints one line: "accept IP:PORT pm_time=N (LIFETIME) rtt=Xms", "deny" or
  * "timeout". Exit status: 0 accept, 1 deny, 2 timeout, 64 usage error,
@@ -24,8 +27,8 @@ enum { EXIT_ACCEPT = 0, EXIT_DENY = 1, EXIT_TIMEOUT = 2, EXIT_USAGE = 64 };
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: pm-resolve [--pmsp HOST:PORT] [--deadline MS] [--initial-timeout MS]\n"
-            "                  [--retries N] AP_IP AP_PORT [CP_IP CP_PORT]\n");
+            "usage: pm-resolve [--pmsp HOST:PORT[,HOST:PORT...]] [--deadline MS]\n"
+            "                  [--initial-timeout MS] [--retries N] AP_IP AP_PORT [CP_IP CP_PORT]\n");
 }
 
 static int parse_uint(const char* s, unsigned long max, unsigned long* out) {
@@ -112,7 +115,12 @@ int main(int argc, char** argv) {
             return EXIT_USAGE;
         }
         const char* val = argv[++i];
+        char why[160];
         if (strcmp(arg, "--pmsp") == 0) {
+            if (pmc_parse_pmsp_list(val, why, sizeof why) < 0) {
+                fprintf(stderr, "pm-resolve: bad --pmsp: %s\n", why);
+                return EXIT_USAGE;
+            }
             opts.pmsp = val;
         } else if (strcmp(arg, "--deadline") == 0 && parse_uint(val, 600000, &v) && v > 0) {
             opts.deadline_ms = (uint32_t)v;
@@ -158,6 +166,12 @@ int main(int argc, char** argv) {
     int rc = pmc_resolver_new(&opts, &r);
     if (rc != PMC_OK) {
         fprintf(stderr, "pm-resolve: %s\n", pmc_strerror(rc));
+        const char* env = getenv("SDP_PMSP");
+        char why[160];
+        if (rc == PMC_E_CONFIG && opts.pmsp == NULL && env != NULL && *env != '\0' &&
+            pmc_parse_pmsp_list(env, why, sizeof why) < 0) {
+            fprintf(stderr, "pm-resolve: SDP_PMSP: %s\n", why);
+        }
         if (tcp_fd >= 0) {
             close(tcp_fd);
         }

@@ -3,7 +3,8 @@
  * poll(2) loop, with the loop-driven C API (pmc_resolve_start, pmc_fds,
  * pmc_timeout_ms, pmc_process), the way an event-driven program would.
  *
- *   pm-resolve-poll [--pmsp HOST:PORT] [--deadline MS] CP_IP AP_IP:AP_PORT...
+ *   pm-resolve-poll [--pmsp HOST:PORT[,HOST:PORT...]] [--deadline MS]
+ *                   CP_IP AP_IP:AP_PORT...
  *
  * AP_IP:AP_PORT is "192.0.2.1:80" or "[2001:db8::1]:80". Each resolution
  * uses its own CpPort (40000 + its position) from CP_IP. Prints one line per
@@ -31,7 +32,8 @@ struct query {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: pm-resolve-poll [--pmsp HOST:PORT] [--deadline MS] CP_IP AP_IP:AP_PORT...\n");
+            "usage: pm-resolve-poll [--pmsp HOST:PORT[,HOST:PORT...]] [--deadline MS]\n"
+            "                       CP_IP AP_IP:AP_PORT...\n");
 }
 
 /* Splits "a.b.c.d:port" or "[v6]:port". */

@@ -107,6 +107,7 @@ pmc_result to_c(const pmclient::Result& r) {
         copy_text(c.pmsp, r.pmsp.to_string());
     }
     copy_text(c.reason, r.reason);
+    c.pmsps_tried = r.pmsps_tried;
     return c;
 }
 
@@ -131,17 +132,13 @@ bool parse_options(const pmc_options* in, pmclient::ResolverOptions& o,
         c.size = sizeof c;
     }
     if (c.pmsp != nullptr && *c.pmsp != '\0') {
-        auto ep = pm::Endpoint::parse(c.pmsp);
-        if (!ep) {
-            if (auto a = pm::IpAddress::parse(c.pmsp)) {
-                ep = pm::Endpoint{*a, pm::kDefaultPort};
-            }
-        }
-        if (!ep || ep->port == 0 || ep->address.is_unspecified()) {
-            why = std::string("invalid pmsp '") + c.pmsp + "'";
+        std::string bad;
+        auto list = pmclient::parse_pmsp_list(c.pmsp, bad);
+        if (!bad.empty()) {
+            why = "pmsp: " + bad;
             return false;
         }
-        o.defaults.pmsp = ep;
+        o.defaults.pmsps = std::move(list);
     }
     o.pmsp_port = c.pmsp_port;
     o.defaults.initial_timeout = std::chrono::milliseconds(c.initial_timeout_ms);
@@ -152,6 +149,9 @@ bool parse_options(const pmc_options* in, pmclient::ResolverOptions& o,
     o.cache_capacity = c.cache_capacity;
     o.strict_source = c.strict_source != 0;
     o.read_environment = c.read_environment != 0;
+    o.defaults.per_pmsp_timeout = std::chrono::milliseconds(c.per_pmsp_timeout_ms);
+    o.pmsp_fail_threshold = c.pmsp_fail_threshold;
+    o.pmsp_skip_period = std::chrono::milliseconds(c.pmsp_skip_ms);
     if (c.connect_timeout_ms == 0 || c.connect_timeout_ms > 600'000) {
         why = "connect_timeout_ms must be 1 .. 600000";
         return false;
@@ -211,6 +211,9 @@ void pmc_options_init(pmc_options* opts) {
     opts->strict_source = 1;
     opts->connect_timeout_ms = 5000;
     opts->read_environment = 1;
+    opts->per_pmsp_timeout_ms = 0;
+    opts->pmsp_fail_threshold = 3;
+    opts->pmsp_skip_ms = 30000;
 }
 
 int pmc_resolver_new(const pmc_options* opts, pmc_resolver** out) {
@@ -482,8 +485,28 @@ int pmc_get_counters(pmc_resolver* r, pmc_counters* out) {
         c.drop_invalid_accept = k.drop_invalid_accept;
         c.receive_errors = k.receive_errors;
         c.send_errors = k.send_errors;
+        c.pmsp_failovers = k.pmsp_failovers;
+        c.pmsp_skipped = k.pmsp_skipped;
         copy_out(out, c);
         return PMC_OK;
+    } catch (...) {
+        return PMC_E_INTERNAL;
+    }
+}
+
+int pmc_parse_pmsp_list(const char* text, char* err, size_t errlen) {
+    try {
+        std::string why;
+        auto list = pmclient::parse_pmsp_list(text != nullptr ? text : "", why);
+        if (!why.empty()) {
+            if (err != nullptr && errlen > 0) {
+                std::snprintf(err, errlen, "%s", why.c_str());
+            }
+            return PMC_E_INVAL;
+        }
+        return static_cast<int>(list.size());
+    } catch (const std::bad_alloc&) {
+        return PMC_E_NOMEM;
     } catch (...) {
         return PMC_E_INTERNAL;
     }

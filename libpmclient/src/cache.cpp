@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache.hpp"
 
+#include <algorithm>
+
 namespace pmclient {
 
 namespace {
@@ -16,7 +18,23 @@ std::size_t CacheKeyHash::operator()(const CacheKey& k) const noexcept {
     h = mix(h, ha(k.cp_addr));
     h = mix(h, ha(k.pmsp.address));
     h = mix(h, k.pmsp.port);
+    for (const auto& e : k.pmsp_set) {
+        h = mix(h, ha(e.address));
+        h = mix(h, e.port);
+    }
     return h;
+}
+
+CacheKey make_cache_key(const pm::Endpoint& conventional, const pm::IpAddress& cp_addr,
+                        const std::vector<pm::Endpoint>& pmsps) {
+    CacheKey k{conventional, cp_addr, {}, {}};
+    if (pmsps.size() == 1) {
+        k.pmsp = pmsps.front();
+    } else {
+        k.pmsp_set = pmsps;
+        std::sort(k.pmsp_set.begin(), k.pmsp_set.end());
+    }
+    return k;
 }
 
 std::optional<CacheEntry> Cache::lookup(const CacheKey& key, TimePoint now) {

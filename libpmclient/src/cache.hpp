@@ -6,7 +6,13 @@
 // pmclient_core target.
 //
 // Key: the Conventional Address (ApIPAddr, ApPort), the CpIPAddr the PMReq
-// carried and the PMSP asked. CpPort is not part of the key: every connection
+// carried and the PMSP asked. With a list of PMSPs (replicas sharing one
+// registry) the key holds the list as a set (sorted) instead of one PMSP:
+// whichever replica answered, the answer belongs to the list, so the next
+// resolution with the same list is answered from the cache even when another
+// replica would be asked first; a different list (another cluster) has
+// entries of its own. A list of one is keyed exactly like a single PMSP.
+// CpPort is not part of the key: every connection
 // uses a new local port, and reusing an answer across local ports is the point
 // of the cache. Entries live PmTime x 250 ms (1..127) or PmTime x 1 s
 // (128..254) from the receipt of the PMAccept; 255 stays until flushed or
@@ -20,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "pmclient/types.hpp"
 
@@ -28,9 +35,14 @@ namespace pmclient {
 struct CacheKey {
     pm::Endpoint conventional;
     pm::IpAddress cp_addr;
-    pm::Endpoint pmsp;
+    pm::Endpoint pmsp;                     // the PMSP (a list of one), else unset
+    std::vector<pm::Endpoint> pmsp_set{};  // a list of two or more, sorted
     bool operator==(const CacheKey&) const = default;
 };
+
+// The key of a resolution asking `pmsps` (in any order, at least one).
+CacheKey make_cache_key(const pm::Endpoint& conventional, const pm::IpAddress& cp_addr,
+                        const std::vector<pm::Endpoint>& pmsps);
 
 struct CacheKeyHash {
     std::size_t operator()(const CacheKey& k) const noexcept;

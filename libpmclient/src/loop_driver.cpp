@@ -21,7 +21,9 @@ constexpr std::uint64_t kEarlyBit = std::uint64_t{1} << 63;
 
 LoopDriver::LoopDriver(const Resolver& resolver)
     : resolver_(resolver),
-      machine_(ResolverAccess::machine_config(resolver), ResolverAccess::cache(resolver)) {}
+      machine_(ResolverAccess::machine_config(resolver), ResolverAccess::cache(resolver)) {
+    machine_.set_random(&ResolverAccess::random);
+}
 
 LoopDriver::~LoopDriver() {
     for (int fd : fds_) {
@@ -41,9 +43,12 @@ std::uint64_t LoopDriver::start(const ResolveRequest& req, Callback cb) {
     if (early.kind == ResultKind::error) {
         return fail(std::move(early), std::move(cb));
     }
-    if (!q.pmsp.address.is_unspecified() && fd_of(q.pmsp.address.family()) < 0) {
+    for (pm::Family f : pmsp_families(q)) {
+        if (fd_of(f) >= 0) {
+            continue;
+        }
         std::string error;
-        const int fd = open_udp_socket(q.pmsp.address.family(), error);
+        const int fd = open_udp_socket(f, error);
         if (fd < 0) {
             Result r;
             r.kind = ResultKind::error;
@@ -52,7 +57,7 @@ std::uint64_t LoopDriver::start(const ResolveRequest& req, Callback cb) {
             r.pmsp = q.pmsp;
             return fail(std::move(r), std::move(cb));
         }
-        fd_of(q.pmsp.address.family()) = fd;
+        fd_of(f) = fd;
     }
     out_.clear();
     const TxnId id = machine_.start(q, Clock::now(), ResolverAccess::random(), out_);

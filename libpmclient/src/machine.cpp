@@ -26,10 +26,18 @@ std::chrono::microseconds micros(Duration d) {
     return std::chrono::duration_cast<std::chrono::microseconds>(d);
 }
 
+std::string list_text(const std::vector<pm::Endpoint>& list) {
+    std::string s;
+    for (const auto& e : list) {
+        s += (s.empty() ? "" : ", ") + e.to_string();
+    }
+    return s;
+}
+
 }  // namespace
 
 // add() names every field: a new counter must be added there too.
-static_assert(sizeof(Counters) == 21 * sizeof(std::uint64_t), "update add() for the new counter");
+static_assert(sizeof(Counters) == 23 * sizeof(std::uint64_t), "update add() for the new counter");
 
 void add(Counters& a, const Counters& b) {
     a.requests_started += b.requests_started;
@@ -53,6 +61,8 @@ void add(Counters& a, const Counters& b) {
     a.drop_invalid_accept += b.drop_invalid_accept;
     a.receive_errors += b.receive_errors;
     a.send_errors += b.send_errors;
+    a.pmsp_failovers += b.pmsp_failovers;
+    a.pmsp_skipped += b.pmsp_skipped;
 }
 
 std::string validate(const MachineConfig& c) {
@@ -68,7 +78,28 @@ std::string validate(const MachineConfig& c) {
     if (c.completed_linger < Duration::zero() || c.completed_linger > std::chrono::minutes(10)) {
         return "completed_linger must be between 0 and 10 min";
     }
+    if (c.pmsp_skip_period < Duration::zero() || c.pmsp_skip_period > std::chrono::hours(1)) {
+        return "pmsp_skip_period must be between 0 and 1 h";
+    }
+    if (c.pmsp_health_capacity == 0 || c.pmsp_health_capacity > 1'000'000) {
+        return "pmsp_health_capacity must be between 1 and 1000000";
+    }
     return {};
+}
+
+std::vector<pm::Endpoint> pmsps_of(const Query& q) {
+    return q.pmsps.empty() ? std::vector<pm::Endpoint>{q.pmsp} : q.pmsps;
+}
+
+std::vector<pm::Family> pmsp_families(const Query& q) {
+    std::vector<pm::Family> fams;
+    for (const auto& e : pmsps_of(q)) {
+        const pm::Family f = e.address.unmapped().family();
+        if (!e.address.is_unspecified() && std::find(fams.begin(), fams.end(), f) == fams.end()) {
+            fams.push_back(f);
+        }
+    }
+    return fams;
 }
 
 Machine::Machine(MachineConfig config, std::shared_ptr<SharedCache> cache)
@@ -85,10 +116,37 @@ Result Machine::error_result(Errc e, std::string reason) const {
 
 std::uint64_t Machine::unique_handle(std::uint64_t random) const {
     std::uint64_t h = random;
-    while (h == 0 || active_.contains(h) || completed_.contains(h)) {
+    while (h == 0 || handles_.contains(h) || completed_.contains(h)) {
         h = splitmix64(h);
     }
     return h;
+}
+
+bool Machine::pmsp_skipped(const pm::Endpoint& pmsp, TimePoint now) const {
+    auto it = health_.find(normalise(pmsp));
+    return config_.pmsp_fail_threshold != 0 && it != health_.end() &&
+           it->second.failures >= config_.pmsp_fail_threshold &&
+           now < it->second.last_failure + config_.pmsp_skip_period;
+}
+
+unsigned Machine::pmsp_failures(const pm::Endpoint& pmsp) const {
+    auto it = health_.find(normalise(pmsp));
+    return it == health_.end() ? 0 : it->second.failures;
+}
+
+void Machine::pmsp_failed(const pm::Endpoint& pmsp, TimePoint now) {
+    auto it = health_.find(pmsp);
+    if (it == health_.end()) {
+        if (health_.size() >= config_.pmsp_health_capacity) {
+            auto oldest = std::min_element(health_.begin(), health_.end(), [](auto& a, auto& b) {
+                return a.second.last_failure < b.second.last_failure;
+            });
+            health_.erase(oldest);
+        }
+        it = health_.emplace(pmsp, Health{}).first;
+    }
+    ++it->second.failures;
+    it->second.last_failure = now;
 }
 
 TxnId Machine::start(const Query& query, TimePoint now, std::uint64_t random, Actions& out) {
@@ -105,7 +163,11 @@ TxnId Machine::start(const Query& query, TimePoint now, std::uint64_t random, Ac
     Query q = query;
     q.conventional = normalise(q.conventional);
     q.cp = normalise(q.cp);
-    q.pmsp = normalise(q.pmsp);
+    q.pmsps = pmsps_of(q);
+    for (auto& e : q.pmsps) {
+        e = normalise(e);
+    }
+    q.pmsp = q.pmsps.front();
     if (auto why = validate(q.options); !why.empty()) {
         return fail(Errc::invalid_argument, why);
     }
@@ -125,12 +187,15 @@ TxnId Machine::start(const Query& query, TimePoint now, std::uint64_t random, Ac
         return fail(Errc::invalid_argument,
                     "CpIPAddr and ApIPAddr must be the same IP version (IPV, 7.3.1.3)");
     }
-    if (q.pmsp.port == 0 || q.pmsp.address.is_unspecified()) {
+    if (q.pmsps.size() == 1 && (q.pmsp.port == 0 || q.pmsp.address.is_unspecified())) {
         return fail(Errc::invalid_argument,
                     "PMSP must have a non-zero port and a specified address");
     }
+    if (auto why = validate_pmsp_list(q.pmsps); !why.empty()) {
+        return fail(Errc::invalid_argument, why);
+    }
 
-    const CacheKey key{q.conventional, q.cp.address, q.pmsp};
+    const CacheKey key = make_cache_key(q.conventional, q.cp.address, q.pmsps);
     if (q.options.use_cache) {
         if (auto hit = cache_->lookup(key, now)) {
             ++counters_.cache_hits;
@@ -153,7 +218,6 @@ TxnId Machine::start(const Query& query, TimePoint now, std::uint64_t random, Ac
         return fail(Errc::busy, "too many resolutions in flight");
     }
 
-    const std::uint64_t handle = unique_handle(random);
     Txn t;
     t.id = id;
     t.req.type = pm::MessageType::request;
@@ -161,36 +225,90 @@ TxnId Machine::start(const Query& query, TimePoint now, std::uint64_t random, Ac
     t.req.pm_time = 0;
     t.req.ap_port = q.conventional.port;
     t.req.cp_port = q.cp.port;
-    t.req.assoc_handle = handle;
     t.req.cp_addr = q.cp.address;
     t.req.ap_addr = q.conventional.address;
-    t.wire = pm::encode(t.req);
-    t.query = q;
+    // Asking order: the list order, PMSPs being skipped moved to the end.
+    for (const auto& e : q.pmsps) {
+        if (!pmsp_skipped(e, now)) {
+            t.order.push_back(e);
+        }
+    }
+    const std::size_t healthy = t.order.size();
+    for (const auto& e : q.pmsps) {
+        if (pmsp_skipped(e, now)) {
+            t.order.push_back(e);
+            if (healthy > 0) {
+                ++counters_.pmsp_skipped;
+            }
+        }
+    }
+    t.query = std::move(q);
+    t.key = key;
     t.started = now;
-    t.last_sent = now;
-    t.deadline_at = now + q.options.deadline;
-    t.timeout = std::min<Duration>(q.options.initial_timeout, q.options.deadline);
-    t.next_at = std::min(now + t.timeout, t.deadline_at);
-    t.attempts = 1;
-
-    out.sends.push_back({q.pmsp, t.wire});
-    ++counters_.pmreq_sent;
-    schedule_.emplace(t.next_at, handle);
-    by_id_.emplace(id, handle);
-    active_.emplace(handle, std::move(t));
+    t.deadline_at = now + t.query.options.deadline;
+    Txn& placed = active_.emplace(id, std::move(t)).first->second;
+    start_leg(placed, now, random, out);
     finish_timer(out);
     return id;
 }
 
-void Machine::complete(Txn& t, Result r, Actions& out) {
-    const std::uint64_t handle = t.req.assoc_handle;
+// The next PMSP's turn: a fresh AssocHandle, a fresh 7.5.1 schedule, and a
+// slice of what is left of the deadline (see RequestOptions).
+void Machine::start_leg(Txn& t, TimePoint now, std::uint64_t random, Actions& out) {
+    const auto& o = t.query.options;
+    const std::size_t k = t.legs.size();
+    const pm::Endpoint to = t.order[k];
+    const std::uint64_t handle = unique_handle(random);
+    t.req.assoc_handle = handle;
+    t.wire = pm::encode(t.req);
+    t.legs.push_back({handle, to, now});
+    handles_.emplace(handle, t.id);
+
+    // Every PMSP still to ask gets an equal share of what is left, skipped
+    // ones included: they come last, but they are still asked.
+    const Duration slice =
+        o.per_pmsp_timeout > Duration::zero()
+            ? Duration(o.per_pmsp_timeout)
+            : (t.deadline_at - now) / static_cast<Duration::rep>(t.order.size() - k);
+    t.leg_end = std::min(now + slice, t.deadline_at);
+    t.timeout = std::min<Duration>(o.initial_timeout, o.deadline);
+    t.next_at = std::min(now + t.timeout, t.leg_end);
+    t.leg_attempts = 1;
+    ++t.attempts;
+    out.sends.push_back({to, t.wire});
+    ++counters_.pmreq_sent;
+    schedule_.emplace(t.next_at, t.id);
+}
+
+void Machine::complete(Txn& t, Result r, std::uint64_t winner, const pm::Message* accept,
+                       TimePoint now, Actions& out) {
+    const Leg* answered = nullptr;
+    for (const auto& leg : t.legs) {
+        if (leg.handle == winner) {
+            answered = &leg;
+        }
+    }
+    if (answered == nullptr) {
+        answered = &t.legs.back();
+    }
     r.attempts = t.attempts;
-    r.pmsp = t.query.pmsp;
-    r.assoc_handle = handle;
+    r.pmsp = answered->pmsp;
+    r.pmsps_tried = static_cast<unsigned>(t.legs.size());
+    r.assoc_handle = answered->handle;
     const TxnId id = t.id;
-    schedule_.erase({t.next_at, handle});
-    by_id_.erase(id);
-    active_.erase(handle);  // t is dangling from here on
+    for (std::size_t i = 0; i < t.legs.size(); ++i) {
+        const Leg& leg = t.legs[i];
+        Done d{t.req.cp_port, t.req.cp_addr, leg.pmsp, false, {}, 0, false};
+        if (leg.handle == winner && accept != nullptr) {
+            d.accepted = true;
+            d.accept = *accept;
+        }
+        d.superseded = i + 1 < t.legs.size() && leg.handle != winner;
+        handles_.erase(leg.handle);
+        remember(leg.handle, std::move(d), now);
+    }
+    schedule_.erase({t.next_at, id});
+    active_.erase(id);  // t is dangling from here on
     out.completions.push_back({id, std::move(r)});
 }
 
@@ -216,37 +334,46 @@ void Machine::expire_completed(TimePoint now) {
 void Machine::on_timer(TimePoint now, Actions& out) {
     expire_completed(now);
     while (!schedule_.empty() && schedule_.begin()->first <= now) {
-        const std::uint64_t handle = schedule_.begin()->second;
-        auto it = active_.find(handle);
+        const TxnId id = schedule_.begin()->second;
+        auto it = active_.find(id);
         if (it == active_.end()) {  // cannot happen; keep the schedule consistent
             schedule_.erase(schedule_.begin());
             continue;
         }
         Txn& t = it->second;
         const auto& o = t.query.options;
-        if (now >= t.deadline_at || t.attempts > o.max_retries) {
+        if (now >= t.leg_end || t.leg_attempts > o.max_retries) {
+            // This PMSP's turn is over without a reply.
+            pmsp_failed(t.legs.back().pmsp, now);
+            if (now < t.deadline_at && t.legs.size() < t.order.size()) {
+                ++counters_.pmsp_failovers;
+                schedule_.erase(schedule_.begin());
+                const std::uint64_t prev = t.legs.back().handle;
+                start_leg(t, now, random_ ? random_() : splitmix64(prev), out);
+                continue;
+            }
             ++counters_.timeouts;
             Result r;
             r.kind = ResultKind::timeout;
-            r.reason = "no reply from PMSP " + t.query.pmsp.to_string() + " after " +
-                       std::to_string(t.attempts) + " PMReq" + (t.attempts == 1 ? "" : "s") +
-                       (now >= t.deadline_at ? " (deadline)" : "");
-            Done d{t.req.cp_port, t.req.cp_addr, t.query.pmsp, false, {}, 0};
-            complete(t, std::move(r), out);
-            remember(handle, std::move(d), now);
+            const std::string who = t.legs.size() == 1 ? "PMSP " + t.legs.front().pmsp.to_string()
+                                                       : "PMSPs " + list_text(t.order);
+            r.reason = "no reply from " + who + " after " + std::to_string(t.attempts) + " PMReq" +
+                       (t.attempts == 1 ? "" : "s") + (now >= t.deadline_at ? " (deadline)" : "");
+            complete(t, std::move(r), 0, nullptr, now, out);
             continue;
         }
         // 7.5.1: retransmit the identical PMReq and re-arm the timeout.
         schedule_.erase(schedule_.begin());
-        out.sends.push_back({t.query.pmsp, t.wire});
+        out.sends.push_back({t.legs.back().pmsp, t.wire});
         ++counters_.pmreq_sent;
         ++counters_.retransmissions;
         ++t.attempts;
-        t.last_sent = now;
+        ++t.leg_attempts;
+        t.legs.back().last_sent = now;
         auto next = std::chrono::duration_cast<Duration>(t.timeout * o.backoff_factor);
         t.timeout = std::min<Duration>(next, o.deadline);
-        t.next_at = std::min(now + t.timeout, t.deadline_at);
-        schedule_.emplace(t.next_at, handle);
+        t.next_at = std::min(now + t.timeout, t.leg_end);
+        schedule_.emplace(t.next_at, id);
     }
     finish_timer(out);
 }
@@ -268,22 +395,27 @@ void Machine::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoin
         return;
     }
 
-    if (auto it = active_.find(m.assoc_handle); it != active_.end()) {
-        Txn& t = it->second;
+    if (auto h = handles_.find(m.assoc_handle); h != handles_.end()) {
+        Txn& t = active_.at(h->second);
+        const Leg* leg = nullptr;
+        for (const auto& l : t.legs) {
+            if (l.handle == m.assoc_handle) {
+                leg = &l;
+            }
+        }
         if (m.ipv != t.req.ipv || m.cp_port != t.req.cp_port || m.cp_addr != t.req.cp_addr) {
             ++counters_.drop_tuple_mismatch;
-        } else if (config_.strict_source && !same_endpoint(from, t.query.pmsp)) {
+        } else if (config_.strict_source && !same_endpoint(from, leg->pmsp)) {
             ++counters_.drop_wrong_source;
         } else if (m.type == pm::MessageType::accept &&
                    (m.ap_port == 0 || m.ap_addr.is_unspecified())) {
             ++counters_.drop_invalid_accept;
         } else {
-            const std::uint64_t handle = t.req.assoc_handle;
-            const CacheKey key{t.query.conventional, t.req.cp_addr, t.query.pmsp};
+            const CacheKey key = t.key;
             const bool use_cache = t.query.options.use_cache;
-            Done d{t.req.cp_port, t.req.cp_addr, t.query.pmsp, false, {}, 0};
+            pmsp_answered(leg->pmsp);
             Result r;
-            r.rtt = micros(now - t.last_sent);
+            r.rtt = micros(now - leg->last_sent);
             if (m.type == pm::MessageType::accept) {
                 // 7.4: PMAck to the address the PMAccept came from.
                 out.sends.push_back({from, pm::encode(pm::make_ack(m))});
@@ -297,8 +429,7 @@ void Machine::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoin
                 if (use_cache) {
                     cache_->store(key, r.sdp, m.pm_time, now);
                 }
-                d.accepted = true;
-                d.accept = m;
+                complete(t, std::move(r), m.assoc_handle, &m, now, out);
             } else {
                 // 7.4: PMDeny completes the transaction, no PMAck.
                 ++counters_.denied;
@@ -307,9 +438,8 @@ void Machine::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoin
                 if (use_cache) {
                     cache_->erase(key);
                 }
+                complete(t, std::move(r), m.assoc_handle, nullptr, now, out);
             }
-            complete(t, std::move(r), out);
-            remember(handle, std::move(d), now);
         }
         finish_timer(out);
         return;
@@ -325,9 +455,13 @@ void Machine::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoin
             // 7.5.1: later replies to the same request are discarded. A
             // repeat of the winning PMAccept means our PMAck was probably
             // lost: acknowledge it again so the PMSP can release its state.
+            // A PMAccept to a handle a failover superseded is acknowledged
+            // for the same reason (that PMSP holds state for it).
             ++counters_.drop_duplicate;
-            if (m.type == pm::MessageType::accept && d.accepted && m.ap_port == d.accept.ap_port &&
-                m.ap_addr == d.accept.ap_addr && d.reacks < kMaxReacks) {
+            const bool same_win =
+                d.accepted && m.ap_port == d.accept.ap_port && m.ap_addr == d.accept.ap_addr;
+            if (m.type == pm::MessageType::accept && (same_win || d.superseded) &&
+                d.reacks < kMaxReacks) {
                 ++d.reacks;
                 out.sends.push_back({from, pm::encode(pm::make_ack(m))});
                 ++counters_.pmack_sent;
@@ -343,25 +477,21 @@ void Machine::on_datagram(std::span<const std::uint8_t> bytes, const pm::Endpoin
 }
 
 bool Machine::cancel(TxnId id, TimePoint now, Actions& out) {
-    auto it = by_id_.find(id);
-    if (it == by_id_.end()) {
+    auto it = active_.find(id);
+    if (it == active_.end()) {
         finish_timer(out);
         return false;
     }
-    Txn& t = active_.at(it->second);
-    const std::uint64_t handle = t.req.assoc_handle;
-    Done d{t.req.cp_port, t.req.cp_addr, t.query.pmsp, false, {}, 0};
     ++counters_.errors;
-    complete(t, error_result(Errc::cancelled, "cancelled"), out);
-    remember(handle, std::move(d), now);
+    complete(it->second, error_result(Errc::cancelled, "cancelled"), 0, nullptr, now, out);
     finish_timer(out);
     return true;
 }
 
 void Machine::cancel_all(TimePoint now, Actions& out) {
     std::vector<TxnId> ids;
-    ids.reserve(by_id_.size());
-    for (const auto& [id, handle] : by_id_) {
+    ids.reserve(active_.size());
+    for (const auto& [id, t] : active_) {
         ids.push_back(id);
     }
     std::sort(ids.begin(), ids.end());

@@ -25,11 +25,35 @@
 // PMSP re-sends PMAccept only when it saw a duplicate PMReq, so our PMAck was
 // probably lost and re-acking lets it release state early). Other late
 // replies are only counted.
+//
+// Several PMSPs (Query::pmsps, see RequestOptions in types.hpp for the
+// schedule, the deadline slices and an example timeline): one transaction
+// asks one PMSP at a time; each turn ("leg") has an AssocHandle of its own
+// and the 7.5.1 schedule of its own. Strict source matching is per handle: a
+// reply must come from the PMSP that handle's PMReq went to. While the
+// transaction is open a matching reply to ANY of its handles completes it
+// (first reply wins: a slow PMSP's PMAccept is as good as the next one's,
+// the replicas share one registry); a PMDeny is an answer too (no failover).
+// Once the transaction is complete, a late PMAccept to a handle that was
+// superseded by a failover is counted as a duplicate and answered with a
+// PMAck (bounded by kMaxReacks), so that PMSP releases its state at once
+// instead of retransmitting the PMAccept until its own timer ends.
+//
+// PMSP health, shared by every transaction of the machine: a leg that ends
+// without a reply is a failure of its PMSP, a matching reply clears the
+// record. After pmsp_fail_threshold failures in a row the PMSP is skipped
+// for pmsp_skip_period from the last failure: lists of two or more ask it
+// after all the others, in its own slice of the deadline (a single PMSP is
+// always asked, as before). When the
+// period is over it is asked in its place again; one more failure skips it
+// again.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -51,6 +75,11 @@ struct MachineConfig {
     Duration completed_linger = std::chrono::seconds(10);  // how long late replies are recognised
     std::size_t completed_capacity = 4096;
     std::size_t max_in_flight = 65536;
+    // A PMSP is skipped after this many failed legs in a row (0: never).
+    unsigned pmsp_fail_threshold = 3;
+    Duration pmsp_skip_period = std::chrono::seconds(30);  // 0 .. 1 h
+    // PMSPs with failures remembered at most (the oldest failure is forgotten).
+    std::size_t pmsp_health_capacity = 1024;
 };
 
 // Returns an empty string when valid.
@@ -62,9 +91,16 @@ void add(Counters& a, const Counters& b);
 struct Query {
     pm::Endpoint conventional;  // ApIPAddr, ApPort
     pm::Endpoint cp;            // CpIPAddr, CpPort
-    pm::Endpoint pmsp;          // where the PMReq goes
-    RequestOptions options;     // options.pmsp is ignored here
+    pm::Endpoint pmsp;          // where the PMReq goes (when pmsps is empty)
+    // Not empty: the PMSPs to ask, in order of preference (pmsp is ignored).
+    std::vector<pm::Endpoint> pmsps;
+    RequestOptions options;  // options.pmsp and options.pmsps are ignored here
 };
+
+// The PMSPs of q: q.pmsps, else {q.pmsp}.
+std::vector<pm::Endpoint> pmsps_of(const Query& q);
+// The address families of q's PMSPs (the sockets a driver needs), each once.
+std::vector<pm::Family> pmsp_families(const Query& q);
 
 struct Send {
     pm::Endpoint to;
@@ -95,6 +131,11 @@ class Machine {
     // its own with config.cache_capacity entries.
     explicit Machine(MachineConfig config = {}, std::shared_ptr<SharedCache> cache = nullptr);
 
+    // Where the AssocHandle of a failover leg comes from (64 random bits from
+    // the OS, like start()'s `random`). Unset: derived from the previous
+    // handle (deterministic; for tests).
+    void set_random(std::function<std::uint64_t()> random) { random_ = std::move(random); }
+
     // Starts one resolution. `random` is 64 random bits from the OS
     // (getrandom()); if that AssocHandle is in use, or was used by a recent
     // transaction, it is rehashed until unique within this machine. A cache
@@ -123,18 +164,33 @@ class Machine {
     std::size_t completed_records() const { return completed_.size(); }
     const MachineConfig& config() const { return config_; }
 
+    // True while `pmsp` is being skipped (see above).
+    bool pmsp_skipped(const pm::Endpoint& pmsp, TimePoint now) const;
+    // Failed legs in a row of `pmsp` (0 when it answered last).
+    unsigned pmsp_failures(const pm::Endpoint& pmsp) const;
+
   private:
+    // One PMSP's turn: its AssocHandle, where it went, when it last went.
+    struct Leg {
+        std::uint64_t handle = 0;
+        pm::Endpoint pmsp;
+        TimePoint last_sent{};
+    };
     struct Txn {
         TxnId id = 0;
-        pm::Message req;
+        pm::Message req;  // of the current leg
         pm::Wire wire{};
         Query query;
+        CacheKey key;
+        std::vector<pm::Endpoint> order;  // asking order: healthy, then skipped
+        std::vector<Leg> legs;            // legs.back() is the current one
         TimePoint started{};
-        TimePoint last_sent{};
         TimePoint next_at{};
+        TimePoint leg_end{};
         TimePoint deadline_at{};
         Duration timeout{};
-        unsigned attempts = 0;
+        unsigned attempts = 0;      // PMReqs sent, every leg
+        unsigned leg_attempts = 0;  // PMReqs sent in the current leg
     };
     struct Done {
         std::uint16_t cp_port = 0;
@@ -143,22 +199,35 @@ class Machine {
         bool accepted = false;
         pm::Message accept;  // the PMAccept that won (accepted only)
         unsigned reacks = 0;
+        bool superseded = false;  // a failover replaced this handle
+    };
+    struct Health {
+        unsigned failures = 0;  // failed legs in a row
+        TimePoint last_failure{};
     };
 
-    void complete(Txn& t, Result r, Actions& out);
+    void start_leg(Txn& t, TimePoint now, std::uint64_t random, Actions& out);
+    // Ends t: remembers every handle (`winner`: the one answered, 0 none;
+    // `accept`: its PMAccept), erases t, queues the completion.
+    void complete(Txn& t, Result r, std::uint64_t winner, const pm::Message* accept, TimePoint now,
+                  Actions& out);
     void finish_timer(Actions& out) { out.timer = next_wakeup(); }
     void expire_completed(TimePoint now);
     void remember(std::uint64_t handle, Done d, TimePoint now);
     std::uint64_t unique_handle(std::uint64_t random) const;
     Result error_result(Errc e, std::string reason) const;
+    void pmsp_failed(const pm::Endpoint& pmsp, TimePoint now);
+    void pmsp_answered(const pm::Endpoint& pmsp) { health_.erase(pmsp); }
 
     MachineConfig config_;
     std::shared_ptr<SharedCache> cache_;
+    std::function<std::uint64_t()> random_;
     Counters counters_;
     TxnId next_id_ = 1;
-    std::unordered_map<std::uint64_t, Txn> active_;                    // by AssocHandle
-    std::unordered_map<TxnId, std::uint64_t> by_id_;                   // id -> AssocHandle
-    std::set<std::pair<TimePoint, std::uint64_t>> schedule_;           // (next_at, AssocHandle)
+    std::unordered_map<TxnId, Txn> active_;                            // by id
+    std::unordered_map<std::uint64_t, TxnId> handles_;                 // every handle of active_
+    std::set<std::pair<TimePoint, TxnId>> schedule_;                   // (next_at, id)
+    std::map<pm::Endpoint, Health> health_;                            // PMSPs with failures
     std::unordered_map<std::uint64_t, Done> completed_;                // by AssocHandle
     std::deque<std::pair<TimePoint, std::uint64_t>> completed_order_;  // (expiry, handle)
 };

@@ -59,6 +59,8 @@ std::string validate(const ResolverOptions& o) {
     mc.completed_capacity = o.completed_capacity;
     mc.max_in_flight = o.max_in_flight;
     mc.completed_linger = o.completed_linger;
+    mc.pmsp_fail_threshold = o.pmsp_fail_threshold;
+    mc.pmsp_skip_period = o.pmsp_skip_period;
     return validate(mc);
 }
 
@@ -153,7 +155,9 @@ Result make_error(Errc e, std::string reason) {
 class Lane {
   public:
     Lane(const MachineConfig& mc, std::shared_ptr<SharedCache> cache)
-        : machine_(mc, std::move(cache)) {}
+        : machine_(mc, std::move(cache)) {
+        machine_.set_random([this] { return random_.next(); });
+    }
     ~Lane() {
         for (auto& fd : fds_) {
             if (int f = fd.load(); f >= 0) {
@@ -208,7 +212,14 @@ class Lane {
     Result resolve(const Query& q, std::uint64_t random, const std::atomic<bool>& closing) {
         out_.clear();
         const TxnId id = machine_.start(q, Clock::now(), random, out_);
-        const int fd = fd_ref(q.pmsp.address.family()).load(std::memory_order_relaxed);
+        // The sockets of the PMSPs' families (a list may mix v4 and v6).
+        std::array<int, 2> fds{-1, -1};
+        std::size_t nfds = 0;
+        for (pm::Family f : pmsp_families(q)) {
+            if (const int fd = fd_ref(f).load(std::memory_order_relaxed); fd >= 0) {
+                fds[nfds++] = fd;
+            }
+        }
         std::optional<Result> done;
         for (;;) {
             apply(id, done);
@@ -221,7 +232,7 @@ class Lane {
                 return done ? std::move(*done) : make_error(Errc::cancelled, "resolver destroyed");
             }
             auto next = machine_.next_wakeup();
-            if (!next || fd < 0) {  // cannot happen: an open transaction has a timer
+            if (!next || nfds == 0) {  // cannot happen: an open transaction has a timer
                 machine_.cancel(id, Clock::now(), out_);
                 out_.clear();
                 return make_error(Errc::internal, "blocking resolution lost its timer");
@@ -231,20 +242,26 @@ class Lane {
                 machine_.on_timer(now, out_);
                 continue;
             }
-            if (!wait_readable(fd, *next - now)) {
+            const unsigned ready = wait_readable(fds, nfds, *next - now);
+            if (ready == 0) {
                 machine_.on_timer(Clock::now(), out_);
                 continue;
             }
             // Take what is queued without waiting (at most a batch, so that a
             // flood cannot hold off the timer), stopping once ours completed.
-            for (int i = 0; i < 64 && !done && !closing.load(std::memory_order_relaxed); ++i) {
-                pm::Endpoint from;
-                auto bytes = detail::receive_datagram(fd, buf_, from, receive_errors_);
-                if (!bytes) {
-                    break;
+            for (std::size_t k = 0; k < nfds; ++k) {
+                if ((ready & (1u << k)) == 0) {
+                    continue;
                 }
-                machine_.on_datagram(*bytes, from, Clock::now(), out_);
-                apply(id, done);
+                for (int i = 0; i < 64 && !done && !closing.load(std::memory_order_relaxed); ++i) {
+                    pm::Endpoint from;
+                    auto bytes = detail::receive_datagram(fds[k], buf_, from, receive_errors_);
+                    if (!bytes) {
+                        break;
+                    }
+                    machine_.on_datagram(*bytes, from, Clock::now(), out_);
+                    apply(id, done);
+                }
             }
         }
     }
@@ -273,20 +290,27 @@ class Lane {
         out_.clear();
     }
 
-    // Waits until fd is readable (true) or `d` has passed (false).
-    bool wait_readable(int fd, Duration d) {
+    // Waits until one of fds[0 .. n) is readable or `d` has passed. Returns
+    // a bit mask of the readable ones (bit k: fds[k]); 0 on timeout.
+    unsigned wait_readable(const std::array<int, 2>& fds, std::size_t n, Duration d) {
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
         timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-        pollfd p{fd, POLLIN, 0};
-        int n = ::ppoll(&p, 1, &ts, nullptr);
-        if (n < 0 && errno != EINTR) {
+        std::array<pollfd, 2> p{pollfd{fds[0], POLLIN, 0}, pollfd{fds[1], POLLIN, 0}};
+        int r = ::ppoll(p.data(), static_cast<nfds_t>(n), &ts, nullptr);
+        if (r < 0 && errno != EINTR) {
             // Not expected (EFAULT/EINVAL/ENOMEM): count it and sleep the
             // wait away so the timers still end the transaction.
             ++receive_errors_;
             ::nanosleep(&ts, nullptr);
-            return false;
+            return 0;
         }
-        return n > 0;
+        unsigned mask = 0;
+        for (std::size_t k = 0; r > 0 && k < n; ++k) {
+            if (p[k].revents != 0) {
+                mask |= 1u << k;
+            }
+        }
+        return mask;
     }
 
     Machine machine_;
@@ -327,7 +351,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
 
     asio::io_context& io;
     ResolverOptions options;
-    std::optional<pm::Endpoint> pmsp;  // configured PMSP (options/env/file)
+    std::vector<pm::Endpoint> pmsps;  // configured PMSPs (options/env/file); empty: ApIPAddr
     std::string pmsp_source = "default";
     MachineConfig lane_config;
     std::shared_ptr<SharedCache> cache;  // shared by `machine` and every lane
@@ -502,16 +526,20 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         q.conventional = pm::Endpoint{req.conventional.address.unmapped(), req.conventional.port};
         q.cp = pm::Endpoint{req.cp.address.unmapped(), req.cp.port};
         q.options = req.options ? *req.options : options.defaults;
-        if (q.options.pmsp) {
-            q.pmsp = *q.options.pmsp;
-        } else if (options.defaults.pmsp) {
-            q.pmsp = *options.defaults.pmsp;
-        } else if (pmsp) {
-            q.pmsp = *pmsp;
-        } else {
-            q.pmsp = pm::Endpoint{q.conventional.address, options.pmsp_port};
+        q.pmsps = pmsp_list(q.options);
+        if (q.pmsps.empty()) {
+            q.pmsps = pmsp_list(options.defaults);
         }
-        q.pmsp.address = q.pmsp.address.unmapped();
+        if (q.pmsps.empty()) {
+            q.pmsps = pmsps;
+        }
+        if (q.pmsps.empty()) {
+            q.pmsps = {pm::Endpoint{q.conventional.address, options.pmsp_port}};
+        }
+        for (auto& e : q.pmsps) {
+            e.address = e.address.unmapped();
+        }
+        q.pmsp = q.pmsps.front();
         // CpIPAddr unspecified: the address the kernel would use towards ApIPAddr.
         if (q.cp.address.is_unspecified() && !q.conventional.address.is_unspecified() &&
             q.cp.address.family() == q.conventional.address.family()) {
@@ -624,8 +652,10 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         bool broken = false;
         try {
             std::string sock_err;
-            if (!q.pmsp.address.is_unspecified()) {
-                sock_err = lane->ensure_socket(q.pmsp.address.family());
+            for (pm::Family f : pmsp_families(q)) {
+                if (sock_err.empty()) {
+                    sock_err = lane->ensure_socket(f);
+                }
             }
             if (!sock_err.empty()) {
                 ++blocking_errors;
@@ -670,10 +700,11 @@ Resolver::Resolver(asio::io_context& io, ResolverOptions options) : io_(io) {
     mc.completed_linger = options.completed_linger;
     mc.completed_capacity = options.completed_capacity;
     mc.max_in_flight = options.max_in_flight;
-    std::optional<pm::Endpoint> pmsp;
+    mc.pmsp_fail_threshold = options.pmsp_fail_threshold;
+    mc.pmsp_skip_period = options.pmsp_skip_period;
+    std::vector<pm::Endpoint> pmsps = pmsp_list(options.defaults);
     std::string source = "default";
-    if (options.defaults.pmsp) {
-        pmsp = options.defaults.pmsp;
+    if (!pmsps.empty()) {
         source = "options";
     } else if (options.read_environment) {
         auto setting = load_pmsp_setting();
@@ -681,11 +712,12 @@ Resolver::Resolver(asio::io_context& io, ResolverOptions options) : io_(io) {
             throw std::invalid_argument("pmclient: " + *err);
         }
         auto& s = std::get<PmspSetting>(setting);
-        pmsp = s.endpoint;
+        pmsps = s.endpoints;
         source = s.source;
     }
     impl_ = std::make_shared<Impl>(io, std::move(options), mc);
-    impl_->pmsp = pmsp;
+    impl_->machine.set_random(random64);
+    impl_->pmsps = std::move(pmsps);
     impl_->pmsp_source = source;
 }
 
@@ -730,8 +762,11 @@ void Resolver::start(ResolveRequest req, Handler handler) {
                               impl_->error(Errc::cancelled, "resolver destroyed"));
         } else {
             std::string sock_err;
-            if (!q.pmsp.address.is_unspecified()) {
-                sock_err = impl_->ensure_socket(q.pmsp.address.family());
+            const auto families = pmsp_families(q);
+            for (pm::Family f : families) {
+                if (sock_err.empty()) {
+                    sock_err = impl_->ensure_socket(f);
+                }
             }
             if (!sock_err.empty()) {
                 Result r = impl_->error(Errc::socket, sock_err);
@@ -742,7 +777,9 @@ void Resolver::start(ResolveRequest req, Handler handler) {
                 TxnId id = impl_->machine.start(q, Clock::now(), random64(), out);
                 impl_->handlers.emplace(id, std::move(handler));
                 impl_->apply(out, done);
-                impl_->receive(q.pmsp.address.family());
+                for (pm::Family f : families) {
+                    impl_->receive(f);
+                }
             }
         }
     } catch (const std::exception& e) {
@@ -796,10 +833,15 @@ Counters Resolver::counters() const {
 }
 
 std::optional<pm::Endpoint> Resolver::configured_pmsp(std::string* source) const {
+    auto list = configured_pmsps(source);
+    return list.empty() ? std::nullopt : std::optional<pm::Endpoint>(list.front());
+}
+
+std::vector<pm::Endpoint> Resolver::configured_pmsps(std::string* source) const {
     if (source != nullptr) {
         *source = impl_->pmsp_source;
     }
-    return impl_->pmsp;
+    return impl_->pmsps;
 }
 
 namespace detail {

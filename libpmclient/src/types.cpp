@@ -22,6 +22,44 @@ std::string validate(const RequestOptions& o) {
     if (o.pmsp && (o.pmsp->port == 0 || o.pmsp->address.is_unspecified())) {
         return "pmsp must have a non-zero port and a specified address";
     }
+    if (o.pmsp && !o.pmsps.empty()) {
+        return "set pmsp or pmsps, not both";
+    }
+    if (auto why = validate_pmsp_list(o.pmsps); !why.empty()) {
+        return why;
+    }
+    if (o.per_pmsp_timeout < milliseconds(0) || o.per_pmsp_timeout > milliseconds(600'000)) {
+        return "per_pmsp_timeout must be between 0 and 10 min";
+    }
+    return {};
+}
+
+std::string validate_pmsp_list(const std::vector<pm::Endpoint>& list) {
+    if (list.size() > kMaxPmsps) {
+        return "at most " + std::to_string(kMaxPmsps) + " PMSPs, not " +
+               std::to_string(list.size());
+    }
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        const auto& e = list[i];
+        if (e.port == 0 || e.address.is_unspecified()) {
+            return "PMSP '" + e.to_string() + "' must have a non-zero port and a specified address";
+        }
+        for (std::size_t j = 0; j < i; ++j) {
+            if (list[j].port == e.port && list[j].address.unmapped() == e.address.unmapped()) {
+                return "PMSP '" + e.to_string() + "' is listed twice";
+            }
+        }
+    }
+    return {};
+}
+
+std::vector<pm::Endpoint> pmsp_list(const RequestOptions& o) {
+    if (!o.pmsps.empty()) {
+        return o.pmsps;
+    }
+    if (o.pmsp) {
+        return {*o.pmsp};
+    }
     return {};
 }
 

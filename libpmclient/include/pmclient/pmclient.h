@@ -58,7 +58,10 @@ typedef struct pmc_resolver pmc_resolver;
 /* Resolver options. Initialise with pmc_options_init(). */
 typedef struct pmc_options {
     size_t size;                 /* sizeof(pmc_options) */
-    const char* pmsp;            /* "1.2.3.4:3935" / "[::1]:3935"; NULL: env, file, ApIPAddr */
+    const char* pmsp;            /* "1.2.3.4:3935" / "[::1]:3935", or a comma-separated list of
+                                    at most 16 in order of preference ("10.0.0.1:3935,10.0.0.2,
+                                    [fd00::1]:3935"; bare address: port 3935); NULL or "": env,
+                                    file, ApIPAddr */
     uint16_t pmsp_port;          /* port of the default PMSP (ApIPAddr); default 3935 */
     uint32_t initial_timeout_ms; /* default 250; 1 .. 60000 */
     uint32_t backoff_percent;    /* timeout multiplier x100; default 200; 100 .. 1600 */
@@ -69,6 +72,12 @@ typedef struct pmc_options {
     int strict_source;           /* replies only from the PMSP asked; default 1 */
     uint32_t connect_timeout_ms; /* pmc_connect TCP timeout; default 5000 */
     int read_environment;        /* consult SDP_PMSP / pmclient.yaml; default 1 */
+    /* Appended (several PMSPs): see RequestOptions in pmclient/types.hpp. */
+    uint32_t per_pmsp_timeout_ms; /* longest turn of one PMSP of a list; 0 (default): the
+                                     deadline shared out among the PMSPs; 0 .. 600000 */
+    uint32_t pmsp_fail_threshold; /* failed turns in a row before a PMSP is skipped; default 3;
+                                     0: never */
+    uint32_t pmsp_skip_ms;        /* how long a failing PMSP is asked last; default 30000 */
 } pmc_options;
 
 enum pmc_kind {
@@ -88,8 +97,9 @@ typedef struct pmc_result {
     int from_cache;    /* 1 when answered from the cache */
     uint32_t attempts; /* PMReq transmissions */
     uint64_t rtt_us;   /* last PMReq -> reply, microseconds */
-    char pmsp[56];     /* PMSP asked, "ip:port" / "[ip]:port" */
+    char pmsp[56];     /* PMSP that answered (else the last asked), "ip:port" / "[ip]:port" */
     char reason[160];  /* human-readable detail */
+    uint32_t pmsps_tried; /* appended: PMSPs asked (0 from the cache) */
 } pmc_result;
 
 typedef struct pmc_connect_result {
@@ -227,9 +237,16 @@ typedef struct pmc_counters {
     uint64_t drop_malformed, drop_not_reply, drop_unknown, drop_tuple_mismatch;
     uint64_t drop_wrong_source, drop_duplicate, drop_invalid_accept;
     uint64_t receive_errors, send_errors;
+    uint64_t pmsp_failovers, pmsp_skipped; /* appended: several PMSPs */
 } pmc_counters;
 
 PMCLIENT_API int pmc_get_counters(pmc_resolver* r, pmc_counters* out);
+
+/* Checks a PMSP list as pmc_options.pmsp takes it (one "ip:port" /
+ * "[ip]:port" / bare address, or up to 16 of them comma-separated). Returns
+ * the number of PMSPs, or PMC_E_INVAL with a message naming the bad entry in
+ * err[0 .. errlen) (err may be NULL). */
+PMCLIENT_API int pmc_parse_pmsp_list(const char* text, char* err, size_t errlen);
 
 PMCLIENT_API const char* pmc_strerror(int code);
 PMCLIENT_API const char* pmc_version(void);

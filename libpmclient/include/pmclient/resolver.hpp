@@ -37,8 +37,10 @@ struct ResolverAccess;  // libpmclient's other shells (the C API's loop driver)
 }  // namespace detail
 
 struct ResolverOptions {
-    // Defaults for every request without its own options. defaults.pmsp set
-    // here overrides SDP_PMSP and pmclient.yaml.
+    // Defaults for every request without its own options. defaults.pmsps (or
+    // defaults.pmsp, a list of one) set here overrides SDP_PMSP and
+    // pmclient.yaml. A list is asked in order, one PMSP at a time, within one
+    // deadline (see RequestOptions).
     RequestOptions defaults;
     std::uint16_t pmsp_port = pm::kDefaultPort;  // port of the default PMSP, ApIPAddr
     std::size_t cache_capacity = 1024;           // entries; 0 disables the cache
@@ -47,8 +49,14 @@ struct ResolverOptions {
     std::size_t completed_capacity = 4096;
     std::size_t max_in_flight = 65536;
     // Consult SDP_PMSP and the YAML file (SDP_PMCLIENT_CONFIG or
-    // /etc/sdp/pmclient.yaml) when defaults.pmsp is unset.
+    // /etc/sdp/pmclient.yaml) when defaults.pmsp and defaults.pmsps are unset.
     bool read_environment = true;
+    // A PMSP of a list that failed (no reply within its turn) this many
+    // resolutions in a row is asked after all the others for
+    // pmsp_skip_period (0: never skipped). Kept per driver (the asynchronous
+    // resolver, each blocking lane, the C API's loop).
+    unsigned pmsp_fail_threshold = 3;
+    std::chrono::milliseconds pmsp_skip_period{30'000};  // 0 .. 1 h
 };
 
 // Returns an empty string when valid.
@@ -89,9 +97,12 @@ class PMCLIENT_API Resolver {
     std::size_t cache_size() const;
     std::size_t in_flight() const;
     Counters counters() const;
-    // The PMSP used when neither the request nor ResolverOptions names one;
-    // nullopt means ApIPAddr:pmsp_port. `source` says where it came from.
+    // The PMSP used when neither the request nor ResolverOptions names one
+    // (the first of a list); nullopt means ApIPAddr:pmsp_port. `source` says
+    // where it came from.
     std::optional<pm::Endpoint> configured_pmsp(std::string* source = nullptr) const;
+    // The same, every PMSP of the list in order (empty: ApIPAddr:pmsp_port).
+    std::vector<pm::Endpoint> configured_pmsps(std::string* source = nullptr) const;
 
     boost::asio::io_context& context() { return io_; }
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The C API (pmclient.h) against the fake PMSP.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -174,6 +176,72 @@ TEST(CApiTest, ConnectFallsBackOnDeny) {
     ::close(l);
     EXPECT_EQ(pmc_connect(d.r, "bogus", 1, nullptr, &c), PMC_E_INVAL);
     EXPECT_EQ(c.fd, -1);
+}
+
+// pmc_options.pmsp takes a comma-separated list: the silent first PMSP's
+// turn ends after its slice, the second answers (blocking and loop-driven).
+TEST(CApiTest, PmspListFailsOver) {
+    FakePmsp sil(silent());
+    FakePmsp acc(accept_with(ep("127.0.0.1:7001"), 0));
+    const std::string list = sil.endpoint().to_string() + ", " + acc.endpoint().to_string();
+    EXPECT_EQ(pmc_parse_pmsp_list(list.c_str(), nullptr, 0), 2);
+    char why[128] = {};
+    EXPECT_EQ(pmc_parse_pmsp_list("127.0.0.1:1,nope", why, sizeof why), PMC_E_INVAL);
+    EXPECT_NE(std::string(why).find("'nope'"), std::string::npos) << why;
+
+    pmc_options o;
+    pmc_options_init(&o);
+    EXPECT_EQ(o.per_pmsp_timeout_ms, 0u);
+    EXPECT_EQ(o.pmsp_fail_threshold, 3u);
+    EXPECT_EQ(o.pmsp_skip_ms, 30000u);
+    o.read_environment = 0;
+    o.pmsp = "127.0.0.1:3936,127.0.0.1:0";
+    pmc_resolver* bad = nullptr;
+    EXPECT_EQ(pmc_resolver_new(&o, &bad), PMC_E_INVAL);
+    EXPECT_EQ(bad, nullptr);
+
+    o.pmsp = list.c_str();
+    o.initial_timeout_ms = 20;
+    o.deadline_ms = 400;  // 200 ms each
+    o.cache_capacity = 0;
+    pmc_resolver* r = nullptr;
+    ASSERT_EQ(pmc_resolver_new(&o, &r), PMC_OK);
+    auto res = result();
+    ASSERT_EQ(pmc_resolve(r, "127.0.0.1", 7000, "127.0.0.1", 40000, &res), PMC_OK) << res.reason;
+    EXPECT_EQ(std::string(res.pmsp), acc.endpoint().to_string());
+    EXPECT_EQ(res.pmsps_tried, 2u);
+    EXPECT_GE(res.attempts, 2u);
+
+    struct Done {
+        int status = 1000;
+        pmc_result res{};
+    } done;
+    ASSERT_EQ(pmc_resolve_start(
+                  r, "127.0.0.1", 7000, "127.0.0.1", 40001,
+                  [](void* arg, uint64_t, int status, const pmc_result* rr) {
+                      auto* d = static_cast<Done*>(arg);
+                      d->status = status;
+                      std::memcpy(&d->res, rr, std::min(sizeof d->res, rr->size));
+                  },
+                  &done, nullptr),
+              PMC_OK);
+    for (int i = 0; i < 200 && pmc_pending(r) > 0; ++i) {
+        struct pollfd fds[PMC_MAX_FDS];
+        int n = pmc_fds(r, fds, PMC_MAX_FDS);
+        ::poll(fds, static_cast<nfds_t>(n), pmc_timeout_ms(r));
+        pmc_process(r, fds, static_cast<size_t>(n));
+    }
+    EXPECT_EQ(done.status, PMC_OK) << done.res.reason;
+    EXPECT_EQ(std::string(done.res.pmsp), acc.endpoint().to_string());
+    EXPECT_EQ(done.res.pmsps_tried, 2u);
+
+    pmc_counters c;
+    std::memset(&c, 0, sizeof c);
+    c.size = sizeof c;
+    ASSERT_EQ(pmc_get_counters(r, &c), PMC_OK);
+    EXPECT_EQ(c.pmsp_failovers, 2u);
+    EXPECT_EQ(c.accepted, 2u);
+    pmc_resolver_free(r);
 }
 
 }  // namespace

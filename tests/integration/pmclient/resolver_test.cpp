@@ -201,6 +201,31 @@ TEST(ResolverTest, SilentPmspTimesOut) {
     ASSERT_TRUE(pmsp.wait_count(pm::MessageType::request, 3));
 }
 
+// A list: a silent PMSP on IPv6 loopback, then one on IPv4 that answers.
+// The resolver opens a socket per family; the second PMSP's turn starts after
+// the first one's slice, with a new AssocHandle.
+TEST(ResolverTest, PmspListFailsOverAcrossFamilies) {
+    FakePmsp quiet(silent(), "[::1]:0");
+    FakePmsp acc(accept_with(ep("127.0.0.1:7001"), 0));
+    IoThread io;
+    auto o = fast(acc.endpoint());
+    o.defaults.pmsp.reset();
+    o.defaults.pmsps = {quiet.endpoint(), acc.endpoint()};
+    o.defaults.initial_timeout = std::chrono::milliseconds(20);
+    o.defaults.deadline = std::chrono::milliseconds(400);
+    pmclient::Resolver r(io.io, o);
+    EXPECT_EQ(r.configured_pmsps(), (std::vector<pm::Endpoint>{quiet.endpoint(), acc.endpoint()}));
+    auto res = r.async_resolve(req(), boost::asio::use_future).get();
+    ASSERT_EQ(res.kind, ResultKind::accepted) << res.reason;
+    EXPECT_EQ(res.pmsp, acc.endpoint());
+    EXPECT_EQ(res.pmsps_tried, 2u);
+    ASSERT_TRUE(quiet.wait_count(pm::MessageType::request, 1));
+    const auto first = quiet.received().front().msg.assoc_handle;
+    EXPECT_EQ(acc.received().front().msg.assoc_handle, res.assoc_handle);
+    EXPECT_NE(first, res.assoc_handle);
+    EXPECT_EQ(r.counters().pmsp_failovers, 1u);
+}
+
 TEST(ResolverTest, DenySendsNoAck) {
     int calls = 0;
     FakePmsp pmsp([&calls](const pm::Message& m, int) -> std::vector<Reply> {

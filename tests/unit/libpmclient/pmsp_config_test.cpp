@@ -100,5 +100,94 @@ TEST_F(PmspConfigTest, EmptyFileOrNoKeyMeansDefault) {
     EXPECT_FALSE(std::get<PmspSetting>(s).endpoint);
 }
 
+TEST_F(PmspConfigTest, ParsePmspList) {
+    std::string why;
+    EXPECT_EQ(parse_pmsp_list("10.0.0.1:3935,10.0.0.2, [fd00::1]:4000", why),
+              (std::vector<pm::Endpoint>{ep("10.0.0.1:3935"), ep("10.0.0.2:3935"),
+                                         ep("[fd00::1]:4000")}));
+    EXPECT_TRUE(why.empty()) << why;
+    EXPECT_EQ(parse_pmsp_list("1.2.3.4", why), (std::vector<pm::Endpoint>{ep("1.2.3.4:3935")}));
+
+    auto bad = [](const char* text) {
+        std::string w;
+        auto l = parse_pmsp_list(text, w);
+        EXPECT_TRUE(l.empty()) << text;
+        return w;
+    };
+    EXPECT_NE(bad("10.0.0.1,nonsense:1").find("'nonsense:1'"), std::string::npos);
+    EXPECT_NE(bad("10.0.0.1,10.0.0.2:0").find("'10.0.0.2:0'"), std::string::npos);
+    EXPECT_NE(bad("10.0.0.1,,10.0.0.2").find("entry 2 is empty"), std::string::npos);
+    EXPECT_NE(bad("10.0.0.1,").find("entry 2 is empty"), std::string::npos);
+    EXPECT_NE(bad("").find("empty"), std::string::npos);
+    EXPECT_NE(bad("10.0.0.1,10.0.0.1:3935").find("twice"), std::string::npos);
+    std::string many;
+    for (int i = 1; i <= 16; ++i) {
+        many += (i > 1 ? "," : "") + std::string("10.1.0.") + std::to_string(i);
+    }
+    EXPECT_EQ(parse_pmsp_list(many, why).size(), 16u);
+    EXPECT_NE(bad((many + ",10.1.0.17").c_str()).find("more than 16"), std::string::npos);
+}
+
+TEST_F(PmspConfigTest, EnvironmentList) {
+    setenv("SDP_PMSP", "10.0.0.1:3935,10.0.0.2,[fd00::1]:3935", 1);
+    auto s = load_pmsp_setting();
+    ASSERT_TRUE(std::holds_alternative<PmspSetting>(s));
+    const auto& set = std::get<PmspSetting>(s);
+    EXPECT_EQ(set.endpoints, (std::vector<pm::Endpoint>{ep("10.0.0.1:3935"), ep("10.0.0.2:3935"),
+                                                        ep("[fd00::1]:3935")}));
+    EXPECT_EQ(set.endpoint, ep("10.0.0.1:3935"));
+    EXPECT_EQ(set.source, "SDP_PMSP");
+
+    setenv("SDP_PMSP", "10.0.0.1:3935,bogus", 1);
+    s = load_pmsp_setting();
+    ASSERT_TRUE(std::holds_alternative<std::string>(s));
+    EXPECT_NE(std::get<std::string>(s).find("SDP_PMSP"), std::string::npos);
+    EXPECT_NE(std::get<std::string>(s).find("'bogus'"), std::string::npos)
+        << std::get<std::string>(s);
+}
+
+TEST_F(PmspConfigTest, FileScalarListAndSequence) {
+    write("pmsp: \"127.0.0.1:4935, 127.0.0.2\"\n");
+    auto s = load_pmsp_setting();
+    ASSERT_TRUE(std::holds_alternative<PmspSetting>(s));
+    EXPECT_EQ(std::get<PmspSetting>(s).endpoints,
+              (std::vector<pm::Endpoint>{ep("127.0.0.1:4935"), ep("127.0.0.2:3935")}));
+
+    write("pmsp:\n  - 127.0.0.1:4935\n  - \"[::1]:4935\"\n  - 127.0.0.3\n");
+    s = load_pmsp_setting();
+    ASSERT_TRUE(std::holds_alternative<PmspSetting>(s));
+    EXPECT_EQ(
+        std::get<PmspSetting>(s).endpoints,
+        (std::vector<pm::Endpoint>{ep("127.0.0.1:4935"), ep("[::1]:4935"), ep("127.0.0.3:3935")}));
+    EXPECT_EQ(std::get<PmspSetting>(s).endpoint, ep("127.0.0.1:4935"));
+    EXPECT_EQ(std::get<PmspSetting>(s).source, path);
+}
+
+TEST_F(PmspConfigTest, FileSequenceErrorsNameTheEntryAndLine) {
+    write("pmsp:\n  - 127.0.0.1:4935\n  - 127.0.0.2:0\n");
+    auto s = load_pmsp_setting();
+    ASSERT_TRUE(std::holds_alternative<std::string>(s));
+    EXPECT_NE(std::get<std::string>(s).find(path + ":3"), std::string::npos)
+        << std::get<std::string>(s);
+    EXPECT_NE(std::get<std::string>(s).find("'127.0.0.2:0'"), std::string::npos);
+
+    write("pmsp: []\n");
+    EXPECT_TRUE(std::holds_alternative<std::string>(load_pmsp_setting()));
+    write("pmsp:\n  - [1, 2]\n");
+    EXPECT_TRUE(std::holds_alternative<std::string>(load_pmsp_setting()));
+    write("pmsp:\n  - 127.0.0.1\n  - 127.0.0.1:3935\n");
+    s = load_pmsp_setting();
+    ASSERT_TRUE(std::holds_alternative<std::string>(s));
+    EXPECT_NE(std::get<std::string>(s).find("twice"), std::string::npos);
+    std::string many = "pmsp:\n";
+    for (int i = 1; i <= 17; ++i) {
+        many += "  - 10.1.0." + std::to_string(i) + "\n";
+    }
+    write(many);
+    s = load_pmsp_setting();
+    ASSERT_TRUE(std::holds_alternative<std::string>(s));
+    EXPECT_NE(std::get<std::string>(s).find("16"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pmclient::test
