@@ -292,7 +292,8 @@ void print_human(const std::string& command, const json& response) {
         print_table({"ENDPOINT", "HEALTH", "VERSION", "ROLE", "REVISION", "LATENCY/ERROR"}, rows);
         std::cout << '\n';
         rows.clear();
-        for (const auto& item : args.value("members", json::object()).items()) {
+        const json members = args.value("members", json::object());
+        for (const auto& item : members.items()) {
             rows.push_back({item.key(), text_of(item.value())});
         }
         print_table({"REPLICA", "KEYS"}, rows);

@@ -202,6 +202,12 @@ class EtcdCluster {
                          "--key-file=" + (d / "server.key").string(),
                          "--trusted-ca-file=" + ca_file().string(), "--client-cert-auth"});
         }
+        // A member must not outlive a test that crashed or was killed by
+        // CTest's timeout: setpriv (util-linux) execs etcd with the parent
+        // death signal set, keeping the pid.
+        if (::access("/usr/bin/setpriv", X_OK) == 0) {
+            argv.insert(argv.begin(), {"/usr/bin/setpriv", "--pdeathsig", "KILL", "--"});
+        }
         m.process = std::make_unique<Process>(argv, d / (m.name + ".out"), d / (m.name + ".err"));
     }
 

@@ -167,7 +167,8 @@ TEST_F(Cluster, ARegistrationOnOneReplicaIsAnsweredByAllAndHostsMerge) {
     EXPECT_NE(status.out.find("\"backend\": \"etcd\""), std::string::npos) << status.out;
     EXPECT_NE(status.out.find("\"fresh\": true"), std::string::npos) << status.out;
     auto human = c.ctl({"cluster"});
-    EXPECT_NE(human.out.find("healthy"), std::string::npos) << human.out;
+    EXPECT_NE(human.out.find("healthy"), std::string::npos)
+        << human.out << human.err << " exit " << human.exit_code.value_or(-1);
 }
 
 TEST_F(Cluster, OneEtcdMemberDownChangesNothingVisible) {
