@@ -295,7 +295,7 @@ void Replica::snapshot_done(bool ok, std::vector<KeyValue> kvs, std::int64_t rev
     out.view_changed = true;
     // What etcd holds of ours is now known: sync() puts what it lacks and
     // deletes what a previous run left.
-    ask_watch(out);
+    ask_watch(out, now);
     sync(out);
     note_freshness(now, out);
 }
@@ -303,6 +303,7 @@ void Replica::snapshot_done(bool ok, std::vector<KeyValue> kvs, std::int64_t rev
 void Replica::events(std::vector<WatchEvent> events, std::int64_t revision, TimePoint now,
                      Actions& out) {
     contact(now);
+    watch_active_ = now;
     for (const WatchEvent& ev : events) {
         ++counters_.events;
         if (ev.deleted) {
@@ -348,12 +349,18 @@ void Replica::ask_snapshot(Actions& out) {
     out.requests.push_back(std::move(r));
 }
 
-void Replica::ask_watch(Actions& out) {
+std::chrono::milliseconds Replica::watch_refresh() const {
+    return std::max<std::chrono::milliseconds>(std::chrono::milliseconds(500),
+                                               settings_.max_staleness / 2);
+}
+
+void Replica::ask_watch(Actions& out, std::optional<TimePoint> now) {
     if (watching_) {
         return;
     }
     want_watch_ = false;
     watching_ = true;
+    watch_active_ = now ? now : last_contact_;
     Request r;
     r.kind = Request::Kind::watch;
     r.revision = revision_ + 1;
@@ -414,9 +421,16 @@ void Replica::on_timer(TimePoint now, Actions& out) {
             ask_snapshot(out);
         }
         if (want_watch_ && have_snapshot_) {
-            ask_watch(out);
+            ask_watch(out, now);
         }
         sync(out);
+    }
+    if (watching_ && watch_active_ && now - *watch_active_ >= watch_refresh()) {
+        // Quiet for long: maybe a dead stream. Opening it anew from
+        // revision + 1 loses and repeats nothing.
+        ++counters_.watch_refreshes;
+        watching_ = false;
+        ask_watch(out, now);
     }
     if (lease_state_ == LeaseState::held && !keepalive_in_flight_ && next_keepalive_ &&
         *next_keepalive_ <= now) {
@@ -440,6 +454,9 @@ std::optional<TimePoint> Replica::next_wakeup() const {
     consider(retry_at_);
     if (!keepalive_in_flight_) {
         consider(next_keepalive_);
+    }
+    if (watching_ && watch_active_) {
+        consider(*watch_active_ + watch_refresh());
     }
     if (reported_fresh_ && last_contact_) {
         consider(*last_contact_ + settings_.max_staleness + std::chrono::milliseconds(1));

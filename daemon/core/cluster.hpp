@@ -18,7 +18,10 @@
 //   - the view: every key under prefix "registrations/" as of `revision`,
 //     from one range (the snapshot) and then one watch from revision + 1. A
 //     broken watch resumes from revision + 1 (nothing missed, nothing
-//     replayed); a compacted one takes a new snapshot.
+//     replayed); a compacted one takes a new snapshot. A watch that brought
+//     nothing for max_staleness / 2 is opened anew from revision + 1 (the
+//     same lossless resume), so a stream that died without a close (a
+//     vanished peer) cannot leave the view behind for longer than that.
 //   - freshness: the time of the last answer from etcd. The view is served
 //     while it is at most Settings::max_staleness old; then services()
 //     returns no cluster service (the replica denies dynamic services) until
@@ -118,6 +121,7 @@ struct Counters {
     std::uint64_t snapshots = 0;  // including those after a compaction
     std::uint64_t compactions = 0;
     std::uint64_t watch_restarts = 0;
+    std::uint64_t watch_refreshes = 0;  // idle watches opened anew
     std::uint64_t events = 0;
     std::uint64_t puts = 0;
     std::uint64_t deletes = 0;
@@ -187,7 +191,8 @@ class Replica {
     void sync(Actions& out);
     void apply(const KeyValue& kv);
     void ask_snapshot(Actions& out);
-    void ask_watch(Actions& out);
+    void ask_watch(Actions& out, std::optional<TimePoint> now = std::nullopt);
+    std::chrono::milliseconds watch_refresh() const;
     // The freshness as last reported; flips are reported as view changes.
     void note_freshness(TimePoint now, Actions& out);
     struct Merged {
@@ -221,8 +226,9 @@ class Replica {
     bool have_snapshot_ = false;
     bool snapshot_in_flight_ = false;
     bool watching_ = false;
-    bool want_snapshot_ = false;  // retry one at retry_at_
-    bool want_watch_ = false;     // retry one at retry_at_
+    std::optional<TimePoint> watch_active_;  // watch asked for, or its last events
+    bool want_snapshot_ = false;             // retry one at retry_at_
+    bool want_watch_ = false;                // retry one at retry_at_
 
     std::optional<TimePoint> retry_at_;  // failed calls are retried then
     std::optional<TimePoint> last_contact_;

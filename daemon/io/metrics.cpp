@@ -181,6 +181,8 @@ std::vector<MetricDef> make_defs() {
                     &cluster::Counters::compactions);
     cluster_counter("cluster_watch_restarts", "Watches resumed after a broken stream.",
                     &cluster::Counters::watch_restarts);
+    cluster_counter("cluster_watch_refreshes", "Quiet watches opened anew (lossless).",
+                    &cluster::Counters::watch_refreshes);
     cluster_counter("cluster_events", "Watch events applied.", &cluster::Counters::events);
     cluster_counter("cluster_puts", "Registrations written to etcd.", &cluster::Counters::puts);
     cluster_counter("cluster_deletes", "Registrations deleted from etcd.",
