@@ -1029,6 +1029,11 @@ bool Loader::load_registry(const Field& f, RegistryConfig& out) {
     if (auto why = cluster::validate(settings); !why.empty()) {
         return fail(f, why);
     }
+    if (out.request_timeout > out.lease_ttl / 3) {
+        // A keep-alive must be able to time out, and be retried, within
+        // the lease.
+        return fail(f, "request_timeout must be at most a third of lease_ttl");
+    }
     if (out.backend == RegistryConfig::Backend::etcd && out.endpoints.empty()) {
         return fail(f, "backend etcd needs at least one entry in endpoints");
     }

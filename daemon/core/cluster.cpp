@@ -97,6 +97,14 @@ std::optional<EndpointUrl> parse_endpoint_url(std::string_view url) {
     return out;
 }
 
+bool shareable(const Registration& r) {
+    if (r.service.on_demand || !r.service.conventional_address) {
+        return false;
+    }
+    return std::none_of(r.service.sdp.begin(), r.service.sdp.end(),
+                        [](const pm::Endpoint& ep) { return ep.address.is_unspecified(); });
+}
+
 std::string registrations_prefix(std::string_view prefix) {
     return std::string(prefix) + std::string(kRegistrations);
 }
@@ -138,8 +146,8 @@ void Replica::start(TimePoint now, Actions& out) {
 void Replica::set_own(std::span<const Registration> own, TimePoint now, Actions& out) {
     std::map<std::string, Registration> next;
     for (const Registration& r : own) {
-        if (r.service.on_demand) {
-            continue;  // needs the acceptor's connection to this replica
+        if (!shareable(r)) {
+            continue;  // stays local: see shareable()
         }
         Registration value = r;
         // Another host's pid or lease clock means nothing here; the owner's
@@ -292,7 +300,12 @@ void Replica::snapshot_done(bool ok, std::vector<KeyValue> kvs, std::int64_t rev
     }
     revision_ = revision;
     have_snapshot_ = true;
+    view_current_ = now;
+    watch_failures_ = 0;
     out.view_changed = true;
+    // An own key etcd no longer holds (deleted while the watch was away)
+    // is written again.
+    std::erase_if(written_, [this](const auto& kv) { return !view_.contains(kv.first); });
     // What etcd holds of ours is now known: sync() puts what it lacks and
     // deletes what a previous run left.
     ask_watch(out, now);
@@ -304,6 +317,12 @@ void Replica::events(std::vector<WatchEvent> events, std::int64_t revision, Time
                      Actions& out) {
     contact(now);
     watch_active_ = now;
+    view_current_ = now;
+    watch_failures_ = 0;
+    if (events.empty()) {
+        note_freshness(now, out);  // the stream is live; nothing changed
+        return;
+    }
     for (const WatchEvent& ev : events) {
         ++counters_.events;
         if (ev.deleted) {
@@ -332,7 +351,14 @@ void Replica::watch_ended(bool compacted, TimePoint now, Actions& out) {
         ask_snapshot(out);
     } else {
         ++counters_.watch_restarts;
-        want_watch_ = true;
+        // The same failure again and again (a batch too large, a rejected
+        // watch): read the prefix whole instead.
+        if (++watch_failures_ >= 3) {
+            watch_failures_ = 0;
+            want_snapshot_ = true;
+        } else {
+            want_watch_ = true;
+        }
         failed(now);
     }
     note_freshness(now, out);
@@ -458,14 +484,14 @@ std::optional<TimePoint> Replica::next_wakeup() const {
     if (watching_ && watch_active_) {
         consider(*watch_active_ + watch_refresh());
     }
-    if (reported_fresh_ && last_contact_) {
-        consider(*last_contact_ + settings_.max_staleness + std::chrono::milliseconds(1));
+    if (reported_fresh_ && view_current_) {
+        consider(*view_current_ + settings_.max_staleness + std::chrono::milliseconds(1));
     }
     return next;
 }
 
 bool Replica::fresh(TimePoint now) const {
-    return have_snapshot_ && last_contact_ && now - *last_contact_ <= settings_.max_staleness;
+    return have_snapshot_ && view_current_ && now - *view_current_ <= settings_.max_staleness;
 }
 
 void Replica::note_freshness(TimePoint now, Actions& out) {
@@ -476,7 +502,9 @@ void Replica::note_freshness(TimePoint now, Actions& out) {
     }
 }
 
-Replica::Merged Replica::merge(std::span<const Service> statics, bool with_own) const {
+Replica::Merged Replica::merge(std::span<const Service> statics,
+                               const std::map<std::string, Registration>& own,
+                               bool with_view) const {
     struct Candidate {
         std::int64_t create_revision;
         const std::string* member;
@@ -484,14 +512,11 @@ Replica::Merged Replica::merge(std::span<const Service> statics, bool with_own) 
     };
     std::vector<Candidate> candidates;
     for (const auto& [key, entry] : view_) {
-        if (entry.member != settings_.member) {
+        if (with_view && entry.member != settings_.member) {
             candidates.push_back({entry.create_revision, &entry.member, &entry.registration});
         }
     }
-    for (const auto& [key, reg] : own_) {
-        if (!with_own) {
-            break;
-        }
+    for (const auto& [key, reg] : own) {
         auto it = view_.find(key);
         const std::int64_t rev = it != view_.end() ? it->second.create_revision
                                                    : std::numeric_limits<std::int64_t>::max();
@@ -510,6 +535,7 @@ Replica::Merged Replica::merge(std::span<const Service> statics, bool with_own) 
             Service& merged = m.services[it->second];
             if (!same_conventional(merged, s)) {
                 ++m.conflicts;
+                m.left_out.push_back(c.registration);
                 continue;
             }
             for (const pm::Endpoint& ep : s.sdp) {
@@ -522,6 +548,7 @@ Replica::Merged Replica::merge(std::span<const Service> statics, bool with_own) 
         }
         if (find_conflict(*c.registration, statics, first)) {
             ++m.conflicts;
+            m.left_out.push_back(c.registration);
             continue;
         }
         index.emplace(s.name, m.services.size());
@@ -535,28 +562,40 @@ Replica::Merged Replica::merge(std::span<const Service> statics, bool with_own) 
 }
 
 std::vector<Service> Replica::services(std::span<const Service> statics, TimePoint now) const {
-    if (!fresh(now)) {
-        return {};
-    }
-    return merge(statics, true).services;
+    // Not current: only what this replica itself knows to hold.
+    return merge(statics, own_, fresh(now)).services;
 }
 
 std::optional<std::string> Replica::conflict(const Registration& r) const {
-    // Against what the other members' entries merge into: an entry the
-    // merge leaves out does not block anyone.
-    const Service& s = r.service;
-    for (const Service& o : merge({}, false).services) {
-        if (o.name == s.name && !same_conventional(o, s)) {
-            return "service \"" + s.name +
+    if (!shareable(r)) {
+        return std::nullopt;  // stays local
+    }
+    // Where the candidate lands in the merge every replica makes: refused
+    // only when it would be left out (a renewal keeps its create revision,
+    // so it is not refused because of a later clashing entry).
+    std::map<std::string, Registration> own = own_;
+    const std::string key = key_of(settings_.prefix, r.service.name, settings_.member);
+    Registration candidate = r;
+    candidate.process.reset();
+    candidate.lease.reset();
+    candidate.expires.reset();
+    const Registration* mine = &(own[key] = candidate);
+    const Merged with = merge({}, own, true);
+    if (std::find(with.left_out.begin(), with.left_out.end(), mine) == with.left_out.end()) {
+        return std::nullopt;
+    }
+    for (const Service& o : with.services) {
+        if (o.name == r.service.name && !same_conventional(o, r.service)) {
+            return "service \"" + r.service.name +
                    "\" is registered by another replica with conventional address " +
                    conventional_text(o);
         }
-        if (o.name != s.name && same_conventional(o, s)) {
-            return "conventional address " + conventional_text(s) + " is used by service \"" +
-                   o.name + "\" of another replica";
+        if (o.name != r.service.name && same_conventional(o, r.service)) {
+            return "conventional address " + conventional_text(r.service) +
+                   " is used by service \"" + o.name + "\" of another replica";
         }
     }
-    return std::nullopt;
+    return "it clashes with another replica's registration";
 }
 
 Status Replica::status(std::span<const Service> statics, TimePoint now) const {
@@ -569,6 +608,9 @@ Status Replica::status(std::span<const Service> statics, TimePoint now) const {
         st.since_contact =
             std::chrono::duration_cast<std::chrono::milliseconds>(now - *last_contact_);
     }
+    if (view_current_) {
+        st.view_age = std::chrono::duration_cast<std::chrono::milliseconds>(now - *view_current_);
+    }
     st.keys = view_.size();
     st.own = own_.size();
     for (const auto& [key, reg] : own_) {
@@ -579,7 +621,7 @@ Status Replica::status(std::span<const Service> statics, TimePoint now) const {
     for (const auto& [key, entry] : view_) {
         ++st.members[entry.member];
     }
-    st.conflicts = merge(statics, true).conflicts;
+    st.conflicts = merge(statics, own_, true).conflicts;
     return st;
 }
 

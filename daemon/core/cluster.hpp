@@ -22,10 +22,16 @@
 //     nothing for max_staleness / 2 is opened anew from revision + 1 (the
 //     same lossless resume), so a stream that died without a close (a
 //     vanished peer) cannot leave the view behind for longer than that.
-//   - freshness: the time of the last answer from etcd. The view is served
-//     while it is at most Settings::max_staleness old; then services()
-//     returns no cluster service (the replica denies dynamic services) until
-//     etcd answers again.
+//   - freshness: the time the view was last known current: a snapshot, a
+//     watch batch, or the watch's creation (an empty batch). Keep-alives
+//     keep the lease, not the view. The view is served while it is at most
+//     Settings::max_staleness old; then services() returns this replica's
+//     own registrations only (the replica denies the others' services)
+//     until the view is current again. Three watch failures in a row at the
+//     same revision take a new snapshot instead of retrying the watch.
+//   - what is shared: a registration whose Conventional Address is "*" or
+//     one of whose SDP addresses is unspecified means "this host" and stays
+//     local (shareable()), as do on-demand ones.
 //
 // Merging (services()): the entries of every member, ordered by etcd's
 // create revision (then member), make one service per name: the first
@@ -76,6 +82,9 @@ struct EndpointUrl {
     std::uint16_t port = 0;
 };
 std::optional<EndpointUrl> parse_endpoint_url(std::string_view url);
+
+// Whether a registration can mean the same on every replica (see above).
+bool shareable(const Registration& r);
 
 std::string registrations_prefix(std::string_view prefix);
 std::string key_of(std::string_view prefix, std::string_view name, std::string_view member);
@@ -134,6 +143,7 @@ struct Status {
     std::int64_t lease = 0;  // 0: none held
     std::int64_t revision = 0;
     std::optional<std::chrono::milliseconds> since_contact;  // nullopt: never
+    std::optional<std::chrono::milliseconds> view_age;       // nullopt: no view yet
     std::size_t keys = 0;                                    // in the view
     std::size_t own = 0;
     std::size_t own_written = 0;                 // own keys etcd holds with the current lease
@@ -161,7 +171,9 @@ class Replica {
     void del_done(const std::string& key, bool ok, TimePoint now, Actions& out);
     void snapshot_done(bool ok, std::vector<KeyValue> kvs, std::int64_t revision, TimePoint now,
                        Actions& out);
-    // A batch of watch events that brings the view to `revision`.
+    // A batch of watch events that brings the view to `revision`; an empty
+    // batch (the watch was created, or etcd reported progress) only says the
+    // stream is live, and `revision` is ignored.
     void events(std::vector<WatchEvent> events, std::int64_t revision, TimePoint now, Actions& out);
     // The watch stopped: `compacted` when its start revision is gone.
     void watch_ended(bool compacted, TimePoint now, Actions& out);
@@ -169,7 +181,8 @@ class Replica {
     std::optional<TimePoint> next_wakeup() const;
 
     bool fresh(TimePoint now) const;
-    // The merged cluster services (empty when not fresh); statics win.
+    // The merged cluster services (this replica's own only when not
+    // fresh); statics win.
     std::vector<Service> services(std::span<const Service> statics, TimePoint now) const;
     // Why `r` may not be registered here, given what the other members hold.
     std::optional<std::string> conflict(const Registration& r) const;
@@ -198,8 +211,10 @@ class Replica {
     struct Merged {
         std::vector<Service> services;
         std::size_t conflicts = 0;
+        std::vector<const Registration*> left_out;  // the conflicting entries
     };
-    Merged merge(std::span<const Service> statics, bool with_own) const;
+    Merged merge(std::span<const Service> statics, const std::map<std::string, Registration>& own,
+                 bool with_view) const;
 
     Settings settings_;
     Counters counters_;
@@ -230,8 +245,10 @@ class Replica {
     bool want_snapshot_ = false;             // retry one at retry_at_
     bool want_watch_ = false;                // retry one at retry_at_
 
-    std::optional<TimePoint> retry_at_;  // failed calls are retried then
-    std::optional<TimePoint> last_contact_;
+    std::optional<TimePoint> retry_at_;      // failed calls are retried then
+    std::optional<TimePoint> last_contact_;  // any answer from etcd
+    std::optional<TimePoint> view_current_;  // the view was last known current
+    unsigned watch_failures_ = 0;            // in a row, at the same revision
     bool reported_fresh_ = false;
 };
 

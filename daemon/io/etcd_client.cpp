@@ -9,6 +9,8 @@
 // still running, so no callback runs afterwards.
 #include "daemon/io/etcd_client.hpp"
 
+#include "daemon/core/cluster.hpp"
+
 #include <algorithm>
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
@@ -35,7 +37,9 @@ namespace {
 
 constexpr std::size_t kMaxBody = 64U * 1024U * 1024U;  // a whole range answer
 constexpr std::size_t kMaxSmallBody = 1024U * 1024U;   // every other answer
-constexpr std::size_t kMaxWatchLine = 1024U * 1024U;   // one watch result
+// One watch result: a replica's lease expiring deletes all its keys (up to
+// kMaxRegistrations) in one revision, sent as one result.
+constexpr std::size_t kMaxWatchLine = 16U * 1024U * 1024U;
 constexpr std::uint32_t kMaxHeader = 64U * 1024U;
 
 struct Endpoint {
@@ -46,50 +50,20 @@ struct Endpoint {
     std::string host_header;  // host:port as in the URL
 };
 
-// Parses "http://host:port" / "https://[v6]:port"; nullopt when malformed.
+// Parses "http://host:port" / "https://[v6]:port" with the parser the
+// configuration uses (cluster::parse_endpoint_url); nullopt when malformed.
 std::optional<Endpoint> parse_endpoint(const std::string& url) {
+    const auto parsed = pmd::cluster::parse_endpoint_url(url);
+    if (!parsed) {
+        return std::nullopt;
+    }
     Endpoint e;
     e.url = url;
-    std::string rest;
-    if (url.starts_with("http://")) {
-        rest = url.substr(7);
-    } else if (url.starts_with("https://")) {
-        e.tls = true;
-        rest = url.substr(8);
-    } else {
-        return std::nullopt;
-    }
-    std::size_t colon = 0;
-    if (rest.starts_with("[")) {
-        const auto close = rest.find(']');
-        if (close == std::string::npos || close == 1 || close + 1 >= rest.size() ||
-            rest[close + 1] != ':') {
-            return std::nullopt;
-        }
-        e.host = rest.substr(1, close - 1);
-        colon = close + 1;
-        if (e.host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) {
-            return std::nullopt;
-        }
-    } else {
-        colon = rest.find(':');
-        if (colon == std::string::npos || colon == 0) {
-            return std::nullopt;
-        }
-        e.host = rest.substr(0, colon);
-        if (e.host.find_first_of("/[]@?# ") != std::string::npos) {
-            return std::nullopt;
-        }
-    }
-    e.port = rest.substr(colon + 1);
-    unsigned port = 0;
-    const auto* end = e.port.data() + e.port.size();
-    const auto r = std::from_chars(e.port.data(), end, port);
-    if (e.port.empty() || e.port.size() > 5 || r.ec != std::errc{} || r.ptr != end || port == 0 ||
-        port > 65535) {
-        return std::nullopt;
-    }
-    e.host_header = rest;
+    e.tls = parsed->tls;
+    e.host = parsed->host;
+    e.port = std::to_string(parsed->port);
+    const bool v6 = parsed->host.find(':') != std::string::npos;
+    e.host_header = (v6 ? "[" + parsed->host + "]" : parsed->host) + ":" + e.port;
     return e;
 }
 
@@ -727,7 +701,7 @@ class WatchOp final : public Op {
         }
         line_.erase(0, pos);
         if (line_.size() > kMaxWatchLine) {
-            end(Error::Kind::bad_reply, "watch result larger than 1 MiB");
+            end(Error::Kind::bad_reply, "watch result larger than 16 MiB");
         } else if (malformed_http(ec)) {
             end(Error::Kind::bad_reply, "bad HTTP answer: " + ec.message());
         } else if (ec) {
@@ -787,9 +761,10 @@ class WatchOp final : public Op {
             // The last event's revision: resuming after it misses nothing even
             // when the server sent a catch-up batch with a later header revision.
             revision = events.back().kv.mod_revision;
-            on_events_(std::move(events), revision);
         }
-        return true;
+        // Empty: the watch was created, or a progress report; the stream is live.
+        on_events_(std::move(events), revision);
+        return !finished();
     }
 
     void end(Error::Kind kind, const std::string& text) {
@@ -959,6 +934,7 @@ std::unique_ptr<Watch> Client::watch_prefix(
     std::function<void(std::vector<Event>, std::int64_t)> on_events,
     std::function<void(Error)> on_end) {
     json create = range_request(prefix);
+    create["progress_notify"] = true;
     if (start_revision > 0) {
         create["start_revision"] = std::to_string(start_revision);
     }

@@ -122,7 +122,10 @@ class Client {
         const std::string& prefix,
         std::function<void(Error, std::vector<KeyValue>, std::int64_t revision)> done);
     // Events on keys under `prefix` from `start_revision` on (0: from now).
-    // `on_events` gets each batch with the revision it brings the caller to;
+    // `on_events` gets each batch with the revision it brings the caller to
+    // (the last event's mod_revision), and an empty batch (revision: the
+    // header's, not to be resumed from) when the watch is created or etcd
+    // reports progress: the stream is live;
     // `on_end` is called once when the watch stops by itself (never after cancel()).
     std::unique_ptr<Watch> watch_prefix(
         const std::string& prefix, std::int64_t start_revision,

@@ -21,10 +21,10 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<Service> own_services(std::span<const Registration> own, bool on_demand_only) {
+std::vector<Service> own_services(std::span<const Registration> own, bool local_only) {
     std::vector<Service> out;
     for (const Registration& r : own) {
-        if (!on_demand_only || r.service.on_demand) {
+        if (!local_only || !cluster::shareable(r)) {
             out.push_back(r.service);
         }
     }
@@ -113,8 +113,9 @@ class EtcdBackend final : public RegistryBackend {
 
     std::vector<Service> services(std::span<const Service> statics,
                                   std::span<const Registration> own) const override {
-        // On-demand registrations stay local (their acceptor talks to this
-        // daemon only); a cluster entry may not take their name or address.
+        // On-demand registrations (their acceptor talks to this daemon only)
+        // and "*" addresses (they mean this host) stay local; a cluster
+        // entry may not take their name or address.
         std::vector<Service> out = own_services(own, true);
         std::vector<Service> taken(statics.begin(), statics.end());
         taken.insert(taken.end(), out.begin(), out.end());
@@ -125,9 +126,6 @@ class EtcdBackend final : public RegistryBackend {
     }
 
     std::optional<std::string> conflict(const Registration& r) const override {
-        if (r.service.on_demand) {
-            return std::nullopt;
-        }
         return replica_.conflict(r);
     }
 
@@ -156,6 +154,9 @@ class EtcdBackend final : public RegistryBackend {
         std::weak_ptr<bool> alive = alive_;
         client_.status([j = std::move(j), done = std::move(done),
                         alive](std::vector<etcd::EndpointStatus> endpoints) mutable {
+            if (auto a = alive.lock(); !a || !*a) {
+                return;  // stopped: no callback after stop()
+            }
             json list = json::array();
             for (const auto& e : endpoints) {
                 json one{{"endpoint", e.endpoint}, {"healthy", e.healthy}};

@@ -436,6 +436,7 @@ bool Server::apply_reload(std::function<void()> then) {
     log_removed(change, "reload: ");
     if (change.changed) {
         watch_owners();
+        backend_->own_changed(store_.registrations());
         if (auto error = persist()) {
             log::err("state file: " + *error);
         }

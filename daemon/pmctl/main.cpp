@@ -274,6 +274,10 @@ void print_human(const std::string& command, const json& response) {
                   << (args["since_contact_ms"].is_null()
                           ? std::string("never")
                           : text_of(args["since_contact_ms"]) + " ms ago")
+                  << "\nview current: "
+                  << (args.value("view_age_ms", json(nullptr)).is_null()
+                          ? std::string("never")
+                          : text_of(args["view_age_ms"]) + " ms ago")
                   << "\nrevision: " << text_of(args["revision"])
                   << "\nlease: " << text_of(args["lease"]) << " (ttl "
                   << text_of(args["lease_ttl_s"])

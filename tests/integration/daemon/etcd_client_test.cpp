@@ -123,6 +123,7 @@ class etcd_client : public ::testing::Test {
     struct Watched {
         std::vector<Event> events;
         std::vector<std::int64_t> batch_revisions;
+        unsigned live = 0;  // empty batches: created, or progress
         std::optional<Error> end;
     };
     std::unique_ptr<pmd::io::etcd::Watch> watch(Client& c, const std::string& prefix,
@@ -130,6 +131,10 @@ class etcd_client : public ::testing::Test {
         return c.watch_prefix(
             prefix, from,
             [&w](std::vector<Event> evs, std::int64_t rev) {
+                if (evs.empty()) {
+                    ++w.live;
+                    return;
+                }
                 w.batch_revisions.push_back(rev);
                 for (auto& e : evs) {
                     w.events.push_back(std::move(e));
@@ -300,6 +305,7 @@ TEST_F(etcd_client, WatchSeesPutsAndDeletesInOrder) {
     EXPECT_EQ(w.events[2].kv.key, "w/a");
     EXPECT_EQ(w.events[2].kv.mod_revision, d1.rev);
     EXPECT_EQ(w.batch_revisions.back(), d1.rev);
+    EXPECT_GE(w.live, 1u) << "the watch's creation is reported as an empty batch";
 
     // After cancel() nothing more arrives and on_end is not called.
     handle->cancel();

@@ -80,6 +80,8 @@ TEST(RegistryConfig, ErrorsNameTheField) {
                 HasSubstr("cert and key go together"));
     EXPECT_THAT(load_error("registry: {tls: {ca: relative.pem}}"), HasSubstr("absolute path"));
     EXPECT_THAT(load_error("registry: {endpoint: []}"), HasSubstr("unknown key"));
+    EXPECT_THAT(load_error("registry: {lease_ttl: 3s, request_timeout: 2s}"),
+                HasSubstr("at most a third of lease_ttl"));
     std::string many = "registry: {backend: etcd, endpoints: [";
     for (int i = 0; i < 17; ++i) {
         many += std::string(i ? "," : "") + "\"http://10.0.0.1:" + std::to_string(2379 + i) + "\"";

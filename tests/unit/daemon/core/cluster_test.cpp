@@ -137,7 +137,9 @@ TEST(Cluster, NotFreshBeforeTheFirstSnapshot) {
     r.start(kT0, a);
     EXPECT_FALSE(r.fresh(kT0));
     r.set_own(std::vector{reg("web", 80, "10.0.0.1:5000")}, kT0, a);
-    EXPECT_TRUE(r.services({}, kT0).empty());
+    const auto services = r.services({}, kT0);
+    ASSERT_EQ(services.size(), 1u) << "its own registrations are answered from the start";
+    EXPECT_EQ(services[0].name, "web");
     EXPECT_TRUE(of(a, Kind::put).empty()) << "no put before the lease and the snapshot";
 }
 
@@ -283,10 +285,13 @@ TEST(Cluster, DeletesAndUndecodableValues) {
     EXPECT_EQ(run.replica.status({}, kT0).revision, 14);
 }
 
-TEST(Cluster, StaleAfterMaxStalenessWithoutAnAnswerThenFreshAgain) {
+TEST(Cluster, StaleAfterMaxStalenessWithoutAViewThenFreshAgain) {
     Running run({kv(reg("web", 80, "10.0.0.2:5000"), "b", 4)});
-    EXPECT_EQ(run.replica.services({}, kT0).size(), 1u);
-    // The keep-alive at TTL/3 fails, and so does every retry.
+    Actions own;
+    run.replica.set_own(std::vector{reg("mine", 81, "10.0.0.1:5000")}, kT0, own);
+    EXPECT_EQ(run.replica.services({}, kT0).size(), 2u);
+    // Keep-alives succeed, but the watch never comes back: keep-alives keep
+    // the lease, not the view.
     TimePoint t = kT0;
     bool reported = false;
     for (int i = 0; i < 100 && t < kT0 + 20s; ++i) {
@@ -295,10 +300,17 @@ TEST(Cluster, StaleAfterMaxStalenessWithoutAnAnswerThenFreshAgain) {
         t = std::max(t, *next);
         Actions a;
         run.replica.on_timer(t, a);
-        for (const Request& r : of(a, Kind::keepalive)) {
-            EXPECT_EQ(r.lease, 77);
+        for (const Request& r : a.requests) {
             Actions b;
-            run.replica.kept_alive(false, 0s, t, b);
+            if (r.kind == Kind::keepalive) {
+                run.replica.kept_alive(true, 9s, t, b);
+            } else if (r.kind == Kind::watch) {
+                run.replica.watch_ended(false, t, b);
+            } else if (r.kind == Kind::snapshot) {
+                run.replica.snapshot_done(false, {}, 0, t, b);
+            } else if (r.kind == Kind::put) {
+                run.replica.put_done(r.key, true, t, b);
+            }
         }
         if (a.view_changed && !run.replica.fresh(t)) {
             reported = true;
@@ -308,12 +320,79 @@ TEST(Cluster, StaleAfterMaxStalenessWithoutAnAnswerThenFreshAgain) {
     ASSERT_TRUE(reported) << "the flip to stale is reported as a view change";
     EXPECT_GT(t, kT0 + 5s);
     EXPECT_LE(t, kT0 + 5s + 1ms);
-    EXPECT_TRUE(run.replica.services({}, t).empty()) << "dynamic services are denied";
-    // etcd answers again: served at once.
+    // The others' services are denied; this replica's own still answer.
+    const auto stale = run.replica.services({}, t);
+    ASSERT_EQ(stale.size(), 1u);
+    EXPECT_EQ(stale[0].name, "mine");
+    // The watch is back (created: an empty batch): served at once.
     Actions c;
-    run.replica.kept_alive(true, 9s, t + 1s, c);
+    run.replica.events({}, 0, t + 1s, c);
     EXPECT_TRUE(c.view_changed);
-    EXPECT_EQ(run.replica.services({}, t + 1s).size(), 1u);
+    EXPECT_EQ(run.replica.services({}, t + 1s).size(), 2u);
+    EXPECT_EQ(run.replica.status({}, t + 1s).revision, 10) << "an empty batch moves nothing";
+}
+
+TEST(Cluster, RepeatedWatchFailuresTakeASnapshot) {
+    Running run;
+    for (int i = 0; i < 2; ++i) {
+        Actions a;
+        run.replica.watch_ended(false, kT0, a);
+        Actions b;
+        run.replica.on_timer(kT0 + 10s, b);  // past the retry
+        EXPECT_EQ(of(b, Kind::watch).size(), 1u) << i;
+    }
+    Actions a;
+    run.replica.watch_ended(false, kT0 + 10s, a);
+    Actions b;
+    run.replica.on_timer(kT0 + 20s, b);
+    EXPECT_TRUE(of(b, Kind::watch).empty());
+    EXPECT_EQ(of(b, Kind::snapshot).size(), 1u);
+}
+
+TEST(Cluster, ARenewalIsNotRefusedBecauseOfALaterClash) {
+    auto mine = reg("web", 80, "10.0.0.1:5000");
+    Running run;
+    Actions a;
+    run.replica.set_own(std::vector{mine}, kT0, a);
+    // etcd has ours at revision 11; another replica's web at another
+    // address came later (12) and is left out everywhere.
+    Actions b;
+    run.replica.events({WatchEvent{false, kv(mine, "a", 11)},
+                        WatchEvent{false, kv(reg("web", 81, "10.0.0.3:5000"), "c", 12)}},
+                       12, kT0, b);
+    EXPECT_FALSE(run.replica.conflict(mine)) << "ours wins the merge: renewing is fine";
+    const auto services = run.replica.services({}, kT0);
+    ASSERT_EQ(services.size(), 1u);
+    EXPECT_EQ(services[0].conventional_port, 80);
+    // A new name for the address the earlier entry holds is refused.
+    EXPECT_TRUE(run.replica.conflict(reg("www", 80, "10.0.0.1:5001")));
+}
+
+TEST(Cluster, HostRelativeAddressesStayLocal) {
+    Running run;
+    auto wildcard = reg("any", 80, "10.0.0.1:5000");
+    wildcard.service.conventional_address.reset();  // "*:80"
+    auto unspecified = reg("here", 81, "0.0.0.0:5000");
+    Actions a;
+    run.replica.set_own(std::vector{wildcard, unspecified}, kT0, a);
+    EXPECT_TRUE(of(a, Kind::put).empty());
+    EXPECT_FALSE(run.replica.conflict(wildcard));
+    EXPECT_EQ(run.replica.status({}, kT0).own, 0u);
+}
+
+TEST(Cluster, AnOwnKeyMissingFromANewSnapshotIsWrittenAgain) {
+    Running run;
+    Actions a;
+    run.replica.set_own(std::vector{reg("web", 80, "10.0.0.1:5000")}, kT0, a);
+    const auto key = of(a, Kind::put).at(0).key;
+    run.replica.put_done(key, true, kT0, a);
+    Actions b;
+    run.replica.watch_ended(true, kT0, b);  // compacted: a new snapshot
+    Actions c;
+    run.replica.snapshot_done(true, {}, 30, kT0, c);  // without our key
+    auto puts = of(c, Kind::put);
+    ASSERT_EQ(puts.size(), 1u);
+    EXPECT_EQ(puts[0].key, key);
 }
 
 TEST(Cluster, KeepAliveEveryThirdOfTheTtl) {
