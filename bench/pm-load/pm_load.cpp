@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "bench/common/bench_util.hpp"
+#include "bench/common/pm_request.hpp"
 #include "pmclient/message.hpp"
 
 namespace {
@@ -353,25 +354,7 @@ class Generator {
             }
             return sizeof words;
         }
-        pm::Message m;
-        m.type = pm::MessageType::request;
-        m.ipv = o_.conventional->address.family();
-        m.ap_addr = o_.conventional->address;
-        m.ap_port = o_.conventional->port;
-        // A distinct (CpIPAddr, CpPort) per transaction: 10.x.y.z / fd00::seq.
-        if (m.ipv == pm::Family::v4) {
-            m.cp_addr = pm::IpAddress::v4({10, static_cast<std::uint8_t>(seq >> 16),
-                                           static_cast<std::uint8_t>(seq >> 8),
-                                           static_cast<std::uint8_t>(seq)});
-        } else {
-            std::array<std::uint8_t, 16> b{0xfd};
-            for (int i = 0; i < 8; ++i) {
-                b[static_cast<std::size_t>(15 - i)] = static_cast<std::uint8_t>(seq >> (8 * i));
-            }
-            m.cp_addr = pm::IpAddress::v6(b);
-        }
-        m.cp_port = static_cast<std::uint16_t>(1024 + (seq >> 24) % 60000);
-        m.assoc_handle = (seq << kSlotBits) | slot;
+        const pm::Message m = bench::pm_request(*o_.conventional, seq, (seq << kSlotBits) | slot);
         id = m.assoc_handle;
         pm::encode(m, std::span<std::uint8_t, pm::kMessageSize>(out, pm::kMessageSize));
         return pm::kMessageSize;
