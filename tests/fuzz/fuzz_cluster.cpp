@@ -7,7 +7,7 @@
 // keep-alive and one snapshot at a time; a watch starts right
 // after the revision the replica holds; the merged services have unique
 // names and unique Conventional Addresses, at most kMaxSdpAddresses each,
-// none clashing with a static service; nothing is served when not fresh.
+// none clashing with a static service; only its own when not fresh.
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -57,6 +57,7 @@ struct Driver {
     std::int64_t revision = 0;  // what the fake etcd is at
     std::int64_t held = 0;      // the replica's revision as the driver knows it
     std::vector<pmd::Service> statics;
+    std::set<std::string> own_names;  // shareable registrations of set_own
 
     explicit Driver(pmd::cluster::Settings s) : replica(std::move(s)) {
         pmd::Service st;
@@ -98,9 +99,20 @@ struct Driver {
     }
 
     void check() {
+        // Liveness: without a timer, something must be outstanding, or the
+        // replica would never move again.
+        if (!replica.next_wakeup()) {
+            std::size_t keyed = 0;
+            for (const auto& [key, n] : puts_dels) {
+                keyed += static_cast<std::size_t>(n);
+            }
+            CHECK(grants + keepalives + snapshots + watches > 0 || keyed > 0);
+        }
         const auto services = replica.services(statics, now);
         if (!replica.fresh(now)) {
-            CHECK(services.empty());
+            for (const auto& svc : services) {  // only its own, first hand
+                CHECK(own_names.contains(svc.name));
+            }
         }
         std::set<std::string> names;
         std::set<std::pair<std::uint16_t, bool>> conventional;
@@ -139,6 +151,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 for (unsigned b = 0; b < 7; ++b) {
                     if (arg & (1u << b)) {
                         own.push_back(reg(b + (op >> 4)));
+                    }
+                }
+                d.own_names.clear();
+                for (const auto& r : own) {
+                    if (pmd::cluster::shareable(r)) {
+                        d.own_names.insert(r.service.name);
                     }
                 }
                 d.replica.set_own(own, d.now, out);

@@ -566,8 +566,8 @@ class FakeServer {
                 break;
             case Mode::watch_long_line:
                 c->out = stream_head() + chunk(created + "\n");
-                for (int i = 0; i < 20; ++i) {
-                    c->out += chunk(std::string(100 * 1024, 'x'));
+                for (int i = 0; i < 17; ++i) {  // beyond the 16 MiB bound
+                    c->out += chunk(std::string(1024 * 1024, 'x'));
                 }
                 break;
             case Mode::watch_ends:
