@@ -26,9 +26,10 @@
 enum { EXIT_ACCEPT = 0, EXIT_DENY = 1, EXIT_TIMEOUT = 2, EXIT_USAGE = 64 };
 
 static void usage(void) {
-    fprintf(stderr,
-            "usage: pm-resolve [--pmsp HOST:PORT[,HOST:PORT...]] [--deadline MS]\n"
-            "                  [--initial-timeout MS] [--retries N] AP_IP AP_PORT [CP_IP CP_PORT]\n");
+    fprintf(
+        stderr,
+        "usage: pm-resolve [--pmsp HOST:PORT[,HOST:PORT...]] [--deadline MS]\n"
+        "                  [--initial-timeout MS] [--retries N] AP_IP AP_PORT [CP_IP CP_PORT]\n");
 }
 
 static int parse_uint(const char* s, unsigned long max, unsigned long* out) {

@@ -88,17 +88,17 @@ enum pmc_kind {
 };
 
 typedef struct pmc_result {
-    size_t size;       /* sizeof(pmc_result), set by the caller */
-    int kind;          /* enum pmc_kind */
-    char sdp_ip[46];   /* accepted: SDP Address IP (text) */
-    uint16_t sdp_port; /* accepted: SDP Address port */
-    uint8_t pm_time;   /* accepted: PmTime */
-    int64_t cache_ms;  /* accepted: cache lifetime in ms; 0 single use; -1 permanent */
-    int from_cache;    /* 1 when answered from the cache */
-    uint32_t attempts; /* PMReq transmissions */
-    uint64_t rtt_us;   /* last PMReq -> reply, microseconds */
-    char pmsp[56];     /* PMSP that answered (else the last asked), "ip:port" / "[ip]:port" */
-    char reason[160];  /* human-readable detail */
+    size_t size;          /* sizeof(pmc_result), set by the caller */
+    int kind;             /* enum pmc_kind */
+    char sdp_ip[46];      /* accepted: SDP Address IP (text) */
+    uint16_t sdp_port;    /* accepted: SDP Address port */
+    uint8_t pm_time;      /* accepted: PmTime */
+    int64_t cache_ms;     /* accepted: cache lifetime in ms; 0 single use; -1 permanent */
+    int from_cache;       /* 1 when answered from the cache */
+    uint32_t attempts;    /* PMReq transmissions */
+    uint64_t rtt_us;      /* last PMReq -> reply, microseconds */
+    char pmsp[56];        /* PMSP that answered (else the last asked), "ip:port" / "[ip]:port" */
+    char reason[160];     /* human-readable detail */
     uint32_t pmsps_tried; /* appended: PMSPs asked (0 from the cache) */
 } pmc_result;
 
