@@ -18,6 +18,17 @@ bool member_char(char c) {
            c == '_' || c == '-';
 }
 
+// What the registration is as a key's value: another host's pid or lease
+// clock means nothing there; the owner's replica removes the key when
+// either ends.
+Registration shared_value(const Registration& r) {
+    Registration value = r;
+    value.process.reset();
+    value.lease.reset();
+    value.expires.reset();
+    return value;
+}
+
 }  // namespace
 
 bool is_valid_member(std::string_view member) {
@@ -149,13 +160,7 @@ void Replica::set_own(std::span<const Registration> own, TimePoint now, Actions&
         if (!shareable(r)) {
             continue;  // stays local: see shareable()
         }
-        Registration value = r;
-        // Another host's pid or lease clock means nothing here; the owner's
-        // replica removes the key when either ends.
-        value.process.reset();
-        value.lease.reset();
-        value.expires.reset();
-        next.emplace(key_of(settings_.prefix, r.service.name, settings_.member), std::move(value));
+        next.emplace(key_of(settings_.prefix, r.service.name, settings_.member), shared_value(r));
     }
     if (next == own_) {
         return;
@@ -575,11 +580,7 @@ std::optional<std::string> Replica::conflict(const Registration& r) const {
     // so it is not refused because of a later clashing entry).
     std::map<std::string, Registration> own = own_;
     const std::string key = key_of(settings_.prefix, r.service.name, settings_.member);
-    Registration candidate = r;
-    candidate.process.reset();
-    candidate.lease.reset();
-    candidate.expires.reset();
-    const Registration* mine = &(own[key] = candidate);
+    const Registration* mine = &(own[key] = shared_value(r));
     const Merged with = merge({}, own, true);
     if (std::find(with.left_out.begin(), with.left_out.end(), mine) == with.left_out.end()) {
         return std::nullopt;

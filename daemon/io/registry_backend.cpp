@@ -404,8 +404,7 @@ std::string default_member_name() {
         out.resize(64);
     }
     for (char& c : out) {
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-')) {
+        if (!cluster::is_valid_member(std::string_view(&c, 1))) {
             c = '-';
         }
     }

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "daemon/config/config.hpp"
+#include "load_text.hpp"
 
 namespace pmd {
 namespace {
@@ -14,23 +15,8 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-Config load_ok(const std::string& yaml) {
-    auto r = load_config_string(yaml, "t.yaml");
-    if (auto* e = std::get_if<ConfigError>(&r)) {
-        ADD_FAILURE() << e->to_string();
-        return Config::defaults();
-    }
-    return std::get<Config>(r);
-}
-
-std::string load_error(const std::string& yaml) {
-    auto r = load_config_string(yaml, "t.yaml");
-    if (auto* e = std::get_if<ConfigError>(&r)) {
-        return e->to_string();
-    }
-    ADD_FAILURE() << "expected an error for:\n" << yaml;
-    return "";
-}
+using testing_config::load_error;
+using testing_config::load_ok;
 
 TEST(RegistryConfig, DefaultIsLocal) {
     const Config c = load_ok("");
