@@ -30,6 +30,8 @@ cores=(
   sdp/engine
   sdp/iwarp
   sdp/soft
+  sdp/preload/rules.hpp
+  sdp/preload/rules.cpp
 )
 
 # What a core must not contain: an extended regex and the reason. (arpa/inet.h

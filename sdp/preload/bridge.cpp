@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sdp/preload/bridge.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "sdp/preload/state.hpp"
+
+namespace sdp::preload {
+namespace {
+
+constexpr std::size_t kChunk = 256 * 1024;
+
+// Every bridge that runs in this process.
+struct Registry {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::unordered_set<std::shared_ptr<Bridge>> live;
+};
+Registry& registry() {
+    static auto* r = new Registry;  // never destroyed: threads may outlive exit()
+    return *r;
+}
+
+}  // namespace
+
+std::shared_ptr<Bridge> Bridge::create(Stream stream, int* app_fd) {
+    int sp[2];
+    if (real().socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) {
+        return nullptr;
+    }
+    int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake < 0) {
+        const int e = errno;
+        real().close(sp[0]);
+        real().close(sp[1]);
+        errno = e;
+        return nullptr;
+    }
+    std::shared_ptr<Bridge> b(new Bridge);
+    b->stream_ = std::move(stream);
+    b->pump_fd_ = sp[1];
+    b->wake_fd_ = wake;
+    track_internal(sp[0]);  // until the program's descriptor takes it (install)
+    track_internal(sp[1]);
+    track_internal(wake);
+    *app_fd = sp[0];
+    return b;
+}
+
+Bridge::~Bridge() = default;
+
+void Bridge::start() {
+    {
+        auto& r = registry();
+        std::lock_guard lk(r.mu);
+        r.live.insert(shared_from_this());
+    }
+    ++counters().bridges_active;
+    auto self = shared_from_this();
+    std::thread([self] { self->rx_loop(); }).detach();
+    std::thread([self] { self->tx_loop(); }).detach();
+}
+
+bool Bridge::send_to_app(const std::uint8_t* p, std::size_t n, int flags) {
+    while (n > 0) {
+        ssize_t k = ::send(pump_fd_, p, n, flags | MSG_NOSIGNAL);
+        if (k < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return false;  // EPIPE: the program closed its end
+        }
+        p += k;
+        n -= static_cast<std::size_t>(k);
+    }
+    return true;
+}
+
+void Bridge::wake() {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(wake_fd_, &one, sizeof one);
+}
+
+// Peer -> program. read_some() stops at the urgent byte (9.5.3), which goes
+// to the program as MSG_OOB at the same place in the stream.
+void Bridge::rx_loop() {
+    mark_internal_thread();
+    std::vector<std::uint8_t> buf(kChunk);
+    End how = End::eof;
+    for (;;) {
+        std::error_code ec;
+        const std::size_t n = stream_.read_some(buf, ec);
+        if (n > 0) {
+            if (!send_to_app(buf.data(), n, 0)) {
+                how = End::app_gone;
+                break;
+            }
+            counters().bytes_from_peer += n;
+            continue;
+        }
+        if (!ec) {
+            ::shutdown(pump_fd_, SHUT_WR);  // the program reads end of stream
+            how = End::eof;
+        } else {
+            log(3, "connection ended: %s", ec.message().c_str());
+            how = End::reset;
+        }
+        break;
+    }
+    ended(true, how);
+}
+
+// Program -> peer.
+void Bridge::tx_loop() {
+    mark_internal_thread();
+    std::vector<std::uint8_t> buf(kChunk);
+    End how = End::eof;
+    bool exiting = false;
+    for (;;) {
+        pollfd p[2] = {{pump_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+        if (::poll(p, 2, -1) < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            how = End::reset;
+            break;
+        }
+        if (p[1].revents != 0) {
+            std::uint64_t v;
+            [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
+            std::lock_guard lk(mu_);
+            if (rx_ == End::reset) {
+                how = End::reset;
+                break;
+            }
+            exiting = exiting_;
+        }
+        if (p[0].revents == 0 && !exiting) {
+            continue;
+        }
+        ssize_t n = ::recv(pump_fd_, buf.data(), buf.size(), MSG_DONTWAIT);
+        if (n > 0) {
+            std::error_code ec;
+            stream_.write(std::span<const std::uint8_t>(buf.data(), static_cast<std::size_t>(n)),
+                          ec);
+            if (ec) {
+                log(3, "write to the peer failed: %s", ec.message().c_str());
+                how = End::reset;
+                break;
+            }
+            counters().bytes_to_peer += static_cast<std::uint64_t>(n);
+            continue;
+        }
+        if (n == 0 || exiting) {
+            // The program shut down writing or closed (or the process exits
+            // with everything written so far sent): DisConn after the data.
+            stream_.shutdown_write();
+            how = End::eof;
+            break;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+            continue;
+        }
+        how = End::reset;
+        break;
+    }
+    if (how == End::eof && !exiting) {
+        linger_after_tx_eof();
+    }
+    ended(false, how);
+}
+
+void Bridge::linger_after_tx_eof() {
+    const auto linger = stream_options(nullptr).linger;
+    for (;;) {
+        {
+            std::lock_guard lk(mu_);
+            if (rx_ != End::running || exiting_) {
+                return;
+            }
+        }
+        pollfd p[2] = {{pump_fd_, 0, 0}, {wake_fd_, POLLIN, 0}};
+        if (::poll(p, 2, -1) < 0 && errno != EINTR) {
+            return;
+        }
+        if (p[1].revents != 0) {
+            std::uint64_t v;
+            [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
+            continue;
+        }
+        if ((p[0].revents & (POLLHUP | POLLERR)) == 0) {
+            continue;
+        }
+        // The program closed its end while the peer may still send: as a
+        // TCP socket after close(), wait a linger time for the peer's
+        // DisConn, then end the receive side.
+        std::unique_lock lk(mu_);
+        if (cv_.wait_for(lk, linger, [&] { return rx_ != End::running; })) {
+            return;
+        }
+        lk.unlock();
+        log(3, "peer did not close within the linger time after the program closed");
+        ::shutdown(stream_.native_handle(), SHUT_RD);
+        return;
+    }
+}
+
+void Bridge::ended(bool rx, End how) {
+    {
+        std::lock_guard lk(mu_);
+        (rx ? rx_ : tx_) = how;
+        cv_.notify_all();
+        if ((rx ? tx_ : rx_) == End::running) {
+            if (rx) {
+                wake();  // the send side waits in poll()
+            }
+            return;
+        }
+    }
+    // Both sides ended: nobody else touches the stream now.
+    const bool reset = rx_ == End::reset || tx_ == End::reset || rx_ == End::app_gone;
+    if (reset) {
+        ++counters().bridges_reset;
+        stream_.abort();
+    } else {
+        stream_.close();
+    }
+    close_internal(pump_fd_);
+    close_internal(wake_fd_);
+    pump_fd_ = wake_fd_ = -1;
+    --counters().bridges_active;
+    write_stats();
+    auto& r = registry();
+    std::shared_ptr<Bridge> keep = shared_from_this();  // released after the lock
+    std::lock_guard lk(r.mu);
+    r.live.erase(keep);
+    r.cv.notify_all();
+}
+
+void Bridge::finish_all(std::chrono::milliseconds budget) {
+    auto& r = registry();
+    std::unique_lock lk(r.mu);
+    if (r.live.empty()) {
+        return;
+    }
+    for (const auto& b : r.live) {
+        std::lock_guard blk(b->mu_);
+        b->exiting_ = true;
+        b->cv_.notify_all();
+        b->wake();
+    }
+    r.cv.wait_for(lk, budget, [&] { return r.live.empty(); });
+}
+
+void Bridge::fork_prepare() {
+    registry().mu.lock();
+}
+void Bridge::fork_parent() {
+    registry().mu.unlock();
+}
+void Bridge::fork_child() {
+    auto& r = registry();
+    // The parent's bridges: their threads do not exist here and their
+    // streams belong to the parent. Leaked on purpose (destroying one would
+    // abort the parent's connection).
+    auto* leak = new std::unordered_set<std::shared_ptr<Bridge>>;
+    leak->swap(r.live);
+    r.mu.unlock();
+}
+
+}  // namespace sdp::preload

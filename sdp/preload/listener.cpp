@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sdp/preload/listener.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "pmclient/sockaddr.hpp"
+#include "sdp/preload/bridge.hpp"
+#include "sdp/preload/state.hpp"
+
+namespace sdp::preload {
+namespace {
+
+// Unclaimed connections per listener (the program is not calling accept()):
+// beyond it new SDP connections are aborted, as a full backlog drops SYNs.
+constexpr std::size_t kMaxPending = 128;
+constexpr auto kAcceptPoll = std::chrono::milliseconds(100);
+constexpr auto kDoorbellTimeout = std::chrono::milliseconds(2000);
+
+std::string service_name(const std::string& program, std::uint16_t port) {
+    std::string n;
+    for (char c : program) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        n += ok ? c : '_';
+        if (n.size() >= 40) {
+            break;
+        }
+    }
+    return "preload-" + (n.empty() ? std::string("prog") : n) + "-" + std::to_string(port);
+}
+
+}  // namespace
+
+std::shared_ptr<Listener> Listener::open(const pm::Endpoint& bound, bool sdp_only) {
+    InternalScope in;
+    std::shared_ptr<Listener> l(new Listener);
+    l->bound_ = bound;
+    l->sdp_only_ = sdp_only;
+    const bool v4 = bound.address.is_v4();
+    if (bound.address.is_unspecified()) {
+        l->doorbell_target_ =
+            pm::Endpoint{v4 ? pm::IpAddress::v4({127, 0, 0, 1})
+                            : pm::IpAddress::v6({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}),
+                         bound.port};
+    } else {
+        l->doorbell_target_ = bound;
+    }
+    const Settings& s = settings();
+    AcceptorOptions ao;
+    ao.stream = stream_options(nullptr);
+    ao.control_socket = s.control_socket;
+    ao.service_name = service_name(s.program, bound.port);
+    ao.conventional =
+        bound.address.is_unspecified() ? "*:" + std::to_string(bound.port) : bound.to_string();
+    const pm::Endpoint sdp_local{bound.address, 0};
+    if (auto ec = l->acceptor_.open(sdp_local, ao)) {
+        const std::string& why = !l->acceptor_.open_error().empty()
+                                     ? l->acceptor_.open_error()
+                                     : l->acceptor_.registration_error();
+        ++counters().register_failed;
+        log(1, "%s: no SDP for port %u: %s%s%s", s.program.c_str(), bound.port,
+            ec.message().c_str(), why.empty() ? "" : ": ", why.c_str());
+        // Registration refused or no sdp-pmd: without a mapping no client
+        // finds the SDP port, so the program keeps plain TCP.
+        return nullptr;
+    }
+    track_internal(l->acceptor_.native_handle());
+    log(2, "port %s: SDP at %s (service %s)", bound.to_string().c_str(),
+        l->acceptor_.local_endpoint().to_string().c_str(), ao.service_name.c_str());
+    ++counters().listen_sdp;
+    l->thread_ = std::thread([raw = l.get()] { raw->run(); });
+    return l;
+}
+
+Listener::~Listener() {
+    close();
+}
+
+void Listener::run() {
+    mark_internal_thread();
+    while (!stop_.load()) {
+        Stream s;
+        auto ec = acceptor_.accept(s, kAcceptPoll);
+        if (ec == std::errc::timed_out) {
+            continue;
+        }
+        if (ec) {
+            log(1, "SDP accept on %s failed: %s", bound_.to_string().c_str(), ec.message().c_str());
+            std::this_thread::sleep_for(kAcceptPoll);  // a broken listener: do not spin
+            continue;
+        }
+        ring(std::move(s));
+    }
+}
+
+void Listener::ring(Stream s) {
+    Pending p;
+    {
+        sockaddr_storage ss{};
+        socklen_t sl = sizeof ss;
+        if (real().getpeername(s.native_handle(), reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
+            p.peer = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl).value_or(pm::Endpoint{});
+        }
+        sl = sizeof ss;
+        if (real().getsockname(s.native_handle(), reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
+            p.local = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl).value_or(pm::Endpoint{});
+        }
+    }
+    {
+        std::lock_guard lk(mu_);
+        if (pending_.size() >= kMaxPending) {
+            log(1, "port %u: %zu SDP connections not accepted by the program; refusing",
+                bound_.port, pending_.size());
+            s.abort();
+            return;
+        }
+    }
+    p.bridge = Bridge::create(std::move(s), &p.app_fd);
+    if (!p.bridge) {
+        log(1, "socketpair: %s", std::strerror(errno));
+        return;
+    }
+    const int family = doorbell_target_.address.is_v4() ? AF_INET : AF_INET6;
+    int d = real().socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (d < 0) {
+        close_internal(p.app_fd);
+        p.bridge->start();  // sees the program's end closed and aborts
+        return;
+    }
+    track_internal(d);
+    sockaddr_storage from{};
+    socklen_t flen = sockaddr_of(pm::Endpoint{doorbell_target_.address, 0}, family, from);
+    sockaddr_storage got{};
+    socklen_t glen = sizeof got;
+    std::optional<pm::Endpoint> me;
+    if (::bind(d, reinterpret_cast<sockaddr*>(&from), flen) == 0 &&
+        real().getsockname(d, reinterpret_cast<sockaddr*>(&got), &glen) == 0) {
+        me = endpoint_of(reinterpret_cast<sockaddr*>(&got), glen);
+    }
+    p.doorbell_fd = d;
+    auto bridge = p.bridge;
+    const int app_fd = p.app_fd;
+    if (me) {
+        std::lock_guard lk(mu_);
+        pending_[*me] = p;
+    }
+    bridge->start();
+    const int err = me ? pm::connect_nonblocking(d, doorbell_target_, kDoorbellTimeout) : errno;
+    if (err != 0) {
+        log(1, "doorbell to %s failed: %s; SDP connection dropped",
+            doorbell_target_.to_string().c_str(), std::strerror(err));
+        bool mine = !me;
+        if (me) {
+            std::lock_guard lk(mu_);
+            mine = pending_.erase(*me) == 1;  // else the program claimed it meanwhile
+        }
+        if (mine) {
+            close_internal(d);
+            close_internal(app_fd);
+        }
+    }
+}
+
+std::optional<Listener::Claimed> Listener::claim(const pm::Endpoint& from) {
+    Pending p;
+    {
+        std::lock_guard lk(mu_);
+        auto it = pending_.find(from);
+        if (it == pending_.end()) {
+            return std::nullopt;
+        }
+        p = std::move(it->second);
+        pending_.erase(it);
+    }
+    close_internal(p.doorbell_fd);
+    return Claimed{p.app_fd, std::move(p.bridge), p.peer, p.local};
+}
+
+void Listener::close() {
+    if (stop_.exchange(true)) {
+        return;
+    }
+    if (thread_.joinable()) {
+        thread_.join();
+    }
+    InternalScope in;
+    acceptor_.close();  // unregisters; its socket leaves the table in close()
+    std::map<pm::Endpoint, Pending> left;
+    {
+        std::lock_guard lk(mu_);
+        left.swap(pending_);
+    }
+    for (auto& [ep, p] : left) {
+        close_internal(p.doorbell_fd);
+        close_internal(p.app_fd);  // the bridge sees its program end closed and ends
+    }
+}
+
+}  // namespace sdp::preload

@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: Apache-2.0
+// libsdp-preload.so: SDP for unmodified programs (docs/preload.md).
+//
+// The socket calls a program makes are interposed only where the choice of
+// transport is made or where the descriptor must look like a TCP socket:
+// socket, listen, connect, accept/accept4, close, dup/dup2/dup3,
+// fcntl(F_DUPFD*), getsockname/getpeername, getsockopt/setsockopt. Data
+// calls (read, write, send*, recv*, sendfile, poll, select, epoll, ioctl
+// FIONREAD/SIOCATMARK/FIONBIO, fcntl O_NONBLOCK, MSG_OOB, shutdown) reach
+// the kernel unchanged: an SDP connection's descriptor is one end of an
+// AF_UNIX socketpair whose other end a Bridge carries over SDP, so the
+// kernel itself makes them right.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+
+#include "sdp/preload/bridge.hpp"
+#include "sdp/preload/listener.hpp"
+#include "sdp/preload/state.hpp"
+
+using namespace sdp::preload;
+
+namespace {
+
+std::shared_ptr<Entry> entry_of(int fd, Entry::Kind kind) {
+    if (!fds().tracked(fd)) {
+        return nullptr;
+    }
+    auto e = fds().get(fd);
+    return e && e->kind == kind ? e : nullptr;
+}
+
+// The descriptor leaves the table (close, or the target of dup2): a
+// listener whose last descriptor in this process goes stops taking SDP
+// connections and unregisters.
+void forget(int fd) {
+    auto e = fds().take(fd);
+    if (e && e->kind == Entry::Kind::listener && e->listener && e.use_count() == 1) {
+        e->listener->close();
+    }
+}
+
+void copy_entry(int from, int to) {
+    if (to < 0 || from == to || !fds().tracked(from)) {
+        return;
+    }
+    if (auto e = fds().get(from)) {
+        if (e->kind == Entry::Kind::internal) {
+            track_internal(to);
+        } else {
+            fds().put(to, e);  // dups share the open file, so they share the entry
+        }
+    }
+}
+
+int errno_of(std::error_code ec) {
+    if (ec.category() == std::generic_category() || ec.category() == std::system_category()) {
+        return ec.value() != 0 ? ec.value() : ECONNREFUSED;
+    }
+    return ECONNREFUSED;
+}
+
+// The options a program set on a socket that carry over to its SDP
+// connection's TCP socket (keepalive, 14.3).
+void apply_tcp_options(const Entry& e, int tcp_fd) {
+    if (tcp_fd < 0 || !e.keepalive) {
+        return;
+    }
+    const int on = 1;
+    real().setsockopt(tcp_fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    real().setsockopt(tcp_fd, IPPROTO_TCP, TCP_KEEPIDLE, &e.keep_idle, sizeof e.keep_idle);
+    real().setsockopt(tcp_fd, IPPROTO_TCP, TCP_KEEPINTVL, &e.keep_intvl, sizeof e.keep_intvl);
+    real().setsockopt(tcp_fd, IPPROTO_TCP, TCP_KEEPCNT, &e.keep_cnt, sizeof e.keep_cnt);
+}
+
+// The stream's TCP socket (soft provider), or -1.
+int tcp_fd_of(const Entry& e) {
+    return e.bridge ? e.bridge->stream().native_handle() : -1;
+}
+
+// Puts the bridge's program end at `fd`, keeping the descriptor number,
+// its close-on-exec flag and O_NONBLOCK.
+bool install(int fd, int app_end, bool cloexec, bool nonblock) {
+    if (real().dup3(app_end, fd, cloexec ? O_CLOEXEC : 0) < 0) {
+        return false;
+    }
+    close_internal(app_end);
+    if (nonblock) {
+        const int fl = real().fcntl(fd, F_GETFL);
+        real().fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    }
+    return true;
+}
+
+void set_local(Entry& e, int tcp_fd) {
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof ss;
+    std::optional<pm::Endpoint> ep;
+    if (tcp_fd >= 0 && real().getsockname(tcp_fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
+        ep = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl);
+    }
+    e.local_len = sockaddr_of(ep.value_or(pm::Endpoint{}), e.family, e.local);
+}
+
+int sdp_connect(int fd, const std::shared_ptr<Entry>& cand, const pm::Endpoint& dest,
+                const sockaddr* addr, socklen_t len, const Decision& d) {
+    const Settings& s = settings();
+    sdp::Stream st;
+    std::error_code ec;
+    {
+        InternalScope in;
+        ec = st.connect(dest, stream_options(cand.get()));
+    }
+    if (!ec && st.used() == sdp::Transport::sdp) {
+        InternalScope in;
+        const int fdfl = real().fcntl(fd, F_GETFD);
+        const int fl = real().fcntl(fd, F_GETFL);
+        const std::string provider = st.info().provider;
+        int app = -1;
+        auto bridge = sdp::preload::Bridge::create(std::move(st), &app);
+        if (bridge && install(fd, app, (fdfl & FD_CLOEXEC) != 0, (fl & O_NONBLOCK) != 0)) {
+            auto e = std::make_shared<Entry>(*cand);
+            e->kind = Entry::Kind::sdp;
+            e->bridge = bridge;
+            std::memcpy(&e->peer, addr, std::min<std::size_t>(len, sizeof e->peer));
+            e->peer_len = std::min<socklen_t>(len, sizeof e->peer);
+            set_local(*e, tcp_fd_of(*e));
+            apply_tcp_options(*e, tcp_fd_of(*e));
+            fds().put(fd, e);
+            bridge->start();
+            ++counters().connect_sdp;
+            log(2, "connect %s: SDP (%s)", dest.to_string().c_str(), provider.c_str());
+            write_stats();
+            return 0;
+        }
+        const int err = errno;
+        close_internal(app);  // the bridge, never started, goes with it
+        log(1, "connect %s: cannot set up the SDP descriptor: %s", dest.to_string().c_str(),
+            std::strerror(err));
+        ++counters().connect_failed;
+        errno = err;
+        return -1;
+    }
+    const std::string why =
+        ec ? ec.message() + (st.info().reason.empty() ? "" : ": ") + st.info().reason : "not SDP";
+    if (d.use == Use::sdp) {
+        ++counters().connect_failed;
+        log(1, "connect %s: SDP failed (rule line %d: sdp only): %s", dest.to_string().c_str(),
+            d.line, why.c_str());
+        write_stats();
+        errno = errno_of(ec);
+        return -1;
+    }
+    ++counters().connect_fallback;
+    log(2, "connect %s: TCP (%s)", dest.to_string().c_str(), why.c_str());
+    fds().take(fd);
+    write_stats();
+    (void)s;
+    return real().connect(fd, addr, len);
+}
+
+}  // namespace
+
+#define SDP_EXPORT extern "C" __attribute__((visibility("default")))
+
+SDP_EXPORT int socket(int domain, int type, int protocol) {
+    const int fd = real().socket(domain, type, protocol);
+    if (fd < 0) {
+        return fd;
+    }
+    if (internal_call()) {
+        track_internal(fd);
+        return fd;
+    }
+    if ((domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
+        (protocol == 0 || protocol == IPPROTO_TCP) && !settings().rules_broken) {
+        auto e = std::make_shared<Entry>();
+        e->family = domain;
+        fds().put(fd, std::move(e));
+    }
+    return fd;
+}
+
+SDP_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
+    auto e = internal_call() ? nullptr : entry_of(fd, Entry::Kind::candidate);
+    auto dest = e ? endpoint_of(addr, len) : std::nullopt;
+    if (!dest || dest->port == 0) {
+        return real().connect(fd, addr, len);
+    }
+    const Settings& s = settings();
+    const Decision d = decide(s.rules, Side::client, s.program, dest->address, dest->port);
+    if (d.use == Use::tcp) {
+        fds().take(fd);
+        ++counters().connect_tcp_rule;
+        log(3, "connect %s: TCP (rule line %d)", dest->to_string().c_str(), d.line);
+        return real().connect(fd, addr, len);
+    }
+    return sdp_connect(fd, e, *dest, addr, len, d);
+}
+
+SDP_EXPORT int listen(int fd, int backlog) {
+    const int r = real().listen(fd, backlog);
+    auto e = r != 0 || internal_call() ? nullptr : entry_of(fd, Entry::Kind::candidate);
+    if (!e) {
+        return r;
+    }
+    const int saved = errno;
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof ss;
+    std::optional<pm::Endpoint> bound;
+    if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
+        bound = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl);
+    }
+    if (!bound) {
+        fds().take(fd);
+        return r;
+    }
+    const Settings& s = settings();
+    const Decision d = decide(s.rules, Side::server, s.program, bound->address, bound->port);
+    std::shared_ptr<Listener> l;
+    if (d.use == Use::tcp) {
+        ++counters().listen_tcp_rule;
+        log(3, "listen %s: TCP (rule line %d)", bound->to_string().c_str(), d.line);
+    } else {
+        l = Listener::open(*bound, d.use == Use::sdp);
+    }
+    if (!l) {
+        fds().take(fd);
+    } else {
+        auto ne = std::make_shared<Entry>(*e);
+        ne->kind = Entry::Kind::listener;
+        ne->listener = std::move(l);
+        fds().put(fd, std::move(ne));
+    }
+    write_stats();
+    errno = saved;
+    return r;
+}
+
+SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
+    auto e = internal_call() ? nullptr : entry_of(fd, Entry::Kind::listener);
+    if (!e || !e->listener) {
+        const int r = real().accept4(fd, addr, len, flags);
+        if (r >= 0 && internal_call()) {
+            track_internal(r);
+        }
+        return r;
+    }
+    for (;;) {
+        sockaddr_storage ss{};
+        socklen_t sl = sizeof ss;
+        const int nfd = real().accept4(fd, reinterpret_cast<sockaddr*>(&ss), &sl, flags);
+        if (nfd < 0) {
+            return nfd;
+        }
+        auto from = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl);
+        auto c = from ? e->listener->claim(*from) : std::nullopt;
+        if (c) {
+            InternalScope in;
+            if (!install(nfd, c->app_fd, (flags & SOCK_CLOEXEC) != 0,
+                         (flags & SOCK_NONBLOCK) != 0)) {
+                const int err = errno;
+                close_internal(c->app_fd);
+                real().close(nfd);
+                errno = err;
+                return -1;
+            }
+            auto ne = std::make_shared<Entry>();
+            ne->kind = Entry::Kind::sdp;
+            ne->family = e->family;
+            ne->bridge = c->bridge;
+            ne->peer_len = sockaddr_of(c->peer, e->family, ne->peer);
+            ne->local_len = sockaddr_of(c->local, e->family, ne->local);
+            fds().put(nfd, ne);
+            ++counters().accept_sdp;
+            log(2, "accept: SDP from %s", c->peer.to_string().c_str());
+            copy_out(ne->peer, ne->peer_len, addr, len);
+            write_stats();
+            return nfd;
+        }
+        if (e->listener->sdp_only()) {
+            // `use sdp server`: TCP connections are refused (closed).
+            ++counters().accept_tcp_refused;
+            real().close(nfd);
+            continue;  // a non-blocking listener returns EAGAIN from accept4
+        }
+        ++counters().accept_tcp;
+        copy_out(ss, sl, addr, len);
+        return nfd;
+    }
+}
+
+SDP_EXPORT int accept(int fd, sockaddr* addr, socklen_t* len) {
+    return accept4(fd, addr, len, 0);
+}
+
+SDP_EXPORT int close(int fd) {
+    if (fds().tracked(fd)) {
+        forget(fd);
+    }
+    return real().close(fd);
+}
+
+SDP_EXPORT int dup(int fd) {
+    const int r = real().dup(fd);
+    copy_entry(fd, r);
+    return r;
+}
+
+SDP_EXPORT int dup2(int fd, int fd2) {
+    if (fd != fd2 && fds().tracked(fd2) && real().fcntl(fd, F_GETFD) >= 0) {
+        forget(fd2);
+    }
+    const int r = real().dup2(fd, fd2);
+    copy_entry(fd, r);
+    return r;
+}
+
+SDP_EXPORT int dup3(int fd, int fd2, int flags) {
+    if (fd != fd2 && fds().tracked(fd2) && real().fcntl(fd, F_GETFD) >= 0) {
+        forget(fd2);
+    }
+    const int r = real().dup3(fd, fd2, flags);
+    copy_entry(fd, r);
+    return r;
+}
+
+namespace {
+int fcntl_common(int (*fn)(int, int, ...), int fd, int cmd, va_list ap) {
+    void* arg = va_arg(ap, void*);
+    const int r = fn(fd, cmd, arg);
+    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
+        copy_entry(fd, r);
+    }
+    return r;
+}
+}  // namespace
+
+SDP_EXPORT int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    const int r = fcntl_common(real().fcntl, fd, cmd, ap);
+    va_end(ap);
+    return r;
+}
+
+SDP_EXPORT int fcntl64(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    const int r = fcntl_common(real().fcntl64, fd, cmd, ap);
+    va_end(ap);
+    return r;
+}
+
+SDP_EXPORT int getsockname(int fd, sockaddr* addr, socklen_t* len) {
+    if (auto e = entry_of(fd, Entry::Kind::sdp)) {
+        if (addr == nullptr || len == nullptr) {
+            errno = EFAULT;
+            return -1;
+        }
+        copy_out(e->local, e->local_len, addr, len);
+        return 0;
+    }
+    return real().getsockname(fd, addr, len);
+}
+
+SDP_EXPORT int getpeername(int fd, sockaddr* addr, socklen_t* len) {
+    if (auto e = entry_of(fd, Entry::Kind::sdp)) {
+        if (addr == nullptr || len == nullptr) {
+            errno = EFAULT;
+            return -1;
+        }
+        copy_out(e->peer, e->peer_len, addr, len);
+        return 0;
+    }
+    return real().getpeername(fd, addr, len);
+}
+
+namespace {
+
+bool int_arg(const void* val, socklen_t len, int& out) {
+    if (val == nullptr || len < static_cast<socklen_t>(sizeof(int))) {
+        return false;
+    }
+    std::memcpy(&out, val, sizeof out);
+    return true;
+}
+
+int put_int(void* val, socklen_t* len, int v) {
+    if (val == nullptr || len == nullptr || *len < static_cast<socklen_t>(sizeof(int))) {
+        errno = EINVAL;
+        return -1;
+    }
+    std::memcpy(val, &v, sizeof v);
+    *len = sizeof v;
+    return 0;
+}
+
+// The TCP-level options the library keeps for the program (read back by
+// getsockopt(); keepalive also reaches the SDP connection's TCP socket).
+bool kept_option(int level, int name) {
+    return (level == SOL_SOCKET && name == SO_KEEPALIVE) ||
+           (level == IPPROTO_TCP && (name == TCP_NODELAY || name == TCP_KEEPIDLE ||
+                                     name == TCP_KEEPINTVL || name == TCP_KEEPCNT));
+}
+
+void keep_option(Entry& e, int level, int name, int v) {
+    std::lock_guard lk(fds().mutex());
+    if (level == SOL_SOCKET) {
+        e.keepalive = v != 0;
+    } else if (name == TCP_NODELAY) {
+        e.nodelay = v != 0;
+    } else if (name == TCP_KEEPIDLE) {
+        e.keep_idle = v;
+    } else if (name == TCP_KEEPINTVL) {
+        e.keep_intvl = v;
+    } else if (name == TCP_KEEPCNT) {
+        e.keep_cnt = v;
+    }
+}
+
+}  // namespace
+
+SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
+    auto e = internal_call() || !fds().tracked(fd) ? nullptr : fds().get(fd);
+    if (!e || e->kind == Entry::Kind::internal) {
+        return real().setsockopt(fd, level, name, val, len);
+    }
+    int v = 0;
+    const bool kept = kept_option(level, name);
+    if (kept && !int_arg(val, len, v)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (e->kind != Entry::Kind::sdp) {
+        // Not an SDP connection (yet): the kernel socket takes it, and the
+        // kept options carry over to an SDP connection made from it.
+        const int r = real().setsockopt(fd, level, name, val, len);
+        if (r == 0 && kept) {
+            keep_option(*e, level, name, v);
+        }
+        return r;
+    }
+    if (level == IPPROTO_IP || level == IPPROTO_IPV6) {
+        return 0;  // TOS, TTL, V6ONLY...: the SDP connection's TCP socket keeps its own
+    }
+    if (level != IPPROTO_TCP && !kept) {
+        return real().setsockopt(fd, level, name, val, len);  // SO_RCVBUF, SO_LINGER...
+    }
+    if (kept) {
+        keep_option(*e, level, name, v);
+    }
+    InternalScope in;
+    const int tcp = tcp_fd_of(*e);
+    if (tcp < 0 || name == TCP_NODELAY) {
+        return 0;  // SDP frames its own messages; no TCP socket to set (rdma)
+    }
+    // 14.3: keepalive is the TCP keepalive timer of the LLP; other TCP
+    // options (TCP_USER_TIMEOUT...) apply to it as well.
+    return real().setsockopt(tcp, level, name, val, len);
+}
+
+SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
+    auto e = internal_call() ? nullptr : entry_of(fd, Entry::Kind::sdp);
+    if (!e) {
+        return real().getsockopt(fd, level, name, val, len);
+    }
+    if (level == SOL_SOCKET) {
+        switch (name) {
+            case SO_DOMAIN:
+                return put_int(val, len, e->family);
+            case SO_PROTOCOL:
+                return put_int(val, len, IPPROTO_TCP);
+            case SO_KEEPALIVE:
+                return put_int(val, len, e->keepalive ? 1 : 0);
+            default:
+                return real().getsockopt(fd, level, name, val, len);
+        }
+    }
+    if (level == IPPROTO_TCP) {
+        switch (name) {
+            case TCP_NODELAY:
+                return put_int(val, len, e->nodelay ? 1 : 0);
+            case TCP_KEEPIDLE:
+                return put_int(val, len, e->keep_idle);
+            case TCP_KEEPINTVL:
+                return put_int(val, len, e->keep_intvl);
+            case TCP_KEEPCNT:
+                return put_int(val, len, e->keep_cnt);
+            default:
+                break;
+        }
+    }
+    const int tcp = tcp_fd_of(*e);
+    if (tcp >= 0 && (level == IPPROTO_TCP || level == IPPROTO_IP || level == IPPROTO_IPV6)) {
+        return real().getsockopt(tcp, level, name, val, len);  // TCP_INFO, TCP_MAXSEG, IP_TOS...
+    }
+    errno = ENOPROTOOPT;
+    return -1;
+}
+
+// --- process life ---------------------------------------------------------------
+
+namespace {
+
+void fork_prepare() {
+    Bridge::fork_prepare();
+    fds().mutex().lock();
+}
+void fork_parent() {
+    fds().mutex().unlock();
+    Bridge::fork_parent();
+}
+void fork_child() {
+    fds().after_fork_child();
+    fds().mutex().unlock();
+    Bridge::fork_child();
+}
+
+__attribute__((constructor)) void preload_init() {
+    (void)real();
+    (void)settings();  // a bad rule file is reported at the program's start
+    ::pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+// exit(): what the program wrote goes out and each connection closes with
+// DisConn, within SDP_PRELOAD_EXIT_LINGER_MS in total.
+__attribute__((destructor)) void preload_fini() {
+    Bridge::finish_all(settings().exit_linger);
+    write_stats();
+}
+
+}  // namespace

@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sdp/preload/state.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "pmclient/sockaddr.hpp"
+#include "sdp/preload/bridge.hpp"
+#include "sdp/preload/listener.hpp"
+
+namespace sdp::preload {
+namespace {
+
+thread_local int tl_internal __attribute__((tls_model("initial-exec"))) = 0;
+
+template <typename F>
+F resolve(const char* name) {
+    void* p = ::dlsym(RTLD_NEXT, name);
+    return reinterpret_cast<F>(p);
+}
+
+std::string env_or(const char* name, const std::string& dflt) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' ? std::string(v) : dflt;
+}
+
+int log_level_of(const std::string& v) {
+    if (v.empty() || v == "0" || v == "off") {
+        return 0;
+    }
+    if (v == "1" || v == "error") {
+        return 1;
+    }
+    if (v == "2" || v == "info") {
+        return 2;
+    }
+    return 3;  // "3", "debug", anything else asked for detail
+}
+
+int log_fd() {
+    static int fd = [] {
+        const char* f = std::getenv("SDP_PRELOAD_LOG_FILE");
+        if (f == nullptr || *f == '\0') {
+            return 2;
+        }
+        InternalScope in;
+        int d = ::open(f, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        return d < 0 ? 2 : d;
+    }();
+    return fd;
+}
+
+Settings load_settings() {
+    InternalScope in;
+    Settings s;
+    s.log_level = log_level_of(env_or("SDP_PRELOAD_LOG", ""));
+    s.stats_file = env_or("SDP_PRELOAD_STATS", "");
+    s.control_socket =
+        env_or("SDP_PRELOAD_CONTROL", env_or("SDP_PMD_SOCKET", "/run/sdp-pmd/control.sock"));
+    s.config_file = env_or("SDP_PRELOAD_CONFIG", "/etc/sdp/libsdp.conf");
+    s.program = program_invocation_short_name != nullptr ? program_invocation_short_name : "";
+    if (auto p = parse_provider(env_or("SDP_PRELOAD_PROVIDER", "soft"))) {
+        s.provider = *p;
+    }
+    if (const char* v = std::getenv("SDP_PRELOAD_EXIT_LINGER_MS"); v != nullptr) {
+        s.exit_linger = std::chrono::milliseconds(std::clamp(std::atol(v), 0L, 60000L));
+    }
+    int fd = ::open(s.config_file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno != ENOENT) {
+            s.rules_broken = true;
+            std::fprintf(stderr, "libsdp-preload: %s: %s; using plain TCP\n", s.config_file.c_str(),
+                         std::strerror(errno));
+        }
+        return s;  // no file: `both` for everything
+    }
+    std::string text;
+    char chunk[4096];
+    for (;;) {
+        ssize_t n = ::read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0 || text.size() > kMaxFileSize) {
+            break;  // parse_rules() reports a file that is too large
+        }
+        text.append(chunk, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    auto r = parse_rules(text);
+    if (r.error) {
+        s.rules_broken = true;
+        std::fprintf(stderr, "libsdp-preload: %s:%d: %s; using plain TCP\n", s.config_file.c_str(),
+                     r.error->line, r.error->message.c_str());
+    } else {
+        s.rules = std::move(r.rules);
+    }
+    return s;
+}
+
+}  // namespace
+
+const Real& real() {
+    static const Real r = [] {
+        Real x{};
+        x.socket = resolve<decltype(x.socket)>("socket");
+        x.socketpair = resolve<decltype(x.socketpair)>("socketpair");
+        x.connect = resolve<decltype(x.connect)>("connect");
+        x.listen = resolve<decltype(x.listen)>("listen");
+        x.accept = resolve<decltype(x.accept)>("accept");
+        x.accept4 = resolve<decltype(x.accept4)>("accept4");
+        x.close = resolve<decltype(x.close)>("close");
+        x.dup = resolve<decltype(x.dup)>("dup");
+        x.dup2 = resolve<decltype(x.dup2)>("dup2");
+        x.dup3 = resolve<decltype(x.dup3)>("dup3");
+        x.fcntl = resolve<decltype(x.fcntl)>("fcntl");
+        x.fcntl64 = resolve<decltype(x.fcntl64)>("fcntl64");
+        if (x.fcntl64 == nullptr) {
+            x.fcntl64 = x.fcntl;
+        }
+        x.getsockname = resolve<decltype(x.getsockname)>("getsockname");
+        x.getpeername = resolve<decltype(x.getpeername)>("getpeername");
+        x.getsockopt = resolve<decltype(x.getsockopt)>("getsockopt");
+        x.setsockopt = resolve<decltype(x.setsockopt)>("setsockopt");
+        return x;
+    }();
+    return r;
+}
+
+InternalScope::InternalScope() {
+    ++tl_internal;
+}
+InternalScope::~InternalScope() {
+    --tl_internal;
+}
+bool internal_call() {
+    return tl_internal > 0;
+}
+void mark_internal_thread() {
+    tl_internal = 1;
+}
+
+// --- descriptor table ---------------------------------------------------------
+
+bool FdTable::tracked(int fd) const {
+    if (fd < 0 || fd >= kMaxFd) {
+        return false;
+    }
+    return (bits_[fd / 64].load(std::memory_order_acquire) >> (fd % 64)) & 1u;
+}
+
+std::shared_ptr<Entry> FdTable::get(int fd) {
+    if (!tracked(fd)) {
+        return nullptr;
+    }
+    std::lock_guard lk(mu_);
+    auto it = map_.find(fd);
+    return it == map_.end() ? nullptr : it->second;
+}
+
+void FdTable::put(int fd, std::shared_ptr<Entry> e) {
+    if (fd < 0 || fd >= kMaxFd) {
+        return;  // beyond the table: plain TCP (docs/preload.md, "Limits")
+    }
+    std::lock_guard lk(mu_);
+    map_[fd] = std::move(e);
+    bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
+}
+
+std::shared_ptr<Entry> FdTable::take(int fd) {
+    if (!tracked(fd)) {
+        return nullptr;
+    }
+    std::lock_guard lk(mu_);
+    bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+    auto it = map_.find(fd);
+    if (it == map_.end()) {
+        return nullptr;
+    }
+    auto e = std::move(it->second);
+    map_.erase(it);
+    return e;
+}
+
+void FdTable::after_fork_child() {
+    // Called with mu_ held by this (the only) thread since the prepare
+    // handler. Only plain containers and close(2) here.
+    auto* leak = new std::vector<std::shared_ptr<void>>;
+    for (auto it = map_.begin(); it != map_.end();) {
+        Entry& e = *it->second;
+        if (e.kind == Entry::Kind::internal) {
+            real().close(it->first);
+            bits_[it->first / 64].fetch_and(~(std::uint64_t{1} << (it->first % 64)));
+            leak->push_back(std::move(it->second));
+            it = map_.erase(it);
+            continue;
+        }
+        if (e.bridge) {
+            leak->push_back(std::move(e.bridge));
+        }
+        if (e.listener) {
+            leak->push_back(std::move(e.listener));
+            e.kind = Entry::Kind::candidate;  // the parent takes its SDP connections
+        }
+        ++it;
+    }
+}
+
+FdTable& fds() {
+    static auto* t = new FdTable;  // never destroyed: used until the last close()
+    return *t;
+}
+
+void track_internal(int fd) {
+    auto e = std::make_shared<Entry>();
+    e->kind = Entry::Kind::internal;
+    fds().put(fd, std::move(e));
+}
+
+void close_internal(int fd) {
+    if (fd >= 0) {
+        fds().take(fd);
+        real().close(fd);
+    }
+}
+
+// --- settings, logging, counters ---------------------------------------------
+
+const Settings& settings() {
+    static const Settings* s = new Settings(load_settings());
+    return *s;
+}
+
+void log(int level, const char* fmt, ...) {
+    if (settings().log_level < level) {
+        return;
+    }
+    char buf[1024];
+    int n = std::snprintf(buf, sizeof buf, "libsdp-preload[%d] %s: ", static_cast<int>(::getpid()),
+                          settings().program.c_str());
+    va_list ap;
+    va_start(ap, fmt);
+    int m = std::vsnprintf(buf + n, sizeof buf - static_cast<std::size_t>(n) - 1, fmt, ap);
+    va_end(ap);
+    std::size_t len = std::min(sizeof buf - 2, static_cast<std::size_t>(n + std::max(m, 0)));
+    buf[len++] = '\n';
+    [[maybe_unused]] auto w = ::write(log_fd(), buf, len);
+}
+
+Counters& counters() {
+    static auto* c = new Counters;
+    return *c;
+}
+
+void write_stats() {
+    const std::string& path = settings().stats_file;
+    if (path.empty()) {
+        return;
+    }
+    InternalScope in;
+    static std::mutex mu;
+    std::lock_guard lk(mu);
+    const Counters& c = counters();
+    std::ostringstream o;
+    o << "{\"pid\":" << ::getpid() << ",\"program\":\"" << settings().program << "\""
+      << ",\"rules\":\"" << (settings().rules_broken ? "broken" : "ok") << "\""
+      << ",\"connect_sdp\":" << c.connect_sdp << ",\"connect_tcp_rule\":" << c.connect_tcp_rule
+      << ",\"connect_fallback\":" << c.connect_fallback
+      << ",\"connect_failed\":" << c.connect_failed << ",\"listen_sdp\":" << c.listen_sdp
+      << ",\"listen_tcp_rule\":" << c.listen_tcp_rule
+      << ",\"register_failed\":" << c.register_failed << ",\"accept_sdp\":" << c.accept_sdp
+      << ",\"accept_tcp\":" << c.accept_tcp << ",\"accept_tcp_refused\":" << c.accept_tcp_refused
+      << ",\"bridges_active\":" << c.bridges_active << ",\"bridges_reset\":" << c.bridges_reset
+      << ",\"bytes_to_peer\":" << c.bytes_to_peer << ",\"bytes_from_peer\":" << c.bytes_from_peer
+      << ",\"oob_to_peer\":" << c.oob_to_peer << ",\"oob_from_peer\":" << c.oob_from_peer << "}\n";
+    // "%p" in the path becomes the process id (several processes may share
+    // the variable); the file is replaced atomically.
+    std::string final_path = path;
+    if (auto at = final_path.find("%p"); at != std::string::npos) {
+        final_path.replace(at, 2, std::to_string(::getpid()));
+    }
+    const std::string tmp = final_path + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        return;
+    }
+    const std::string text = o.str();
+    [[maybe_unused]] auto w = ::write(fd, text.data(), text.size());
+    ::close(fd);
+    ::rename(tmp.c_str(), final_path.c_str());
+}
+
+StreamOptions stream_options(const Entry* e) {
+    StreamOptions o;
+    o.iwarp_provider = settings().provider;
+    o.fallback = false;  // the library falls back itself, on the program's own socket
+    (void)e;
+    return o;
+}
+
+// --- addresses ----------------------------------------------------------------
+
+std::optional<pm::Endpoint> endpoint_of(const sockaddr* sa, socklen_t len) {
+    if (sa == nullptr || len < static_cast<socklen_t>(sizeof(sa_family_t)) ||
+        (sa->sa_family == AF_INET && len < static_cast<socklen_t>(sizeof(sockaddr_in))) ||
+        (sa->sa_family == AF_INET6 && len < static_cast<socklen_t>(sizeof(sockaddr_in6))) ||
+        (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) {
+        return std::nullopt;
+    }
+    sockaddr_storage ss{};
+    std::memcpy(&ss, sa, std::min<std::size_t>(len, sizeof ss));
+    return pm::from_sockaddr(ss);
+}
+
+socklen_t sockaddr_of(const pm::Endpoint& ep, int family, sockaddr_storage& out) {
+    if (family == AF_INET6 && ep.address.is_v4()) {
+        std::array<std::uint8_t, 16> b{};
+        b[10] = b[11] = 0xff;
+        std::memcpy(b.data() + 12, ep.address.bytes().data(), 4);
+        return pm::to_sockaddr(pm::Endpoint{pm::IpAddress::v6(b), ep.port}, out);
+    }
+    return pm::to_sockaddr(ep, out);
+}
+
+void copy_out(const sockaddr_storage& ss, socklen_t ss_len, sockaddr* addr, socklen_t* len) {
+    if (addr == nullptr || len == nullptr) {
+        return;
+    }
+    const auto n = std::min(*len, ss_len);
+    std::memcpy(addr, &ss, static_cast<std::size_t>(n));
+    *len = ss_len;
+}
+
+}  // namespace sdp::preload

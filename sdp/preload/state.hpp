@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// The preload library's process state: the real libc functions, the table of
+// descriptors it knows, logging and counters (docs/preload.md, "How it
+// works"). Only preload.cpp, bridge.cpp and listener.cpp include this.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "pmclient/address.hpp"
+#include "sdp/preload/rules.hpp"
+#include "sdp/stream.hpp"
+
+namespace sdp::preload {
+
+// The libc functions behind ours (dlsym(RTLD_NEXT)), resolved once.
+struct Real {
+    int (*socket)(int, int, int);
+    int (*socketpair)(int, int, int, int*);
+    int (*connect)(int, const sockaddr*, socklen_t);
+    int (*listen)(int, int);
+    int (*accept)(int, sockaddr*, socklen_t*);
+    int (*accept4)(int, sockaddr*, socklen_t*, int);
+    int (*close)(int);
+    int (*dup)(int);
+    int (*dup2)(int, int);
+    int (*dup3)(int, int, int);
+    int (*fcntl)(int, int, ...);
+    int (*fcntl64)(int, int, ...);
+    int (*getsockname)(int, sockaddr*, socklen_t*);
+    int (*getpeername)(int, sockaddr*, socklen_t*);
+    int (*getsockopt)(int, int, int, void*, socklen_t*);
+    int (*setsockopt)(int, int, int, const void*, socklen_t);
+};
+const Real& real();
+
+// Calls made by the library itself (its threads, and the SDP/Port Mapper
+// code it runs inside an interposed call) reach libc unchanged; only what
+// they create is remembered, to be closed in a forked child.
+struct InternalScope {
+    InternalScope();
+    ~InternalScope();
+    InternalScope(const InternalScope&) = delete;
+    InternalScope& operator=(const InternalScope&) = delete;
+};
+bool internal_call();
+// Marks the calling thread as the library's for its whole life.
+void mark_internal_thread();
+
+class Bridge;
+class Listener;
+
+// What the library knows of a descriptor.
+struct Entry {
+    enum class Kind : std::uint8_t {
+        candidate,  // an AF_INET/AF_INET6 stream socket the program made, not yet connected
+        sdp,        // the program's end of a bridged SDP connection
+        listener,   // a listening socket that also takes SDP connections
+        internal,   // the library's own (closed in a forked child)
+    };
+    Kind kind = Kind::candidate;
+    int family = AF_INET;
+    // Socket options the program set that carry over to the SDP stream.
+    bool keepalive = false;
+    int keep_idle = 7200, keep_intvl = 75, keep_cnt = 9;
+    bool nodelay = false;
+    // sdp: the addresses getsockname()/getpeername() report.
+    sockaddr_storage local{};
+    socklen_t local_len = 0;
+    sockaddr_storage peer{};
+    socklen_t peer_len = 0;
+    std::optional<pm::Endpoint> bound;  // candidate/listener: bind()
+    std::shared_ptr<Bridge> bridge;     // sdp, in the process that runs it
+    std::shared_ptr<Listener> listener;
+};
+
+// The descriptor table. Lookups for untracked descriptors cost one atomic
+// load (close() and dup() are called for every descriptor of the program).
+class FdTable {
+  public:
+    static constexpr int kMaxFd = 1 << 16;
+    bool tracked(int fd) const;
+    std::shared_ptr<Entry> get(int fd);
+    void put(int fd, std::shared_ptr<Entry> e);
+    // Drops fd; returns what it held.
+    std::shared_ptr<Entry> take(int fd);
+    // fork(): the child keeps the program's descriptors and closes the
+    // library's (sockets, socketpair ends and listeners of the parent's
+    // bridges, which live on in the parent only).
+    void after_fork_child();
+    std::mutex& mutex() { return mu_; }
+
+  private:
+    std::atomic<std::uint64_t> bits_[kMaxFd / 64]{};
+    std::mutex mu_;
+    std::unordered_map<int, std::shared_ptr<Entry>> map_;
+};
+FdTable& fds();
+
+// Remembers a descriptor the library made (closed in a forked child).
+void track_internal(int fd);
+// Forgets and closes one.
+void close_internal(int fd);
+
+// --- configuration (environment, read once) --------------------------------
+struct Settings {
+    int log_level = 0;                   // SDP_PRELOAD_LOG: 0 off, 1 error, 2 info, 3 debug
+    std::string stats_file;              // SDP_PRELOAD_STATS
+    std::string control_socket;          // SDP_PRELOAD_CONTROL / SDP_PMD_SOCKET / default
+    std::string config_file;             // SDP_PRELOAD_CONFIG / /etc/sdp/libsdp.conf
+    std::string program;                 // the program's short name
+    Provider provider = Provider::soft;  // SDP_PRELOAD_PROVIDER
+    std::chrono::milliseconds exit_linger{2000};
+    Rules rules;
+    bool rules_broken = false;  // a bad rule file: plain TCP for everything
+};
+const Settings& settings();
+
+// Logging to stderr (or SDP_PRELOAD_LOG_FILE): level 1 error, 2 info, 3 debug.
+void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Counters (docs/preload.md, "Counters"), written to SDP_PRELOAD_STATS.
+struct Counters {
+    std::atomic<std::uint64_t> connect_sdp{0}, connect_tcp_rule{0}, connect_fallback{0},
+        connect_failed{0}, listen_sdp{0}, listen_tcp_rule{0}, register_failed{0}, accept_sdp{0},
+        accept_tcp{0}, accept_tcp_refused{0}, bridges_active{0}, bridges_reset{0}, bytes_to_peer{0},
+        bytes_from_peer{0}, oob_to_peer{0}, oob_from_peer{0};
+};
+Counters& counters();
+void write_stats();
+
+// StreamOptions for a connection of this process, with the program's socket
+// options applied.
+StreamOptions stream_options(const Entry* e);
+
+// sockaddr <-> Endpoint.
+std::optional<pm::Endpoint> endpoint_of(const sockaddr* sa, socklen_t len);
+// An Endpoint as a sockaddr of `family` (IPv4 as IPv4-mapped for AF_INET6).
+socklen_t sockaddr_of(const pm::Endpoint& ep, int family, sockaddr_storage& out);
+// Copies a sockaddr to a caller's buffer the way the kernel does (truncated,
+// *len set to the full size).
+void copy_out(const sockaddr_storage& ss, socklen_t ss_len, sockaddr* addr, socklen_t* len);
+
+}  // namespace sdp::preload
