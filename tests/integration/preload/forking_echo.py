@@ -1,0 +1,28 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# A forking echo server: the parent accepts, a child per connection echoes
+# until end of stream and prints "served N" (N bytes).
+#   forking_echo.py HOST PORT
+import socketserver
+import sys
+
+
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        n = 0
+        while True:
+            data = self.request.recv(65536)
+            if not data:
+                break
+            self.request.sendall(data)
+            n += len(data)
+        print("served", n, flush=True)
+
+
+class Server(socketserver.ForkingTCPServer):
+    allow_reuse_address = True
+
+
+if __name__ == "__main__":
+    with Server((sys.argv[1], int(sys.argv[2])), Echo) as s:
+        s.serve_forever()

@@ -1,0 +1,375 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Unmodified Debian programs run through libsdp-preload.so (sdp-run) against
+# each other and against sdp-cat, with a real sdp-pmd on loopback; the bytes
+# are compared end to end, the library's counters say which transport each
+# connection took, and (where asked) a tshark capture shows MPA/DDP/RDMAP on
+# the wire.
+#
+# usage: preload_test.sh BIN_DIR SCENARIO
+#   nc          nc -l  <- nc, both preloaded, 3 MB, MPA on the wire
+#   socat       socat client -> sdp-cat -l, and sdp-cat -> socat TCP-LISTEN
+#   http        curl -> python3 -m http.server, both preloaded
+#   asyncio     a Python asyncio echo server and client, both preloaded
+#   forking     a forking server (socketserver.ForkingTCPServer), 6 clients
+#   oob         MSG_OOB/SIOCATMARK/SO_OOBINLINE: the same program over TCP
+#               and over SDP gives the same transcript
+#   rules_tcp   a rule file that says tcp: plain TCP on the wire, no PMReq
+#   fallback    `both` against a host with no sdp-pmd: TCP, data intact
+#   garbage     a broken rule file: reported once with its line, plain TCP
+#   sdp_only    `use sdp server`: SDP clients served, a plain TCP client refused
+# Exits 77 (skipped) when a program the scenario needs is missing.
+set -u
+bin=$(cd "${1:?usage: preload_test.sh BIN_DIR SCENARIO}" && pwd)
+scenario=${2:?usage: preload_test.sh BIN_DIR SCENARIO}
+here=$(cd "$(dirname "$0")" && pwd)
+
+skip() { echo "SKIP: $*" >&2; exit 77; }
+die() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/*.err "$work"/*.log; do
+    [ -s "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
+  done
+  exit 1
+}
+need() { command -v "$1" >/dev/null 2>&1 || skip "$1 not installed"; }
+
+py=/usr/bin/python3
+[ -x "$py" ] || py=$(command -v python3) || skip "python3 not installed"
+run=$bin/sdp-run
+[ -x "$run" ] || die "sdp-run not found in $bin"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/sdp_preload.XXXXXX") || die "mktemp"
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+pick_port() {
+  "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+pick_udp_port() {
+  "$py" -c 'import socket; s=socket.socket(type=socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+# stat_of FILE KEY: a counter from a stats file written by the library.
+stat_of() {
+  "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2" 2>/dev/null
+}
+expect_stat() {  # FILE KEY VALUE
+  local got
+  got=$(stat_of "$1" "$2")
+  [ "$got" = "$3" ] || die "$(basename "$1"): $2 = '${got}', expected $3 ($(cat "$1" 2>/dev/null))"
+}
+same() {  # A B WHAT
+  cmp -s "$1" "$2" || die "$3: bytes differ ($(stat -c %s "$1") vs $(stat -c %s "$2" 2>/dev/null || echo missing))"
+}
+
+# A real sdp-pmd on loopback: clients ask it (SDP_PMSP), preloaded servers
+# register with it (SDP_PRELOAD_CONTROL).
+start_pmd() {
+  local port
+  port=$(pick_udp_port)
+  cat > "$work/pmd.yaml" <<EOF
+listen: ["127.0.0.1:$port"]
+control:
+  socket: "$work/control.sock"
+state_file: "$work/state.json"
+EOF
+  "$bin/sdp-pmd" --config "$work/pmd.yaml" > "$work/pmd.log" 2>&1 &
+  pids+=($!)
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [ -S "$work/control.sock" ] && break
+    sleep 0.1
+  done
+  [ -S "$work/control.sock" ] || die "sdp-pmd did not start"
+  export SDP_PMSP=127.0.0.1:$port
+  export SDP_PRELOAD_CONTROL=$work/control.sock
+}
+
+# capture_start PORT_FILTER: tshark on lo (the caller checks wire_sdp after).
+capture_start() {
+  [ "${EUID:-$(id -u)}" -eq 0 ] || { capture=""; return; }
+  command -v tshark >/dev/null 2>&1 || { capture=""; return; }
+  capture=$work/cap.pcapng
+  tshark -n -i lo -B 16 -f "$1" -w "$capture" -q 2> "$work/tshark.log" &
+  tshark_pid=$!
+  pids+=("$tshark_pid")
+  local i
+  for ((i = 0; i < 100; i++)); do
+    grep -q "Capturing on" "$work/tshark.log" 2>/dev/null && return
+    kill -0 "$tshark_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "note: tshark could not capture; the wire is not checked" >&2
+  capture=""
+}
+capture_stop() {
+  [ -n "$capture" ] || return 0
+  sleep 0.3
+  kill -INT "$tshark_pid" 2>/dev/null
+  wait "$tshark_pid" 2>/dev/null
+}
+# capture_sdp_port LOG: waits for the preloaded server's "SDP at IP:PORT"
+# line and captures that port only (other tests' SDP traffic stays out).
+capture_sdp_port() {
+  local i sdp_port
+  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$1" && break; sleep 0.1; done
+  sdp_port=$(sed -n 's/.*SDP at [^ ]*:\([0-9]*\) .*/\1/p' "$1" | head -1)
+  [ -n "$sdp_port" ] || die "the server did not get an SDP listener"
+  capture_start "tcp port $sdp_port"
+}
+# wire_counts: MPA Requests and iWARP DDP/RDMAP frames in the capture, and
+# the FPDU CRCs tshark checked (good bad).
+wire_counts() {
+  local opts=(-n -o tcp.try_heuristic_first:TRUE -o tcp.desegment_tcp_streams:TRUE
+              -o tcp.reassemble_out_of_order:TRUE
+              --disable-heuristic rpcrdma_iwarp --disable-heuristic smb_direct_iwarp)
+  tshark -r "$capture" "${opts[@]}" -V > "$work/v.txt" 2> /dev/null || true
+  mpa_req=$(tshark -r "$capture" "${opts[@]}" -Y iwarp_mpa.key.req -T fields -e frame.number 2>/dev/null | grep -c .)
+  rdmap=$(tshark -r "$capture" "${opts[@]}" -Y iwarp_ddp_rdmap -T fields -e frame.number 2>/dev/null | grep -c .)
+  good_crc=$(grep -c "Good CRC32" "$work/v.txt")
+  bad_crc=$(grep -c "Bad CRC32" "$work/v.txt")
+}
+expect_sdp_on_wire() {
+  [ -n "$capture" ] || return 0
+  wire_counts
+  echo "wire: $mpa_req MPA Request(s), $rdmap DDP/RDMAP frames, $good_crc good CRC32c, $bad_crc bad"
+  [ "$mpa_req" -ge "$1" ] || die "expected at least $1 MPA Request(s) on the wire, saw $mpa_req"
+  [ "$rdmap" -ge 2 ] || die "no DDP/RDMAP traffic on the wire"
+  [ "$bad_crc" -eq 0 ] || die "$bad_crc FPDUs with a bad CRC"
+  [ "$good_crc" -gt 0 ] || die "no FPDU CRC checked by tshark"
+}
+expect_no_sdp_on_wire() {
+  [ -n "$capture" ] || return 0
+  wire_counts
+  echo "wire: $mpa_req MPA Request(s), $rdmap DDP/RDMAP frames"
+  [ "$mpa_req" -eq 0 ] && [ "$rdmap" -eq 0 ] || die "SDP on the wire where plain TCP was asked for"
+}
+
+# preload NAME CMD...: runs CMD under sdp-run with its counters in NAME.json.
+preload() {
+  local name=$1
+  shift
+  SDP_PRELOAD_STATS=$work/$name.json SDP_PRELOAD_LOG=${SDP_PRELOAD_LOG:-info} \
+    timeout 60 "$run" "$@"
+}
+
+case "$scenario" in
+nc)
+  need nc
+  start_pmd
+  port=$(pick_port)
+  head -c 3000000 /dev/urandom > "$work/in"
+  preload srv nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
+  srv=$!
+  pids+=("$srv")
+  capture_sdp_port "$work/srv.err"
+  preload cli nc -N 127.0.0.1 "$port" < "$work/in" 2> "$work/cli.err" || die "nc client failed"
+  wait "$srv" || die "nc -l failed"
+  capture_stop
+  same "$work/in" "$work/out" "nc -> nc -l"
+  expect_stat "$work/cli.json" connect_sdp 1
+  expect_stat "$work/srv.json" accept_sdp 1
+  expect_stat "$work/cli.json" bytes_to_peer 3000000
+  expect_sdp_on_wire 1
+  ;;
+socat)
+  need socat
+  start_pmd
+  head -c 2000000 /dev/urandom > "$work/in"
+  # (a) a preloaded socat client against sdp-cat, an SDP server registered
+  #     with sdp-pmd (no preload on that side).
+  port=$(pick_port)
+  timeout 60 "$bin/sdp-cat" -l --register "127.0.0.1:$port" --control "$work/control.sock" \
+    "$(pick_port)" > "$work/out_a" 2> "$work/sdpcat.err" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do
+    "$bin/sdp-pmctl" --socket "$work/control.sock" services 2>/dev/null | grep -q ":$port " && break
+    sleep 0.1
+  done
+  preload cli_a socat -u "OPEN:$work/in" "TCP:127.0.0.1:$port" 2> "$work/cli_a.err" \
+    || die "socat client failed"
+  wait "${pids[-1]}" || die "sdp-cat -l failed"
+  same "$work/in" "$work/out_a" "socat -> sdp-cat -l"
+  expect_stat "$work/cli_a.json" connect_sdp 1
+  # (b) sdp-cat (SDP through the Port Mapper) against a preloaded socat server.
+  port=$(pick_port)
+  preload srv_b socat -u "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr" "CREATE:$work/out_b" \
+    2> "$work/srv_b.err" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv_b.err" && break; sleep 0.1; done
+  grep -q "SDP at" "$work/srv_b.err" || die "socat server did not get an SDP listener"
+  timeout 60 "$bin/sdp-cat" --pmsp "$SDP_PMSP" 127.0.0.1 "$port" < "$work/in" \
+    2> "$work/sdpcat_b.err" || die "sdp-cat client failed"
+  wait "${pids[-1]}" || die "socat server failed"
+  same "$work/in" "$work/out_b" "sdp-cat -> socat TCP-LISTEN"
+  expect_stat "$work/srv_b.json" accept_sdp 1
+  ;;
+http)
+  need curl
+  start_pmd
+  port=$(pick_port)
+  mkdir -p "$work/www"
+  head -c 2500000 /dev/urandom > "$work/www/blob.bin"
+  (cd "$work/www" && preload srv "$py" -m http.server --bind 127.0.0.1 "$port") \
+    > "$work/srv.log" 2> "$work/srv.err" &
+  pids+=($!)
+  capture_sdp_port "$work/srv.err"
+  for n in 1 2 3; do
+    preload "cli$n" curl -sS --fail -o "$work/got$n" "http://127.0.0.1:$port/blob.bin" \
+      2> "$work/cli$n.err" || die "curl $n failed"
+    same "$work/www/blob.bin" "$work/got$n" "curl $n"
+    expect_stat "$work/cli$n.json" connect_sdp 1
+  done
+  capture_stop
+  expect_sdp_on_wire 3
+  ;;
+asyncio)
+  start_pmd
+  port=$(pick_port)
+  preload srv "$py" "$here/asyncio_echo.py" server 127.0.0.1 "$port" > "$work/srv.log" \
+    2> "$work/srv.err" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
+  grep -q "SDP at" "$work/srv.err" || die "asyncio server did not get an SDP listener"
+  preload cli "$py" "$here/asyncio_echo.py" client 127.0.0.1 "$port" 4 1048576 \
+    > "$work/cli.log" 2> "$work/cli.err" || die "asyncio client failed: $(cat "$work/cli.log")"
+  grep -q "^OK 4 " "$work/cli.log" || die "asyncio client: $(cat "$work/cli.log")"
+  expect_stat "$work/cli.json" connect_sdp 4
+  ;;
+forking)
+  start_pmd
+  port=$(pick_port)
+  preload srv "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" \
+    2> "$work/srv.err" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
+  grep -q "SDP at" "$work/srv.err" || die "forking server did not get an SDP listener"
+  cpids=()
+  for n in 1 2 3 4 5 6; do
+    head -c $((150000 + n * 1000)) /dev/urandom > "$work/in$n"
+    preload "cli$n" "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in$n" "$work/out$n" \
+      2> "$work/cli$n.err" &
+    cpids+=($!)
+  done
+  for n in 1 2 3 4 5 6; do
+    wait "${cpids[$((n - 1))]}" || die "client $n failed"
+    same "$work/in$n" "$work/out$n" "forking server, client $n"
+    expect_stat "$work/cli$n.json" connect_sdp 1
+  done
+  # The forking server's parent took all six over SDP; each child served one.
+  for ((i = 0; i < 50; i++)); do [ "$(stat_of "$work/srv.json" accept_sdp)" = 6 ] && break; sleep 0.1; done
+  expect_stat "$work/srv.json" accept_sdp 6
+  grep -c "^served " "$work/srv.log" | grep -qx 6 || die "server log: $(cat "$work/srv.log")"
+  ;;
+oob)
+  start_pmd
+  # The same program, first over plain TCP (no preload), then with both
+  # ends preloaded over SDP: the transcripts must be identical.
+  port=$(pick_port)
+  "$py" "$here/oob_check.py" both 127.0.0.1 "$port" > "$work/tcp.txt" 2> "$work/tcp.err" \
+    || die "OOB over TCP failed: $(cat "$work/tcp.err")"
+  port=$(pick_port)
+  preload oob "$py" "$here/oob_check.py" both 127.0.0.1 "$port" > "$work/sdp.txt" \
+    2> "$work/sdp.err" || die "OOB over SDP failed: $(cat "$work/sdp.txt")"
+  expect_stat "$work/oob.json" connect_sdp 1
+  expect_stat "$work/oob.json" accept_sdp 1
+  diff -u "$work/tcp.txt" "$work/sdp.txt" >&2 || die "OOB transcript over SDP differs from TCP"
+  echo "OOB transcript ($(wc -l < "$work/tcp.txt") lines) identical over TCP and SDP"
+  ;;
+rules_tcp)
+  need nc
+  start_pmd
+  port=$(pick_port)
+  printf '# everything stays TCP\nuse tcp * * *\n' > "$work/rules.conf"
+  export SDP_PRELOAD_CONFIG=$work/rules.conf
+  head -c 500000 /dev/urandom > "$work/in"
+  capture_start "tcp port $port"
+  preload srv nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
+  srv=$!
+  pids+=("$srv")
+  for ((i = 0; i < 100; i++)); do [ -s "$work/srv.json" ] && break; sleep 0.1; done
+  preload cli nc -N 127.0.0.1 "$port" < "$work/in" 2> "$work/cli.err" || die "nc client failed"
+  wait "$srv" || die "nc -l failed"
+  capture_stop
+  same "$work/in" "$work/out" "nc over TCP by rule"
+  expect_stat "$work/cli.json" connect_tcp_rule 1
+  expect_stat "$work/cli.json" connect_sdp 0
+  expect_stat "$work/srv.json" listen_tcp_rule 1
+  expect_no_sdp_on_wire
+  # No PMReq reached sdp-pmd.
+  "$bin/sdp-pmctl" --socket "$work/control.sock" stats > "$work/pmstats.log" 2>&1
+  grep -Eq '^ *(requests|pmreq_received|received)[^0-9]*0$' "$work/pmstats.log" \
+    || grep -q '"requests": *0' "$work/pmstats.log" || echo "note: pmctl stats: $(head -5 "$work/pmstats.log")"
+  ;;
+fallback)
+  need nc
+  # No sdp-pmd anywhere: the PMSP is a UDP port nobody listens on.
+  export SDP_PMSP=127.0.0.1:$(pick_udp_port)
+  port=$(pick_port)
+  head -c 700000 /dev/urandom > "$work/in"
+  nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
+  srv=$!
+  pids+=("$srv")
+  sleep 0.3
+  preload cli nc -N 127.0.0.1 "$port" < "$work/in" 2> "$work/cli.err" || die "nc client failed"
+  wait "$srv" || die "nc -l failed"
+  same "$work/in" "$work/out" "fallback to TCP"
+  expect_stat "$work/cli.json" connect_fallback 1
+  expect_stat "$work/cli.json" connect_sdp 0
+  grep -q "TCP (" "$work/cli.err" || die "the fallback was not logged"
+  ;;
+garbage)
+  need nc
+  start_pmd
+  port=$(pick_port)
+  printf 'use both * * *\nuse maybe client * *\n\x01\x02 garbage\n' > "$work/rules.conf"
+  export SDP_PRELOAD_CONFIG=$work/rules.conf
+  head -c 300000 /dev/urandom > "$work/in"
+  preload srv nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
+  srv=$!
+  pids+=("$srv")
+  sleep 0.3
+  preload cli nc -N 127.0.0.1 "$port" < "$work/in" 2> "$work/cli.err" || die "nc client failed"
+  wait "$srv" || die "nc -l failed"
+  same "$work/in" "$work/out" "plain TCP with a broken rule file"
+  n=$(grep -c "rules.conf:2: bad use 'maybe'" "$work/cli.err")
+  [ "$n" = 1 ] || die "the bad rule file was reported $n times: $(cat "$work/cli.err")"
+  expect_stat "$work/cli.json" rules broken
+  expect_stat "$work/cli.json" connect_sdp 0
+  expect_stat "$work/srv.json" listen_sdp 0
+  "$run" --check "$work/rules.conf" 2> "$work/check.err" && die "sdp-run --check passed a broken file"
+  grep -q ":2: " "$work/check.err" || die "sdp-run --check: $(cat "$work/check.err")"
+  ;;
+sdp_only)
+  start_pmd
+  port=$(pick_port)
+  printf 'use sdp server * *:%s\n' "$port" > "$work/rules.conf"
+  export SDP_PRELOAD_CONFIG=$work/rules.conf
+  preload srv "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" \
+    2> "$work/srv.err" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
+  grep -q "SDP at" "$work/srv.err" || die "server did not get an SDP listener"
+  head -c 100000 /dev/urandom > "$work/in"
+  # A plain TCP client (no preload) is refused: closed without an answer.
+  "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in" "$work/out_tcp" 2> "$work/tcp.err" \
+    && die "a plain TCP client was served by an sdp-only server"
+  preload cli "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in" "$work/out" \
+    2> "$work/cli.err" || die "SDP client failed"
+  same "$work/in" "$work/out" "sdp-only server"
+  for ((i = 0; i < 50; i++)); do [ "$(stat_of "$work/srv.json" accept_tcp_refused)" = 1 ] && break; sleep 0.1; done
+  expect_stat "$work/srv.json" accept_tcp_refused 1
+  expect_stat "$work/srv.json" accept_sdp 1
+  ;;
+*)
+  die "unknown scenario $scenario"
+  ;;
+esac
+echo "PASS: $scenario"
