@@ -16,7 +16,8 @@
 namespace sdp::preload {
 namespace {
 
-constexpr std::size_t kChunk = 256 * 1024;
+constexpr std::size_t kChunk = 1024 * 1024;
+constexpr int kPairBuffer = 1024 * 1024;
 
 // Every bridge that runs in this process.
 struct Registry {
@@ -43,6 +44,12 @@ std::shared_ptr<Bridge> Bridge::create(Stream stream, int* app_fd) {
         real().close(sp[1]);
         errno = e;
         return nullptr;
+    }
+    // Deeper socketpair buffers: fewer wake-ups of the bridge threads and of
+    // the program per byte (the kernel caps them at net.core.wmem_max).
+    for (int fd : sp) {
+        real().setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kPairBuffer, sizeof kPairBuffer);
+        real().setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kPairBuffer, sizeof kPairBuffer);
     }
     std::shared_ptr<Bridge> b(new Bridge);
     b->stream_ = std::move(stream);

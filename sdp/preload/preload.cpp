@@ -159,6 +159,9 @@ int sdp_connect(int fd, const std::shared_ptr<Entry>& cand, const pm::Endpoint& 
         return -1;
     }
     ++counters().connect_fallback;
+    if (st.info().resolution == "timeout") {
+        remember_pm_silent(dest.address);
+    }
     log(2, "connect %s: TCP (%s)", dest.to_string().c_str(), why.c_str());
     fds().take(fd);
     write_stats();
@@ -196,6 +199,13 @@ SDP_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
     }
     const Settings& s = settings();
     const Decision d = decide(s.rules, Side::client, s.program, dest->address, dest->port);
+    if (d.use == Use::both && pm_known_silent(dest->address)) {
+        fds().take(fd);
+        ++counters().connect_fallback;
+        log(3, "connect %s: TCP (its Port Mapper did not answer recently)",
+            dest->to_string().c_str());
+        return real().connect(fd, addr, len);
+    }
     if (d.use == Use::tcp) {
         fds().take(fd);
         ++counters().connect_tcp_rule;

@@ -76,6 +76,12 @@ Settings load_settings() {
     if (const char* v = std::getenv("SDP_PRELOAD_EXIT_LINGER_MS"); v != nullptr) {
         s.exit_linger = std::chrono::milliseconds(std::clamp(std::atol(v), 0L, 60000L));
     }
+    if (const char* v = std::getenv("SDP_PRELOAD_RESOLVE_MS"); v != nullptr) {
+        s.resolve_deadline = std::chrono::milliseconds(std::clamp(std::atol(v), 1L, 60000L));
+    }
+    if (const char* v = std::getenv("SDP_PRELOAD_NEGATIVE_S"); v != nullptr) {
+        s.negative_ttl = std::chrono::seconds(std::clamp(std::atol(v), 0L, 86400L));
+    }
     int fd = ::open(s.config_file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno != ENOENT) {
@@ -305,8 +311,51 @@ StreamOptions stream_options(const Entry* e) {
     StreamOptions o;
     o.iwarp_provider = settings().provider;
     o.fallback = false;  // the library falls back itself, on the program's own socket
+    o.resolve_deadline = settings().resolve_deadline;
     (void)e;
     return o;
+}
+
+namespace {
+struct SilentHosts {
+    std::mutex mu;
+    std::unordered_map<pm::IpAddress, std::chrono::steady_clock::time_point> until;
+};
+SilentHosts& silent_hosts() {
+    static auto* h = new SilentHosts;
+    return *h;
+}
+constexpr std::size_t kMaxSilentHosts = 4096;
+}  // namespace
+
+bool pm_known_silent(const pm::IpAddress& host) {
+    auto& h = silent_hosts();
+    std::lock_guard lk(h.mu);
+    auto it = h.until.find(host);
+    if (it == h.until.end()) {
+        return false;
+    }
+    if (std::chrono::steady_clock::now() >= it->second) {
+        h.until.erase(it);
+        return false;
+    }
+    return true;
+}
+
+void remember_pm_silent(const pm::IpAddress& host) {
+    if (settings().negative_ttl.count() == 0) {
+        return;
+    }
+    auto& h = silent_hosts();
+    std::lock_guard lk(h.mu);
+    const auto now = std::chrono::steady_clock::now();
+    if (h.until.size() >= kMaxSilentHosts) {
+        std::erase_if(h.until, [&](const auto& kv) { return kv.second <= now; });
+        if (h.until.size() >= kMaxSilentHosts) {
+            h.until.clear();  // bounded: forget them all rather than grow
+        }
+    }
+    h.until[host] = now + settings().negative_ttl;
 }
 
 // --- addresses ----------------------------------------------------------------

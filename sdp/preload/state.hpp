@@ -118,6 +118,11 @@ struct Settings {
     std::string program;                 // the program's short name
     Provider provider = Provider::soft;  // SDP_PRELOAD_PROVIDER
     std::chrono::milliseconds exit_linger{2000};
+    // SDP_PRELOAD_RESOLVE_MS: the Port Mapper deadline of a connect() (7.5.1).
+    std::chrono::milliseconds resolve_deadline{3000};
+    // SDP_PRELOAD_NEGATIVE_S: after a Port Mapper timeout, connect()s to that
+    // host go straight to TCP for this long (0: ask every time).
+    std::chrono::seconds negative_ttl{60};
     Rules rules;
     bool rules_broken = false;  // a bad rule file: plain TCP for everything
 };
@@ -139,6 +144,11 @@ void write_stats();
 // StreamOptions for a connection of this process, with the program's socket
 // options applied.
 StreamOptions stream_options(const Entry* e);
+
+// Hosts whose Port Mapper did not answer (per process): `both` goes straight
+// to TCP until the entry expires (Settings::negative_ttl).
+bool pm_known_silent(const pm::IpAddress& host);
+void remember_pm_silent(const pm::IpAddress& host);
 
 // sockaddr <-> Endpoint.
 std::optional<pm::Endpoint> endpoint_of(const sockaddr* sa, socklen_t len);
