@@ -18,6 +18,9 @@
 #   fallback    `both` against a host with no sdp-pmd: TCP, data intact
 #   garbage     a broken rule file: reported once with its line, plain TCP
 #   sdp_only    `use sdp server`: SDP clients served, a plain TCP client refused
+#   keepalive   SO_KEEPALIVE/TCP_KEEPIDLE/INTVL/CNT set by a program reach the
+#               SDP connection's TCP socket (14.3): a peer whose link is cut
+#               (two network namespaces) is detected within the keepalive time
 # Exits 77 (skipped) when a program the scenario needs is missing.
 set -u
 bin=$(cd "${1:?usage: preload_test.sh BIN_DIR SCENARIO}" && pwd)
@@ -367,6 +370,67 @@ sdp_only)
   for ((i = 0; i < 50; i++)); do [ "$(stat_of "$work/srv.json" accept_tcp_refused)" = 1 ] && break; sleep 0.1; done
   expect_stat "$work/srv.json" accept_tcp_refused 1
   expect_stat "$work/srv.json" accept_sdp 1
+  ;;
+keepalive)
+  [ "${EUID:-$(id -u)}" -eq 0 ] || skip "not root: cannot create network namespaces"
+  command -v ip >/dev/null 2>&1 || skip "ip (iproute2) not installed"
+  ns_a=sdppl$$a
+  ns_b=sdppl$$b
+  netns_cleanup() { ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; }
+  trap 'cleanup; netns_cleanup' EXIT
+  ip netns add "$ns_a" 2>/dev/null || skip "cannot create network namespaces"
+  ip netns add "$ns_b" || die "ip netns add"
+  ip link add va netns "$ns_a" type veth peer name vb netns "$ns_b" || die "veth"
+  ip -n "$ns_a" addr add 10.77.0.1/24 dev va
+  ip -n "$ns_b" addr add 10.77.0.2/24 dev vb
+  for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
+  ip -n "$ns_a" link set va up
+  ip -n "$ns_b" link set vb up
+  # sdp-pmd and a preloaded echo server in b, a preloaded client in a.
+  pm_port=39411
+  cat > "$work/pmd.yaml" <<EOF
+listen: ["10.77.0.2:$pm_port"]
+control:
+  socket: "$work/control.sock"
+state_file: "$work/state.json"
+EOF
+  for ((i = 0; i < 50; i++)); do
+    ip netns exec "$ns_b" ping -c1 -W1 10.77.0.1 >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  ip netns exec "$ns_b" "$bin/sdp-pmd" --config "$work/pmd.yaml" > "$work/pmd.log" 2>&1 &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do [ -S "$work/control.sock" ] && break; sleep 0.1; done
+  [ -S "$work/control.sock" ] || die "sdp-pmd did not start in the namespace"
+  export SDP_PRELOAD_CONTROL=$work/control.sock SDP_PMSP=10.77.0.2:$pm_port
+  ip netns exec "$ns_b" env SDP_PRELOAD_STATS="$work/srv.json" SDP_PRELOAD_LOG=info \
+    timeout 60 "$run" "$py" "$here/forking_echo.py" 10.77.0.2 7411 > "$work/srv.log" \
+    2> "$work/srv.err" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
+  grep -q "SDP at" "$work/srv.err" || die "server did not get an SDP listener"
+  idle=1 intvl=1 cnt=2 limit=30
+  ip netns exec "$ns_a" env SDP_PRELOAD_STATS="$work/cli.json" SDP_PRELOAD_LOG=info \
+    timeout 60 "$run" "$py" "$here/keepalive_client.py" 10.77.0.2 7411 $idle $intvl $cnt $limit \
+    > "$work/cli.log" 2> "$work/cli.err" &
+  cli=$!
+  pids+=("$cli")
+  for ((i = 0; i < 100; i++)); do grep -q "^connected" "$work/cli.log" && break; sleep 0.1; done
+  grep -q "^connected (1, $idle, $intvl, $cnt)" "$work/cli.log" \
+    || die "client: $(cat "$work/cli.log")"
+  expect_stat "$work/cli.json" connect_sdp 1
+  # The peer vanishes: its side of the link goes down, nothing is sent.
+  ip -n "$ns_b" link set vb down
+  wait "$cli"
+  rc=$?
+  cat "$work/cli.log"
+  [ "$rc" -eq 0 ] || die "the vanished peer was not detected within $limit s (exit $rc)"
+  secs=$(sed -n 's/^ended after \([0-9.]*\) s.*/\1/p' "$work/cli.log")
+  # idle + intvl * cnt = 3 s of keepalive; the first probe may wait for
+  # the last data's retransmission timer too. Without keepalive recv()
+  # would wait the whole limit.
+  "$py" -c "import sys; sys.exit(0 if float('$secs') <= 15 else 1)" \
+    || die "detected only after $secs s (keepalive $idle+$intvl*$cnt s)"
   ;;
 *)
   die "unknown scenario $scenario"
