@@ -21,11 +21,11 @@ syntax() {
     */corpus/*|LICENSE|packaging/copyright|*.json|*.md|packaging/deb/*/conffiles|\
     packaging/deb/*/triggers|packaging/changelog.Debian.in|.gitignore|.clang-format) echo "" ;;
     *.cpp|*.hpp|*.cc) echo "//" ;;
-    *.h|*.c) echo "/*" ;;
+    *.h|*.c|*.map) echo "/*" ;;
     man/*.[0-9]) echo '.\"' ;;
     *CMakeLists.txt|*.cmake|*.cmake.in|*.pc.in|*.sh|*.yaml|*.yml|*.nft|*.service|*.socket|\
     */Dockerfile|Dockerfile|systemd/*/*.conf|packaging/bash-completion/*|packaging/deb/*/*|\
-    .ci/run|bench/compare) echo "#" ;;
+    .ci/run|bench/compare|*.conf.example) echo "#" ;;
     *) if head -c 2 "$f" | grep -q '#!'; then echo "#"; else echo "?"; fi ;;
   esac
 }

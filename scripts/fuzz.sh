@@ -18,6 +18,7 @@ if [[ ${#targets[@]} -eq 0 ]]; then
     fuzz_pmsp:tests/fuzz/corpus/pmsp
     fuzz_config:tests/fuzz/corpus/config
     fuzz_cluster:tests/fuzz/corpus/cluster
+    fuzz_preload_rules:tests/fuzz/corpus/preload_rules
     fuzz_control:tests/fuzz/control/corpus
     fuzz_iwarp_mpa:tests/fuzz/iwarp/corpus/mpa
     fuzz_iwarp_fpdu:tests/fuzz/iwarp/corpus/fpdu

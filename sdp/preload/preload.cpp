@@ -109,9 +109,13 @@ void set_local(Entry& e, int tcp_fd) {
     e.local_len = sockaddr_of(ep.value_or(pm::Endpoint{}), e.family, e.local);
 }
 
-int sdp_connect(int fd, const std::shared_ptr<Entry>& cand, const pm::Endpoint& dest,
-                const sockaddr* addr, socklen_t len, const Decision& d) {
-    const Settings& s = settings();
+// SDP for a connect(): the result for the program, or nullopt when it is to
+// fall back to TCP on its own socket (done by the caller, outside the
+// signal mask, so that the program's signals interrupt that connect()).
+std::optional<int> sdp_connect(int fd, const std::shared_ptr<Entry>& cand, const pm::Endpoint& dest,
+                               const sockaddr* addr, socklen_t len, const Decision& d) {
+    // Threads the connect and the bridge start block every signal.
+    SignalsBlocked quiet;
     sdp::Stream st;
     std::error_code ec;
     {
@@ -165,8 +169,7 @@ int sdp_connect(int fd, const std::shared_ptr<Entry>& cand, const pm::Endpoint& 
     log(2, "connect %s: TCP (%s)", dest.to_string().c_str(), why.c_str());
     fds().take(fd);
     write_stats();
-    (void)s;
-    return real().connect(fd, addr, len);
+    return std::nullopt;
 }
 
 }  // namespace
@@ -212,7 +215,10 @@ SDP_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
         log(3, "connect %s: TCP (rule line %d)", dest->to_string().c_str(), d.line);
         return real().connect(fd, addr, len);
     }
-    return sdp_connect(fd, e, *dest, addr, len, d);
+    if (auto r = sdp_connect(fd, e, *dest, addr, len, d)) {
+        return *r;
+    }
+    return real().connect(fd, addr, len);
 }
 
 SDP_EXPORT int listen(int fd, int backlog) {
@@ -239,6 +245,7 @@ SDP_EXPORT int listen(int fd, int backlog) {
         ++counters().listen_tcp_rule;
         log(3, "listen %s: TCP (rule line %d)", bound->to_string().c_str(), d.line);
     } else {
+        SignalsBlocked quiet;  // the listener's thread takes no signal of the program
         l = Listener::open(*bound, d.use == Use::sdp);
     }
     if (!l) {

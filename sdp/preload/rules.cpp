@@ -55,6 +55,16 @@ bool parse_ports(std::string_view s, Rule& r) {
     return true;
 }
 
+// Prefix::contains() unmaps an IPv4-mapped candidate before it compares, so
+// a rule written as ::ffff:a.b.c.d[/96+N] is kept as the IPv4 a.b.c.d/N
+// (otherwise it could never match).
+pm::Prefix unmap_prefix(const pm::Prefix& p) {
+    if (p.network.is_v6() && p.length >= 96 && p.network.unmapped().is_v4()) {
+        return pm::Prefix{p.network.unmapped(), static_cast<std::uint8_t>(p.length - 96)};
+    }
+    return p;
+}
+
 // ADDRESS[/PREFIX][:PORT[-PORT]] into the rule; the error text on failure.
 std::optional<std::string> parse_address(std::string_view s, Rule& r) {
     std::string_view addr = s;
@@ -83,7 +93,7 @@ std::optional<std::string> parse_address(std::string_view s, Rule& r) {
             return "bad IPv6 address or prefix '" +
                    std::string(s.substr(0, close + 1 + len.size())) + "'";
         }
-        r.prefix = *p;
+        r.prefix = unmap_prefix(*p);
     } else {
         const auto colons = static_cast<std::size_t>(std::count(s.begin(), s.end(), ':'));
         if (colons == 1) {
@@ -96,7 +106,7 @@ std::optional<std::string> parse_address(std::string_view s, Rule& r) {
             if (!p) {
                 return "bad address or prefix '" + std::string(addr) + "'";
             }
-            r.prefix = *p;
+            r.prefix = unmap_prefix(*p);
         }
     }
     if (ports && !parse_ports(*ports, r)) {
@@ -194,12 +204,13 @@ bool glob_match(std::string_view pattern, std::string_view text) {
     std::size_t p = 0, t = 0;
     std::size_t star = std::string_view::npos, mark = 0;
     while (t < text.size()) {
-        if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-            ++p;
-            ++t;
-        } else if (p < pattern.size() && pattern[p] == '*') {
+        // '*' first: a literal '*' in the text must not consume the pattern's '*'.
+        if (p < pattern.size() && pattern[p] == '*') {
             star = p++;
             mark = t;
+        } else if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+            ++p;
+            ++t;
         } else if (star != std::string_view::npos) {
             p = star + 1;
             t = ++mark;

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -155,6 +156,18 @@ bool internal_call() {
 }
 void mark_internal_thread() {
     tl_internal = 1;
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, nullptr);
+}
+
+SignalsBlocked::SignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, &old_);
+}
+SignalsBlocked::~SignalsBlocked() {
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 
 // --- descriptor table ---------------------------------------------------------

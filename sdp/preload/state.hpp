@@ -4,6 +4,7 @@
 // works"). Only preload.cpp, bridge.cpp and listener.cpp include this.
 #pragma once
 
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -53,6 +54,19 @@ struct InternalScope {
 bool internal_call();
 // Marks the calling thread as the library's for its whole life.
 void mark_internal_thread();
+// Blocks every signal in the calling thread while it lives, so that threads
+// started meanwhile (the library's, and those the SDP code starts) never
+// take a signal meant for the program's own threads.
+class SignalsBlocked {
+  public:
+    SignalsBlocked();
+    ~SignalsBlocked();
+    SignalsBlocked(const SignalsBlocked&) = delete;
+    SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+  private:
+    sigset_t old_;
+};
 
 class Bridge;
 class Listener;
