@@ -20,17 +20,27 @@ constexpr std::size_t kMaxPending = 128;
 constexpr auto kAcceptPoll = std::chrono::milliseconds(100);
 constexpr auto kDoorbellTimeout = std::chrono::milliseconds(2000);
 
-std::string service_name(const std::string& program, std::uint16_t port) {
-    std::string n;
-    for (char c : program) {
-        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                        (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-        n += ok ? c : '_';
-        if (n.size() >= 40) {
-            break;
+// "preload-PROGRAM-PORT", with the address for a socket bound to one
+// (two sockets of a program on the same port and different addresses are
+// two mappings); within the daemon's 64 characters of [A-Za-z0-9._-].
+std::string service_name(const std::string& program, const pm::Endpoint& bound) {
+    auto clean = [](std::string_view in, std::size_t max) {
+        std::string n;
+        for (char c : in) {
+            const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                            (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+            n += ok ? c : '_';
+            if (n.size() >= max) {
+                break;
+            }
         }
+        return n;
+    };
+    std::string name = "preload-" + (program.empty() ? std::string("prog") : clean(program, 16));
+    if (!bound.address.is_unspecified()) {
+        name += "-" + clean(bound.address.to_string(), 39);
     }
-    return "preload-" + (n.empty() ? std::string("prog") : n) + "-" + std::to_string(port);
+    return name + "-" + std::to_string(bound.port);
 }
 
 }  // namespace
@@ -53,7 +63,7 @@ std::shared_ptr<Listener> Listener::open(const pm::Endpoint& bound, bool sdp_onl
     AcceptorOptions ao;
     ao.stream = stream_options(nullptr);
     ao.control_socket = s.control_socket;
-    ao.service_name = service_name(s.program, bound.port);
+    ao.service_name = service_name(s.program, bound);
     ao.conventional =
         bound.address.is_unspecified() ? "*:" + std::to_string(bound.port) : bound.to_string();
     const pm::Endpoint sdp_local{bound.address, 0};

@@ -253,6 +253,7 @@ SDP_EXPORT int listen(int fd, int backlog) {
     } else {
         auto ne = std::make_shared<Entry>(*e);
         ne->kind = Entry::Kind::listener;
+        ne->bound = bound;
         ne->listener = std::move(l);
         fds().put(fd, std::move(ne));
     }
@@ -289,12 +290,18 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
                 errno = err;
                 return -1;
             }
-            auto ne = std::make_shared<Entry>();
+            // Socket options of the listening socket are the accepted one's
+            // (as TCP inherits them); the local address is the listening
+            // port on the address the SDP connection came to.
+            auto ne = std::make_shared<Entry>(*e);
             ne->kind = Entry::Kind::sdp;
-            ne->family = e->family;
+            ne->listener.reset();
             ne->bridge = c->bridge;
             ne->peer_len = sockaddr_of(c->peer, e->family, ne->peer);
-            ne->local_len = sockaddr_of(c->local, e->family, ne->local);
+            ne->local_len = sockaddr_of(
+                pm::Endpoint{c->local.address, e->bound ? e->bound->port : c->local.port},
+                e->family, ne->local);
+            apply_tcp_options(*ne, tcp_fd_of(*ne));
             fds().put(nfd, ne);
             ++counters().accept_sdp;
             log(2, "accept: SDP from %s", c->peer.to_string().c_str());

@@ -13,8 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "pmclient/sockaddr.hpp"
 #include "sdp/preload/bridge.hpp"
@@ -99,7 +100,15 @@ Settings load_settings() {
         if (n < 0 && errno == EINTR) {
             continue;
         }
-        if (n <= 0 || text.size() > kMaxFileSize) {
+        if (n < 0) {
+            const int err = errno;
+            ::close(fd);
+            s.rules_broken = true;
+            std::fprintf(stderr, "libsdp-preload: %s: %s; using plain TCP\n", s.config_file.c_str(),
+                         std::strerror(err));
+            return s;
+        }
+        if (n == 0 || text.size() > kMaxFileSize) {
             break;  // parse_rules() reports a file that is too large
         }
         text.append(chunk, static_cast<std::size_t>(n));
@@ -291,18 +300,27 @@ void write_stats() {
     static std::mutex mu;
     std::lock_guard lk(mu);
     const Counters& c = counters();
-    std::ostringstream o;
-    o << "{\"pid\":" << ::getpid() << ",\"program\":\"" << settings().program << "\""
-      << ",\"rules\":\"" << (settings().rules_broken ? "broken" : "ok") << "\""
-      << ",\"connect_sdp\":" << c.connect_sdp << ",\"connect_tcp_rule\":" << c.connect_tcp_rule
-      << ",\"connect_fallback\":" << c.connect_fallback
-      << ",\"connect_failed\":" << c.connect_failed << ",\"listen_sdp\":" << c.listen_sdp
-      << ",\"listen_tcp_rule\":" << c.listen_tcp_rule
-      << ",\"register_failed\":" << c.register_failed << ",\"accept_sdp\":" << c.accept_sdp
-      << ",\"accept_tcp\":" << c.accept_tcp << ",\"accept_tcp_refused\":" << c.accept_tcp_refused
-      << ",\"bridges_active\":" << c.bridges_active << ",\"bridges_reset\":" << c.bridges_reset
-      << ",\"bytes_to_peer\":" << c.bytes_to_peer << ",\"bytes_from_peer\":" << c.bytes_from_peer
-      << ",\"oob_to_peer\":" << c.oob_to_peer << ",\"oob_from_peer\":" << c.oob_from_peer << "}\n";
+    const nlohmann::json j = {
+        {"pid", ::getpid()},
+        {"program", settings().program},
+        {"rules", settings().rules_broken ? "broken" : "ok"},
+        {"connect_sdp", c.connect_sdp.load()},
+        {"connect_tcp_rule", c.connect_tcp_rule.load()},
+        {"connect_fallback", c.connect_fallback.load()},
+        {"connect_failed", c.connect_failed.load()},
+        {"listen_sdp", c.listen_sdp.load()},
+        {"listen_tcp_rule", c.listen_tcp_rule.load()},
+        {"register_failed", c.register_failed.load()},
+        {"accept_sdp", c.accept_sdp.load()},
+        {"accept_tcp", c.accept_tcp.load()},
+        {"accept_tcp_refused", c.accept_tcp_refused.load()},
+        {"bridges_active", c.bridges_active.load()},
+        {"bridges_reset", c.bridges_reset.load()},
+        {"bytes_to_peer", c.bytes_to_peer.load()},
+        {"bytes_from_peer", c.bytes_from_peer.load()},
+        {"oob_to_peer", c.oob_to_peer.load()},
+        {"oob_from_peer", c.oob_from_peer.load()},
+    };
     // "%p" in the path becomes the process id (several processes may share
     // the variable); the file is replaced atomically.
     std::string final_path = path;
@@ -314,7 +332,9 @@ void write_stats() {
     if (fd < 0) {
         return;
     }
-    const std::string text = o.str();
+    // Program names need not be UTF-8: replace what is not.
+    const std::string text =
+        j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     [[maybe_unused]] auto w = ::write(fd, text.data(), text.size());
     ::close(fd);
     ::rename(tmp.c_str(), final_path.c_str());

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # A forking echo server: the parent accepts, a child per connection echoes
-# until end of stream and prints "served N" (N bytes).
+# until end of stream and prints "served N local PORT" (N bytes; PORT from
+# getsockname() of the accepted socket, the listening port as on TCP).
 #   forking_echo.py HOST PORT
 import socketserver
 import sys
@@ -16,7 +17,7 @@ class Echo(socketserver.BaseRequestHandler):
                 break
             self.request.sendall(data)
             n += len(data)
-        print("served", n, flush=True)
+        print("served", n, "local", self.request.getsockname()[1], flush=True)
 
 
 class Server(socketserver.ForkingTCPServer):
