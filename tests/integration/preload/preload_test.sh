@@ -18,6 +18,8 @@
 #   fallback    `both` against a host with no sdp-pmd: TCP, data intact
 #   garbage     a broken rule file: reported once with its line, plain TCP
 #   sdp_only    `use sdp server`: SDP clients served, a plain TCP client refused
+#   fd_passing  the descriptor of an SDP connection passed to another process
+#               (SCM_RIGHTS) and closed by its maker; sendfile(2) on it
 #   keepalive   SO_KEEPALIVE/TCP_KEEPIDLE/INTVL/CNT set by a program reach the
 #               SDP connection's TCP socket (14.3): a peer whose link is cut
 #               (two network namespaces) is detected within the keepalive time
@@ -371,6 +373,21 @@ sdp_only)
   for ((i = 0; i < 50; i++)); do [ "$(stat_of "$work/srv.json" accept_tcp_refused)" = 1 ] && break; sleep 0.1; done
   expect_stat "$work/srv.json" accept_tcp_refused 1
   expect_stat "$work/srv.json" accept_sdp 1
+  ;;
+fd_passing)
+  start_pmd
+  port=$(pick_port)
+  preload srv "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" \
+    2> "$work/srv.err" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
+  grep -q "SDP at" "$work/srv.err" || die "server did not get an SDP listener"
+  head -c 1500000 /dev/urandom > "$work/in"
+  preload cli "$py" "$here/fd_passing.py" 127.0.0.1 "$port" "$work/in" > "$work/cli.log" \
+    2> "$work/cli.err" || die "fd passing failed: $(cat "$work/cli.log")"
+  cat "$work/cli.log"
+  expect_stat "$work/cli.json" connect_sdp 1
+  expect_stat "$work/cli.json" bytes_to_peer 1500000
   ;;
 keepalive)
   [ "${EUID:-$(id -u)}" -eq 0 ] || skip "not root: cannot create network namespaces"
