@@ -535,17 +535,20 @@ SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len
 namespace {
 
 void fork_prepare() {
+    stats_fork_prepare();
     Bridge::fork_prepare();
     fds().mutex().lock();
 }
 void fork_parent() {
     fds().mutex().unlock();
     Bridge::fork_parent();
+    stats_fork_parent();
 }
 void fork_child() {
     fds().after_fork_child();
     fds().mutex().unlock();
     Bridge::fork_child();
+    stats_fork_child();
 }
 
 __attribute__((constructor)) void preload_init() {

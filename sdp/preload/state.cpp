@@ -291,14 +291,39 @@ Counters& counters() {
     return *c;
 }
 
+namespace {
+std::mutex& stats_mutex() {
+    static auto* m = new std::mutex;
+    return *m;
+}
+bool g_forked_child = false;
+}  // namespace
+
+void stats_fork_prepare() {
+    stats_mutex().lock();
+}
+void stats_fork_parent() {
+    stats_mutex().unlock();
+}
+void stats_fork_child() {
+    stats_mutex().unlock();
+    g_forked_child = true;
+    Counters& c = counters();
+    for (auto* a : {&c.connect_sdp, &c.connect_tcp_rule, &c.connect_fallback, &c.connect_failed,
+                    &c.listen_sdp, &c.listen_tcp_rule, &c.register_failed, &c.accept_sdp,
+                    &c.accept_tcp, &c.accept_tcp_refused, &c.bridges_active, &c.bridges_reset,
+                    &c.bytes_to_peer, &c.bytes_from_peer, &c.oob_to_peer, &c.oob_from_peer}) {
+        a->store(0);
+    }
+}
+
 void write_stats() {
     const std::string& path = settings().stats_file;
-    if (path.empty()) {
-        return;
+    if (path.empty() || (g_forked_child && path.find("%p") == std::string::npos)) {
+        return;  // a forked child does not overwrite its parent's file
     }
     InternalScope in;
-    static std::mutex mu;
-    std::lock_guard lk(mu);
+    std::lock_guard lk(stats_mutex());
     const Counters& c = counters();
     const nlohmann::json j = {
         {"pid", ::getpid()},

@@ -154,6 +154,11 @@ struct Counters {
 };
 Counters& counters();
 void write_stats();
+// fork(): the counters' file lock is held across it; a child starts its own
+// counters from zero and writes them only to a per-process file ("%p").
+void stats_fork_prepare();
+void stats_fork_parent();
+void stats_fork_child();
 
 // StreamOptions for a connection of this process, with the program's socket
 // options applied.
