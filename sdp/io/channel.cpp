@@ -463,6 +463,7 @@ bool SoftChannel::urgent_pending() {
 void SoftChannel::set_oob_inline(bool on) {
     std::unique_lock lk(mu_);
     core_.sdp().set_oob_inline(on);
+    wake_poller();  // a waiting reader may take the urgent byte now
     cv_.notify_all();
 }
 

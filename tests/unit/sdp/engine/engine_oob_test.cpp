@@ -315,3 +315,47 @@ TEST_P(SdpEngineOobPendDistance, ExactlyOnceAndWithin65535Bytes) {
 
 INSTANTIATE_TEST_SUITE_P(BufferSizes, SdpEngineOobPendDistance,
                          ::testing::Values(16u * 1024, 64u * 1024, 256u * 1024, 1024u * 1024));
+
+// With private buffers over 64 KiB, the byte may be queued more than 65535
+// bytes behind the start of the message that would carry it, with no
+// message before it to take OOB_PEND: that message is cut 65535 bytes
+// before the byte so the next one (the byte's) may carry the flag.
+TEST(SdpEngineOobPend, LargeBuffersCutTheCarryingMessage) {
+    e::Config c;
+    c.recv_buf_size = 256 * 1024;
+    c.send_buf_size = 256 * 1024;
+    c.recv_buf_count = 4;  // two payload messages of credit, then a waits
+    c.send_queue_limit = 4 << 20;
+    Pair p(c, c);
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    const Bytes d = pattern(600000, 11);
+    ASSERT_EQ(p.a.write(d), d.size());  // two messages go, the rest waits
+    ASSERT_TRUE(p.a.write_oob('!'));
+    Bytes got, buf(1 << 20);
+    for (int i = 0; i < 1000 && got.size() < d.size(); ++i) {
+        p.run();
+        const std::size_t n = p.b.read(buf);
+        got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    EXPECT_TRUE(got == d);
+    EXPECT_TRUE(p.b.at_mark());
+    EXPECT_EQ(p.b.read_oob(), std::optional<std::uint8_t>('!'));
+    std::uint64_t pos = 0, pend_at = 0;
+    int pend = 0, pres = 0;
+    std::size_t carrier = 0;
+    for (const Sent& m : sent(p)) {
+        if (m.flags & w::flag::oob_pend) {
+            pend_at = pos;
+            ++pend;
+        }
+        pos += m.payload;
+        if (m.flags & w::flag::oob_pres) {
+            ++pres;
+            carrier = m.payload;
+            EXPECT_LE(pos - pend_at, 65535u);
+        }
+    }
+    EXPECT_EQ(pend, 1);
+    EXPECT_EQ(pres, 1);
+    EXPECT_EQ(carrier, 65535u);  // the cut: exactly 65535 bytes with the byte
+}
