@@ -69,8 +69,9 @@ bool rdma_available(std::string* why = nullptr);
 // timer"): SO_KEEPALIVE with TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT on the
 // TCP socket that carries the stream (the soft provider's LLP, or the TCP
 // fallback). A peer that stops answering is given up after about
-// idle + interval * count; read_some()/write() then fail with timed_out
-// (the kernel's ETIMEDOUT, on SDP as on TCP). Not on the rdma provider (the
+// idle + interval * count; the read_some()/write() that sees it fails with
+// timed_out (the kernel's ETIMEDOUT, on SDP as on TCP; over TCP later calls
+// get broken_pipe / end of stream, SDP keeps answering timed_out). Not on the rdma provider (the
 // LLP lives in the RNIC or the kernel's siw, and rdma_cm has no keepalive
 // option): there set_keepalive() fails with operation_not_supported and a
 // connect/accept with keepalive enabled fails. See docs/sdp.md, "Keepalive".
