@@ -590,11 +590,14 @@ std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
             ec = std::make_error_code(std::errc::interrupted);
             return 0;
         }
-        const std::size_t n = tcp_recv(fd, buf, MSG_DONTWAIT, ec);
-        if (n > 0 || !ec || ec != std::errc::timed_out) {
-            return n;  // data, end of stream, or an error
+        const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+        if (n >= 0) {
+            return static_cast<std::size_t>(n);  // data, or end of stream
         }
-        ec.clear();
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            ec = errno_code(errno);  // ETIMEDOUT (keepalive): timed_out
+            return 0;
+        }
         int wait_ms = -1;
         if (t.count() > 0) {
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
