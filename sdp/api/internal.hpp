@@ -86,9 +86,11 @@ void set_io_timeout(int fd, std::chrono::milliseconds t);
 std::error_code apply_keepalive(int fd, const Keepalive& k);
 // Out-of-band data on a plain TCP socket (the fallback path of Stream and
 // AsyncStream): the socket calls, errors as errno values.
-std::error_code tcp_send_oob(int fd, std::uint8_t byte);  // send(MSG_OOB), waits for room
-std::uint8_t tcp_read_oob(int fd, std::error_code& ec);   // recv(MSG_OOB), never blocks
-bool tcp_at_mark(int fd);                                 // ioctl(SIOCATMARK)
+// send(MSG_OOB): waits for room on a blocking socket; a non-blocking one
+// (Asio's) with a full send buffer: resource_unavailable_try_again.
+std::error_code tcp_send_oob(int fd, std::uint8_t byte);
+std::uint8_t tcp_read_oob(int fd, std::error_code& ec);  // recv(MSG_OOB), never blocks
+bool tcp_at_mark(int fd);                                // ioctl(SIOCATMARK)
 bool tcp_at_urgent(int fd);       // at the mark, the urgent byte there and unread
 bool tcp_urgent_pending(int fd);  // poll(POLLPRI)
 std::error_code tcp_set_oob_inline(int fd, bool on);  // SO_OOBINLINE

@@ -524,14 +524,10 @@ std::error_code tcp_send_oob(int fd, std::uint8_t byte) {
         if (::send(fd, &byte, 1, MSG_OOB | MSG_NOSIGNAL) == 1) {
             return {};
         }
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            // A non-blocking socket (Asio's) with a full send buffer.
-            pollfd p{fd, POLLOUT, 0};
-            if (::poll(&p, 1, -1) < 0 && errno != EINTR) {
-                return errno_code(errno);
-            }
-        } else if (errno != EINTR) {
-            return errno_code(errno);
+        if (errno != EINTR) {
+            // EAGAIN: SO_SNDTIMEO ran out, or a non-blocking (Asio) socket
+            // with a full send buffer: try again later.
+            return errno_code(errno == EWOULDBLOCK ? EAGAIN : errno);
         }
     }
 }
@@ -623,7 +619,11 @@ std::error_code Stream::send_oob(std::uint8_t byte) {
     if (impl_->other) {
         return impl_->other->send_oob(byte);
     }
-    return detail::tcp_send_oob(impl_->tcp_fd, byte);
+    auto ec = detail::tcp_send_oob(impl_->tcp_fd, byte);
+    if (ec == std::errc::resource_unavailable_try_again) {
+        return std::make_error_code(std::errc::timed_out);  // SO_SNDTIMEO, as write()
+    }
+    return ec;
 }
 
 std::uint8_t Stream::read_oob(std::error_code& ec) {

@@ -196,6 +196,9 @@ class AsyncStream {
     // over SDP as over the TCP fallback. async_read_some() stops at the mark
     // (it never returns bytes from both sides of it) and skips an
     // out-of-line urgent byte. Call them from the stream's executor.
+    // send_oob never waits: over SDP the byte is queued in the engine; over
+    // the TCP fallback a full socket send buffer gives
+    // resource_unavailable_try_again.
     std::error_code send_oob(std::uint8_t byte);
     std::uint8_t read_oob(std::error_code& ec);
     bool at_mark() const;
