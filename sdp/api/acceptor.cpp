@@ -346,6 +346,14 @@ struct Acceptor::Impl::Startups {
         }
         if (im && im->sdp) {
             im->info.provider = "soft";
+            if (so.keepalive.enabled) {
+                ec = detail::apply_keepalive(im->sdp->native_handle(), so.keepalive);
+                if (ec) {
+                    why = "keepalive: " + ec.message();
+                    im->sdp->abort();
+                    im.reset();
+                }
+            }
         }
         finish(it, peer, std::move(im), ec, why);
     }
@@ -740,6 +748,10 @@ std::error_code Acceptor::open(const pm::Endpoint& local, const AcceptorOptions&
     }
     if (*prov == Provider::rdma && opts.on_demand) {
         impl_->open_error_ = "on-demand ports need the soft provider";
+        return std::make_error_code(std::errc::operation_not_supported);
+    }
+    if (*prov == Provider::rdma && opts.stream.keepalive.enabled) {
+        impl_->open_error_ = detail::kRdmaKeepaliveReason;
         return std::make_error_code(std::errc::operation_not_supported);
     }
     if (*prov == Provider::rdma) {

@@ -93,6 +93,24 @@ struct AsyncStream::Impl {
     std::shared_ptr<ConnectOp> connecting;
 
     bool open() const { return (sdp && sdp->is_open()) || (plain && plain->is_open()); }
+    int fd() const {
+        if (sdp) {
+            return sdp->native_handle();
+        }
+        return plain && plain->is_open() ? plain->native_handle() : -1;
+    }
+    // StreamOptions applied to a connected stream's socket.
+    std::error_code configure() {
+        if (opts.keepalive.enabled) {
+            if (auto ec = detail::apply_keepalive(fd(), opts.keepalive)) {
+                return ec;
+            }
+        }
+        if (plain && opts.oob_inline) {
+            return detail::tcp_set_oob_inline(fd(), true);
+        }
+        return {};
+    }
     void abort() {
         if (sdp) {
             sdp->abort();
@@ -223,6 +241,16 @@ struct ConnectOp : std::enable_shared_from_this<ConnectOp> {
         im->sdp = std::move(channel);
         im->info.used = Transport::sdp;
         im->info.peer = peer;
+        configured();
+    }
+
+    void configured() {
+        if (auto ec = im->configure()) {
+            im->info.reason = "socket options: " + ec.message();
+            im->abort();
+            finish(ec);
+            return;
+        }
         finish({});
     }
 
@@ -233,7 +261,7 @@ struct ConnectOp : std::enable_shared_from_this<ConnectOp> {
         sock = tcp::socket(im->io);
         im->info.used = Transport::tcp;
         im->info.peer = peer;
-        finish({});
+        configured();
     }
 
     void start() {
@@ -506,6 +534,62 @@ void AsyncStream::close() {
     impl_->abort();
 }
 
+std::error_code AsyncStream::send_oob(std::uint8_t byte) {
+    if (!impl_ || !impl_->open()) {
+        return std::make_error_code(std::errc::not_connected);
+    }
+    return impl_->sdp ? impl_->sdp->send_oob(byte) : detail::tcp_send_oob(impl_->fd(), byte);
+}
+
+std::uint8_t AsyncStream::read_oob(std::error_code& ec) {
+    if (!impl_ || !impl_->open()) {
+        ec = std::make_error_code(std::errc::not_connected);
+        return 0;
+    }
+    return impl_->sdp ? impl_->sdp->read_oob(ec) : detail::tcp_read_oob(impl_->fd(), ec);
+}
+
+bool AsyncStream::at_mark() const {
+    if (!impl_ || !impl_->open()) {
+        return false;
+    }
+    return impl_->sdp ? impl_->sdp->at_mark() : detail::tcp_at_mark(impl_->fd());
+}
+
+bool AsyncStream::urgent_pending() const {
+    if (!impl_ || !impl_->open()) {
+        return false;
+    }
+    return impl_->sdp ? impl_->sdp->urgent_pending() : detail::tcp_urgent_pending(impl_->fd());
+}
+
+std::error_code AsyncStream::set_oob_inline(bool on) {
+    if (!impl_ || !impl_->open()) {
+        return std::make_error_code(std::errc::not_connected);
+    }
+    impl_->opts.oob_inline = on;
+    if (impl_->sdp) {
+        impl_->sdp->set_oob_inline(on);
+        return {};
+    }
+    return detail::tcp_set_oob_inline(impl_->fd(), on);
+}
+
+std::error_code AsyncStream::set_keepalive(const Keepalive& k) {
+    if (!impl_ || !impl_->open()) {
+        return std::make_error_code(std::errc::not_connected);
+    }
+    auto ec = detail::apply_keepalive(impl_->fd(), k);
+    if (!ec) {
+        impl_->opts.keepalive = k;
+    }
+    return ec;
+}
+
+int AsyncStream::native_handle() const {
+    return impl_ && impl_->open() ? impl_->fd() : -1;
+}
+
 bool AsyncStream::is_open() const {
     return impl_ && impl_->open();
 }
@@ -640,6 +724,11 @@ struct AsyncAcceptor::Impl : std::enable_shared_from_this<AsyncAcceptor::Impl> {
             s.impl_->sdp = std::move(ch);
             s.impl_->info.used = Transport::sdp;
             s.impl_->info.peer = peer;
+            if (auto ec = s.impl_->configure()) {
+                s.impl_->abort();
+                h(to_boost(ec), AsyncStream(io));
+                continue;
+            }
             h(boost::system::error_code{}, std::move(s));
         }
         if (failed) {

@@ -32,7 +32,14 @@ namespace detail {
 class ProviderChannel {
   public:
     virtual ~ProviderChannel() = default;
-    virtual std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec) = 0;
+    virtual std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec,
+                                  bool stop_at_urgent) = 0;
+    // Out-of-band data (9.5.3), as Stream's calls of the same names.
+    virtual std::error_code send_oob(std::uint8_t byte) = 0;
+    virtual std::uint8_t read_oob(std::error_code& ec) = 0;
+    virtual bool at_mark() = 0;
+    virtual bool urgent_pending() = 0;
+    virtual void set_oob_inline(bool on) = 0;
     virtual std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec) = 0;
     virtual void shutdown_write(std::error_code& ec) = 0;
     virtual void close(std::chrono::milliseconds linger, std::error_code& ec) = 0;
@@ -73,6 +80,22 @@ int tcp_socket(bool v4);
 // Connects with a bounded wait; 0 or an errno value (ETIMEDOUT).
 int connect_with_timeout(int fd, const pm::Endpoint& to, std::chrono::milliseconds timeout);
 void set_io_timeout(int fd, std::chrono::milliseconds t);
+// TCP keepalive (14.3) on a TCP socket: SO_KEEPALIVE and, when enabled,
+// TCP_KEEPIDLE / TCP_KEEPINTVL / TCP_KEEPCNT. invalid_argument for values
+// out of the kernel's range.
+std::error_code apply_keepalive(int fd, const Keepalive& k);
+// Out-of-band data on a plain TCP socket (the fallback path of Stream and
+// AsyncStream): the socket calls, errors as errno values.
+// send(MSG_OOB): waits for room on a blocking socket; a non-blocking one
+// (Asio's) with a full send buffer: resource_unavailable_try_again.
+std::error_code tcp_send_oob(int fd, std::uint8_t byte);
+std::uint8_t tcp_read_oob(int fd, std::error_code& ec);  // recv(MSG_OOB), never blocks
+bool tcp_at_mark(int fd);                                // ioctl(SIOCATMARK)
+bool tcp_at_urgent(int fd);       // at the mark, the urgent byte there and unread
+bool tcp_urgent_pending(int fd);  // poll(POLLPRI)
+std::error_code tcp_set_oob_inline(int fd, bool on);  // SO_OOBINLINE
+// Why keepalive cannot be had on the rdma provider (ConnectInfo::reason).
+extern const char* const kRdmaKeepaliveReason;
 using pm::from_sockaddr;
 using pm::to_sockaddr;
 

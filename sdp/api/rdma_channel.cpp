@@ -151,7 +151,8 @@ bool RdmaChannel::wait_locked(std::unique_lock<std::mutex>& lk,
     return cv_.wait_until(lk, *deadline, moved);
 }
 
-std::size_t RdmaChannel::read_some(std::span<std::uint8_t> out, std::error_code& ec) {
+std::size_t RdmaChannel::read_some(std::span<std::uint8_t> out, std::error_code& ec,
+                                   bool stop_at_urgent) {
     ec.clear();
     std::unique_lock lk(mu_);
     const auto deadline = io_deadline();
@@ -161,7 +162,13 @@ std::size_t RdmaChannel::read_some(std::span<std::uint8_t> out, std::error_code&
             return 0;
         }
         auto& sdp = s_->sdp();
-        const std::size_t n = sdp.read(out);
+        if (stop_at_urgent && sdp.at_urgent()) {
+            ec = std::make_error_code(std::errc::interrupted);
+            return 0;
+        }
+        // A lone out-of-line urgent byte is not skipped before more data
+        // arrives (read_oob() may still take it), as the soft provider.
+        const std::size_t n = sdp.readable() > 0 ? sdp.read(out) : 0;
         if (n > 0) {
             progress_locked();  // credit updates
             return n;
@@ -217,6 +224,56 @@ std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code
         }
     }
     return done;
+}
+
+std::error_code RdmaChannel::send_oob(std::uint8_t byte) {
+    std::lock_guard lk(mu_);
+    if (finished_ || stop_) {
+        return std::make_error_code(std::errc::not_connected);
+    }
+    auto& sdp = s_->sdp();
+    const auto st = sdp.state();
+    if (st == engine::State::reset || st == engine::State::failed) {
+        return std::make_error_code(std::errc::connection_reset);
+    }
+    if (!sdp.write_oob(byte)) {
+        return std::make_error_code(std::errc::broken_pipe);
+    }
+    progress_locked();
+    return {};
+}
+
+std::uint8_t RdmaChannel::read_oob(std::error_code& ec) {
+    ec.clear();
+    std::lock_guard lk(mu_);
+    if (finished_ || stop_) {
+        ec = std::make_error_code(std::errc::not_connected);
+        return 0;
+    }
+    auto& sdp = s_->sdp();
+    if (auto b = sdp.read_oob()) {
+        return *b;
+    }
+    ec = std::make_error_code(sdp.oob_not_yet() ? std::errc::resource_unavailable_try_again
+                                                : std::errc::invalid_argument);
+    return 0;
+}
+
+bool RdmaChannel::at_mark() {
+    std::lock_guard lk(mu_);
+    return !finished_ && s_->sdp().at_mark();
+}
+
+bool RdmaChannel::urgent_pending() {
+    std::lock_guard lk(mu_);
+    return !finished_ && s_->sdp().urgent_pending();
+}
+
+void RdmaChannel::set_oob_inline(bool on) {
+    std::lock_guard lk(mu_);
+    s_->sdp().set_oob_inline(on);
+    ++gen_;
+    cv_.notify_all();
 }
 
 void RdmaChannel::shutdown_write(std::error_code& ec) {

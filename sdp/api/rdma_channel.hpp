@@ -46,7 +46,14 @@ class RdmaChannel final : public ProviderChannel {
     RdmaChannel(const RdmaChannel&) = delete;
     RdmaChannel& operator=(const RdmaChannel&) = delete;
 
-    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec) override;
+    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec,
+                          bool stop_at_urgent) override;
+    // Out-of-band data (9.5.3): the same engine as the soft provider.
+    std::error_code send_oob(std::uint8_t byte) override;
+    std::uint8_t read_oob(std::error_code& ec) override;
+    bool at_mark() override;
+    bool urgent_pending() override;
+    void set_oob_inline(bool on) override;
     std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec) override;
     void shutdown_write(std::error_code& ec) override;
     void close(std::chrono::milliseconds linger, std::error_code& ec) override;

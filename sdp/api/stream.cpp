@@ -4,7 +4,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -128,6 +130,7 @@ engine::Config engine_config(const StreamOptions& o) {
     // Mode (one advertisement in flight) measured slower than Bcopy at every
     // size (docs/performance.md), and the rdma provider has no zero copy yet.
     c.bcopy_threshold = o.mechanism == Mechanism::zcopy ? o.zcopy_threshold : 0;
+    c.oob_inline = o.oob_inline;
     return c;
 }
 
@@ -138,6 +141,34 @@ io::ChannelOptions channel_options(const StreamOptions& o) {
     c.session.crc = o.crc;
     c.session.engine = engine_config(o);
     return c;
+}
+
+const char* const kRdmaKeepaliveReason =
+    "keepalive (14.3) is not available on the rdma provider: its LLP (TCP) lives in the RNIC or "
+    "the kernel's siw and rdma_cm offers no keepalive option; use the soft provider";
+
+std::error_code apply_keepalive(int fd, const Keepalive& k) {
+    const auto idle = k.idle.count();
+    const auto intvl = k.interval.count();
+    if (k.enabled &&
+        (idle < 1 || idle > 32767 || intvl < 1 || intvl > 32767 || k.count < 1 || k.count > 127)) {
+        return std::make_error_code(std::errc::invalid_argument);
+    }
+    const int on = k.enabled ? 1 : 0;
+    if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0) {
+        return {errno, std::generic_category()};
+    }
+    if (!k.enabled) {
+        return {};
+    }
+    const int vals[3] = {static_cast<int>(idle), static_cast<int>(intvl), k.count};
+    const int names[3] = {TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT};
+    for (int i = 0; i < 3; ++i) {
+        if (::setsockopt(fd, IPPROTO_TCP, names[i], &vals[i], sizeof vals[i]) != 0) {
+            return {errno, std::generic_category()};
+        }
+    }
+    return {};
 }
 
 pmclient::RequestOptions request_options(const StreamOptions& o) {
@@ -206,6 +237,32 @@ std::error_code Stream::fail(std::error_code ec, ConnectInfo info) {
     return ec;
 }
 
+std::error_code Stream::opened(std::unique_ptr<Impl> im) {
+    const StreamOptions& o = im->opts;
+    if (o.keepalive.enabled && im->other) {
+        ConnectInfo fi = im->info;
+        fi.reason = detail::kRdmaKeepaliveReason;
+        im->other->abort();
+        return fail(std::make_error_code(std::errc::operation_not_supported), std::move(fi));
+    }
+    const int fd = im->sdp ? im->sdp->native_handle() : im->tcp_fd;
+    if (fd >= 0 && o.keepalive.enabled) {
+        if (auto ec = detail::apply_keepalive(fd, o.keepalive)) {
+            ConnectInfo fi = im->info;
+            fi.reason = "keepalive: " + ec.message();
+            if (im->sdp) {
+                im->sdp->abort();
+            }
+            return fail(ec, std::move(fi));
+        }
+    }
+    if (im->tcp_fd >= 0 && o.oob_inline) {
+        (void)detail::tcp_set_oob_inline(im->tcp_fd, true);
+    }
+    impl_ = std::move(im);
+    return {};
+}
+
 std::error_code Stream::connect_tcp(const pm::Endpoint& address, const StreamOptions& opts) {
     impl_.reset();
     failed_ = {};
@@ -226,8 +283,7 @@ std::error_code Stream::connect_tcp(const pm::Endpoint& address, const StreamOpt
     im->info.used = Transport::tcp;
     im->info.peer = address;
     im->info.provider = "tcp";
-    impl_ = std::move(im);
-    return {};
+    return opened(std::move(im));
 }
 
 std::error_code Stream::connect_sdp(const pm::Endpoint& sdp_address, const StreamOptions& opts) {
@@ -240,6 +296,12 @@ std::error_code Stream::connect_sdp(const pm::Endpoint& sdp_address, const Strea
         fi.provider = "rdma";
         fi.reason = detail::rdma_unusable_reason(pwhy);
         return fail(std::make_error_code(std::errc::no_such_device), std::move(fi));
+    }
+    if (*prov == Provider::rdma && opts.keepalive.enabled) {
+        ConnectInfo fi;
+        fi.provider = "rdma";
+        fi.reason = detail::kRdmaKeepaliveReason;
+        return fail(std::make_error_code(std::errc::operation_not_supported), std::move(fi));
     }
     auto im = std::make_unique<Impl>();
     im->opts = opts;
@@ -257,8 +319,7 @@ std::error_code Stream::connect_sdp(const pm::Endpoint& sdp_address, const Strea
         im->info.used = Transport::sdp;
         im->info.peer = sdp_address;
         im->info.provider = "rdma";
-        impl_ = std::move(im);
-        return {};
+        return opened(std::move(im));
     }
 #endif
     int fd = detail::tcp_socket(sdp_address.address.is_v4());
@@ -282,8 +343,7 @@ std::error_code Stream::connect_sdp(const pm::Endpoint& sdp_address, const Strea
     im->info.used = Transport::sdp;
     im->info.peer = sdp_address;
     im->info.provider = "soft";
-    impl_ = std::move(im);
-    return {};
+    return opened(std::move(im));
 }
 
 namespace {
@@ -362,7 +422,17 @@ std::error_code Stream::connect(const pm::Endpoint& conventional, const StreamOp
     auto po = detail::procedure_options(opts);
     std::unique_ptr<detail::RdmaConnector> rdma;
     std::string pwhy;
-    const auto prov = detail::choose_provider(opts.iwarp_provider, pwhy);
+    auto prov = detail::choose_provider(opts.iwarp_provider, pwhy);
+    if (prov == Provider::rdma && opts.keepalive.enabled) {
+        // 14.3: keepalive needs the TCP socket, which rdma keeps to itself.
+        if (opts.iwarp_provider != Provider::automatic) {
+            ConnectInfo fi;
+            fi.provider = "rdma";
+            fi.reason = detail::kRdmaKeepaliveReason;
+            return fail(std::make_error_code(std::errc::operation_not_supported), std::move(fi));
+        }
+        prov = Provider::soft;
+    }
     if (!prov) {
         // rdma asked for and unusable: nothing to ask the Port Mapper for.
         po.unusable = detail::rdma_unusable_reason(pwhy);
@@ -390,8 +460,7 @@ std::error_code Stream::connect(const pm::Endpoint& conventional, const StreamOp
         detail::set_io_timeout(fd, opts.io_timeout);
         im->tcp_fd = fd;
         im->info.used = Transport::tcp;
-        impl_ = std::move(im);
-        return {};
+        return opened(std::move(im));
     }
     if (io.rdma) {
         std::error_code ec;
@@ -406,24 +475,19 @@ std::error_code Stream::connect(const pm::Endpoint& conventional, const StreamOp
         im->info.reason = io.note;
     }
     im->info.used = Transport::sdp;
-    impl_ = std::move(im);
-    return {};
+    return opened(std::move(im));
 }
 
 std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec) {
-    ec.clear();
-    if (!impl_) {
-        ec = std::make_error_code(std::errc::not_connected);
-        return 0;
-    }
-    if (impl_->sdp) {
-        return impl_->sdp->read_some(buf, ec);
-    }
-    if (impl_->other) {
-        return impl_->other->read_some(buf, ec);
-    }
+    return read_some(buf, ec, false);
+}
+
+namespace {
+
+// recv(2) on the TCP fallback; EAGAIN (SO_RCVTIMEO) is timed_out.
+std::size_t tcp_recv(int fd, std::span<std::uint8_t> buf, int flags, std::error_code& ec) {
     while (true) {
-        ssize_t n = ::recv(impl_->tcp_fd, buf.data(), buf.size(), 0);
+        ssize_t n = ::recv(fd, buf.data(), buf.size(), flags);
         if (n >= 0) {
             return static_cast<std::size_t>(n);
         }
@@ -434,6 +498,204 @@ std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec) 
             return 0;
         }
     }
+}
+
+}  // namespace
+
+namespace detail {
+
+bool tcp_at_mark(int fd) {
+    int at = 0;
+    return ::ioctl(fd, SIOCATMARK, &at) == 0 && at != 0;
+}
+
+bool tcp_at_urgent(int fd) {
+    std::uint8_t b = 0;
+    return tcp_at_mark(fd) && ::recv(fd, &b, 1, MSG_OOB | MSG_PEEK | MSG_DONTWAIT) == 1;
+}
+
+bool tcp_urgent_pending(int fd) {
+    pollfd p{fd, POLLPRI, 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & POLLPRI) != 0;
+}
+
+std::error_code tcp_send_oob(int fd, std::uint8_t byte) {
+    while (true) {
+        if (::send(fd, &byte, 1, MSG_OOB | MSG_NOSIGNAL) == 1) {
+            return {};
+        }
+        if (errno != EINTR) {
+            // EAGAIN: SO_SNDTIMEO ran out, or a non-blocking (Asio) socket
+            // with a full send buffer: try again later.
+            return errno_code(errno == EWOULDBLOCK ? EAGAIN : errno);
+        }
+    }
+}
+
+std::uint8_t tcp_read_oob(int fd, std::error_code& ec) {
+    ec.clear();
+    std::uint8_t b = 0;
+    // recv(MSG_OOB) never blocks: EAGAIN is "not arrived yet", not a timeout.
+    while (true) {
+        if (::recv(fd, &b, 1, MSG_OOB) == 1) {
+            return b;
+        }
+        if (errno != EINTR) {
+            ec = errno_code(errno == EWOULDBLOCK ? EAGAIN : errno);
+            return 0;
+        }
+    }
+}
+
+std::error_code tcp_set_oob_inline(int fd, bool on) {
+    const int v = on ? 1 : 0;
+    if (::setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &v, sizeof v) != 0) {
+        return errno_code(errno);
+    }
+    return {};
+}
+
+}  // namespace detail
+
+using detail::tcp_at_mark;
+using detail::tcp_at_urgent;
+
+std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
+                              bool stop_at_urgent) {
+    ec.clear();
+    if (!impl_) {
+        ec = std::make_error_code(std::errc::not_connected);
+        return 0;
+    }
+    if (impl_->sdp) {
+        return impl_->sdp->read_some(buf, ec, stop_at_urgent);
+    }
+    if (impl_->other) {
+        return impl_->other->read_some(buf, ec, stop_at_urgent);
+    }
+    const int fd = impl_->tcp_fd;
+    if (!stop_at_urgent || buf.empty()) {
+        return tcp_recv(fd, buf, 0, ec);
+    }
+    // The kernel skips an out-of-line urgent byte at the read position
+    // unless a signal is pending: wait with poll() and look before reading.
+    const auto t = impl_->opts.io_timeout;
+    const auto deadline = std::chrono::steady_clock::now() + t;
+    while (true) {
+        if (tcp_at_urgent(fd)) {
+            ec = std::make_error_code(std::errc::interrupted);
+            return 0;
+        }
+        const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+        if (n >= 0) {
+            return static_cast<std::size_t>(n);  // data, or end of stream
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            ec = errno_code(errno);  // ETIMEDOUT (keepalive): timed_out
+            return 0;
+        }
+        int wait_ms = -1;
+        if (t.count() > 0) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                deadline - std::chrono::steady_clock::now());
+            if (left.count() <= 0) {
+                ec = std::make_error_code(std::errc::timed_out);
+                return 0;
+            }
+            wait_ms = static_cast<int>(left.count());
+        }
+        pollfd p{fd, POLLIN | POLLPRI, 0};
+        (void)::poll(&p, 1, wait_ms);
+    }
+}
+
+std::error_code Stream::send_oob(std::uint8_t byte) {
+    if (!impl_) {
+        return std::make_error_code(std::errc::not_connected);
+    }
+    if (impl_->sdp) {
+        return impl_->sdp->send_oob(byte);
+    }
+    if (impl_->other) {
+        return impl_->other->send_oob(byte);
+    }
+    auto ec = detail::tcp_send_oob(impl_->tcp_fd, byte);
+    if (ec == std::errc::resource_unavailable_try_again) {
+        return std::make_error_code(std::errc::timed_out);  // SO_SNDTIMEO, as write()
+    }
+    return ec;
+}
+
+std::uint8_t Stream::read_oob(std::error_code& ec) {
+    ec.clear();
+    if (!impl_) {
+        ec = std::make_error_code(std::errc::not_connected);
+        return 0;
+    }
+    if (impl_->sdp) {
+        return impl_->sdp->read_oob(ec);
+    }
+    if (impl_->other) {
+        return impl_->other->read_oob(ec);
+    }
+    return detail::tcp_read_oob(impl_->tcp_fd, ec);
+}
+
+bool Stream::at_mark() const {
+    if (!impl_) {
+        return false;
+    }
+    if (impl_->sdp) {
+        return impl_->sdp->at_mark();
+    }
+    if (impl_->other) {
+        return impl_->other->at_mark();
+    }
+    return tcp_at_mark(impl_->tcp_fd);
+}
+
+bool Stream::urgent_pending() const {
+    if (!impl_) {
+        return false;
+    }
+    if (impl_->sdp) {
+        return impl_->sdp->urgent_pending();
+    }
+    if (impl_->other) {
+        return impl_->other->urgent_pending();
+    }
+    return detail::tcp_urgent_pending(impl_->tcp_fd);
+}
+
+std::error_code Stream::set_oob_inline(bool on) {
+    if (!impl_) {
+        return std::make_error_code(std::errc::not_connected);
+    }
+    impl_->opts.oob_inline = on;
+    if (impl_->sdp) {
+        impl_->sdp->set_oob_inline(on);
+        return {};
+    }
+    if (impl_->other) {
+        impl_->other->set_oob_inline(on);
+        return {};
+    }
+    return detail::tcp_set_oob_inline(impl_->tcp_fd, on);
+}
+
+std::error_code Stream::set_keepalive(const Keepalive& k) {
+    if (!impl_) {
+        return std::make_error_code(std::errc::not_connected);
+    }
+    if (impl_->other) {
+        return std::make_error_code(std::errc::operation_not_supported);
+    }
+    const int fd = impl_->sdp ? impl_->sdp->native_handle() : impl_->tcp_fd;
+    auto ec = detail::apply_keepalive(fd, k);
+    if (!ec) {
+        impl_->opts.keepalive = k;
+    }
+    return ec;
 }
 
 std::size_t Stream::read(std::span<std::uint8_t> buf, std::error_code& ec) {

@@ -89,6 +89,7 @@ Connection::Connection(Role role, const Config& cfg, QueuePair& qp)
     ird_ = cfg_.ird;
     ord_ = cfg_.ord;
     minor_ = cfg_.minor;
+    oob_inline_ = cfg_.oob_inline;
 }
 
 // ---------------------------------------------------------------- setup ---
@@ -318,8 +319,10 @@ bool Connection::on_message(std::span<const std::uint8_t> bytes, std::size_t len
         go_reset(Error::unexpected_message);
         return false;
     }
-    if (m.flags & w::flag::oob_pend)
+    if (m.flags & w::flag::oob_pend) {
         ++oob_pending_;
+        supersede_mark();
+    }
     if (h->mid != w::Mid::data || payload.size > 0)
         arm();  // not a gratuitous update
     if (!dispatch(m, payload)) {
@@ -433,12 +436,19 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
 }
 
 void Connection::deliver(const Payload& p, std::uint8_t flags) {
-    std::size_t n = p.size;  // bytes for the reader
+    const std::size_t n = p.size;  // bytes for the reader
     if ((flags & w::flag::oob_pres) && n > 0 && p.bytes.size() == n) {
-        oob_byte_ = p.bytes[n - 1];  // 9.5.3: the last byte is the OOB byte
-        --n;
-        if (oob_pending_ > 0)
+        // 9.5.3: the last byte is the OOB byte. It stays in the stream at
+        // its position (the mark); reads skip it unless oob_inline.
+        if (oob_pending_ > 0) {
             --oob_pending_;
+        } else {
+            supersede_mark();  // no OOB_PEND announced it (not per 9.5.3)
+        }
+        // Another one is announced already: this one is superseded at once
+        // and stays in line (TCP's urgent pointer would name the newer).
+        if (oob_pending_ == 0)
+            urg_ = Urgent{rx_pos_ + rx_bytes_ + n - 1, p.bytes[n - 1], false};
     }
     if (n == 0) {
         repost(1);  // nothing to hold the private buffer for
@@ -447,7 +457,8 @@ void Connection::deliver(const Payload& p, std::uint8_t flags) {
     stats_.bytes_received += n;
     switch (p.where.kind) {
         case Placement::Kind::landed:
-            repost(1);  // read at once: the private buffer is free again
+            rx_pos_ += n;  // read at once (never with a mark: rx_ was empty)
+            repost(1);     // the private buffer is free again
             return;
         case Placement::Kind::own: {
             std::vector<std::uint8_t>& buf = *p.where.buffer;
@@ -562,13 +573,13 @@ bool Connection::write_oob(std::uint8_t byte) {
     return true;
 }
 
-std::size_t Connection::read(std::span<std::uint8_t> out) {
+std::size_t Connection::consume(std::uint8_t* dst, std::size_t max, std::uint32_t& freed) {
     std::size_t n = 0;
-    std::uint32_t freed = 0;
-    while (n < out.size() && !rx_.empty()) {
+    while (n < max && !rx_.empty()) {
         Chunk& c = rx_.front();
-        const std::size_t k = std::min(out.size() - n, c.end - c.off);
-        std::memcpy(out.data() + n, c.bytes.data() + c.off, k);
+        const std::size_t k = std::min(max - n, c.end - c.off);
+        if (dst != nullptr)
+            std::memcpy(dst + n, c.bytes.data() + c.off, k);
         n += k;
         c.off += k;
         if (c.off == c.end) {
@@ -579,23 +590,64 @@ std::size_t Connection::read(std::span<std::uint8_t> out) {
         }
     }
     rx_bytes_ -= n;
+    rx_pos_ += n;
+    if (urg_ && rx_pos_ > urg_->pos)
+        urg_.reset();  // passed: the urgent byte is gone (as TCP)
+    return n;
+}
+
+void Connection::release(std::uint32_t freed) {
     if (freed > 0)
         arm();
     repost(freed);
+}
+
+std::size_t Connection::read(std::span<std::uint8_t> out) {
+    std::size_t n = 0;
+    std::uint32_t freed = 0;
+    while (n < out.size() && !rx_.empty()) {
+        std::size_t max = out.size() - n;
+        if (urg_ && urg_->pos == rx_pos_) {
+            if (n > 0)
+                break;  // a read stops at the mark
+            if (!oob_inline_) {
+                consume(nullptr, 1, freed);  // out of line: not in the stream
+                continue;
+            }
+        } else if (urg_) {
+            max = std::min<std::size_t>(max, urg_->pos - rx_pos_);  // up to the mark
+        }
+        n += consume(out.data() + n, max, freed);
+    }
+    release(freed);
     pump();
     return n;
 }
 
+void Connection::supersede_mark() {
+    if (!urg_)
+        return;
+    // Linux's tcp_check_urg(): the older byte stays in the stream as normal
+    // data, except that a reader standing on it (out of line) skips it now.
+    if (!oob_inline_ && urg_->pos == rx_pos_) {
+        std::uint32_t freed = 0;
+        consume(nullptr, 1, freed);
+        release(freed);
+    }
+    urg_.reset();
+}
+
 std::optional<std::uint8_t> Connection::read_oob() {
-    auto b = oob_byte_;
-    oob_byte_.reset();
-    return b;
+    if (oob_inline_ || !urg_ || urg_->taken || oob_pending_ > 0)
+        return std::nullopt;
+    urg_->taken = true;
+    return urg_->byte;
 }
 
 bool Connection::eof() const {
     // A reset after the peer's DisConn (AbortConn, a protocol violation)
     // dropped whatever was still unread: that is an error, not end of stream.
-    return disconn_received() && rx_bytes_ == 0 && !src_in_ && !zread_result_ &&
+    return disconn_received() && readable() == 0 && !src_in_ && !zread_result_ &&
            state_ != State::reset && state_ != State::failed;
 }
 
@@ -634,7 +686,10 @@ void Connection::drop_queues() {
     oob_flagged_ = 0;
     control_.clear();
     rx_.clear();
+    rx_pos_ += rx_bytes_;
     rx_bytes_ = 0;
+    urg_.reset();
+    oob_pending_ = 0;
     drop_zcopy();
 }
 
@@ -1017,9 +1072,18 @@ void Connection::pump() {
             std::uint8_t flags = 0;
             bool carries_oob = false;
             if (!oob_marks_.empty() && oob_marks_.front() < tx_stream_pos_ + n) {
-                n = static_cast<std::size_t>(oob_marks_.front() - tx_stream_pos_) + 1;
-                carries_oob = true;
-                flags |= w::flag::oob_pres;
+                const std::uint64_t to_mark = oob_marks_.front() - tx_stream_pos_ + 1;
+                if (oob_flagged_ == 0 && to_mark > kMaxOobDistance) {
+                    // 9.5.3: OOB_PEND may not go on a message with more than
+                    // 65535 bytes up to the OOB byte, and it has not gone
+                    // yet: end this one exactly 65535 bytes before the byte,
+                    // so the next (which carries it) may take the flag.
+                    n = static_cast<std::size_t>(to_mark - kMaxOobDistance);
+                } else {
+                    n = static_cast<std::size_t>(to_mark);
+                    carries_oob = true;
+                    flags |= w::flag::oob_pres;
+                }
             }
             flags |= take_pend_flag(carries_oob);
             if (n < have) {

@@ -51,6 +51,9 @@ struct Config {
     std::uint16_t ord = 1;
     std::uint8_t major = wire::kMajorVersion;
     std::uint8_t minor = wire::kMinorVersion;
+    // SO_OOBINLINE: a received urgent byte stays in the normal stream
+    // (set_oob_inline() changes it at any time).
+    bool oob_inline = false;
 };
 
 enum class Role : std::uint8_t { connecting, accepting };
@@ -159,12 +162,36 @@ class Connection {
     // Queues up to send_queue_limit bytes; returns how many were taken
     // (0 after shutdown_write(), on a closed connection, or when full).
     std::size_t write(std::span<const std::uint8_t> bytes);
-    // Queues one byte of out-of-band data (9.5.3). False when not writable.
+    // Queues one byte of out-of-band data (9.5.3): it goes in order in the
+    // stream, as the last byte of a Data Message with OOB_PRES; OOB_PEND
+    // goes exactly once, on a message at most 65535 bytes before it. False
+    // when not writable (or a Read Zcopy advertisement is in process).
     bool write_oob(std::uint8_t byte);
     // Copies delivered in-order bytes; 0 when none are ready (check eof()).
+    //
+    // Out-of-band data on the receive side follows Linux TCP (see
+    // docs/protocol-notes.md, 9.5.3): the urgent byte stays in the receive
+    // stream at its position, the mark. A read never returns bytes from
+    // both sides of the mark: it stops in front of it, and a read starting
+    // at it skips the urgent byte (out of line, the default) or returns it
+    // first (oob_inline), then reads on. Once the read position has passed
+    // the mark the urgent byte is gone (read_oob() has nothing).
     std::size_t read(std::span<std::uint8_t> out);
-    // The last out-of-band byte received, consumed by the call.
+    // recv(MSG_OOB): the urgent byte once, out of line only; nullopt when
+    // there is none, it was read, the reader passed it, oob_inline, or a
+    // newer one is announced and not arrived (oob_not_yet()).
     std::optional<std::uint8_t> read_oob();
+    // read_oob() would fail with EAGAIN: announced by OOB_PEND, not arrived.
+    [[nodiscard]] bool oob_not_yet() const { return !oob_inline_ && oob_pending_ > 0; }
+    // SIOCATMARK: the next byte of the stream is the urgent byte.
+    [[nodiscard]] bool at_mark() const { return urg_ && urg_->pos == rx_pos_; }
+    // At the mark, out of line, and the urgent byte not read with
+    // read_oob() (a read with stop_at_urgent is interrupted here).
+    [[nodiscard]] bool at_urgent() const { return at_mark() && !oob_inline_ && !urg_->taken; }
+    // POLLPRI: an urgent byte announced (OOB_PEND) or arrived and unread.
+    [[nodiscard]] bool urgent_pending() const { return oob_pending_ > 0 || (urg_ && !urg_->taken); }
+    void set_oob_inline(bool on) { oob_inline_ = on; }
+    [[nodiscard]] bool oob_inline() const { return oob_inline_; }
     // --- zero copy: Read Zcopy (9.2) in Combined Mode (11.2) ---------------
     // Data Source: advertises `buf` with a SrcAvail carrying its first bytes;
     // the peer RDMA-Reads the rest. True if started: `buf` must stay valid
@@ -204,7 +231,9 @@ class Connection {
     State state() const { return state_; }
     Error error() const { return error_; }
     Role role() const { return role_; }
-    std::size_t readable() const { return rx_bytes_; }
+    // Bytes read() returns from here on (an out-of-line urgent byte not
+    // counted: reads skip it).
+    std::size_t readable() const { return rx_bytes_ - (urg_ && !oob_inline_ ? 1 : 0); }
     // True when the peer sent DisConn and every byte before it was read,
     // unless the connection was reset since (then unread data was lost).
     bool eof() const;
@@ -275,6 +304,13 @@ class Connection {
     // The per-MID handling of a validated message; false: a violation.
     bool dispatch(wire::Message& m, const Payload& payload);
     void deliver(const Payload& payload, std::uint8_t flags);
+    // A newer urgent byte is announced: the mark goes (9.5.3, as Linux TCP).
+    void supersede_mark();
+    // Takes up to `max` bytes from the front of rx_ (copied to dst unless
+    // null); counts the private buffers emptied in `freed`.
+    std::size_t consume(std::uint8_t* dst, std::size_t max, std::uint32_t& freed);
+    // Private buffers read empty: posted again.
+    void release(std::uint32_t freed);
     void pump();
     // block: a Data Message's bytes (headroom + payload; body is Data{}).
     // invalidate: Send with Invalidate of the peer's STag.
@@ -361,7 +397,19 @@ class Connection {
     // Private buffers read empty, handed back by on_recv_buffer().
     std::vector<std::vector<std::uint8_t>> spare_;
     std::size_t rx_bytes_ = 0;
-    std::optional<std::uint8_t> oob_byte_;
+    // Stream offset of the next byte read() takes (urgent bytes counted).
+    std::uint64_t rx_pos_ = 0;
+    // The mark (9.5.3): the urgent byte, still in rx_ at stream offset pos
+    // (>= rx_pos_); gone once the reader passes it or a newer one is
+    // announced. taken: read_oob() returned it.
+    struct Urgent {
+        std::uint64_t pos = 0;
+        std::uint8_t byte = 0;
+        bool taken = false;
+    };
+    std::optional<Urgent> urg_;
+    bool oob_inline_ = false;
+    // OOB_PEND received and not yet matched by an OOB_PRES.
     std::uint32_t oob_pending_ = 0;
 
     // Read Zcopy (9.2), Combined Mode: at most one advertisement in process

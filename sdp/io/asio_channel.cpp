@@ -219,6 +219,28 @@ void AsioChannel::lost_llp(const boost::system::error_code& ec) {
     core_.on_llp_lost(ec == boost::asio::error::eof ? 0 : ec.value());
 }
 
+std::error_code AsioChannel::send_oob(std::uint8_t byte) {
+    if (finished_ || aborting_) {
+        return std::make_error_code(std::errc::not_connected);
+    }
+    auto r = core_.send_oob(byte);
+    if (!r) {
+        // Only behind a Read Zcopy advertisement, which this driver never makes.
+        return std::make_error_code(std::errc::resource_unavailable_try_again);
+    }
+    if (!*r) {
+        pump();
+    }
+    return *r;
+}
+
+void AsioChannel::set_oob_inline(bool on) {
+    core_.sdp().set_oob_inline(on);
+    if (!finished_) {
+        pump();  // a pending read may take the urgent byte now
+    }
+}
+
 void AsioChannel::pump() {
     serve_read();
     serve_write();

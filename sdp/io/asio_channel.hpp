@@ -72,6 +72,16 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     // cancellation.
     void cancel();
 
+    // Out-of-band data (9.5.3), synchronous (sdp::AsyncStream's calls of
+    // the same names). A pending read stops at the mark.
+    std::error_code send_oob(std::uint8_t byte);
+    std::uint8_t read_oob(std::error_code& ec) { return core_.read_oob(ec); }
+    [[nodiscard]] bool at_mark() { return core_.sdp().at_mark(); }
+    [[nodiscard]] bool urgent_pending() { return core_.sdp().urgent_pending(); }
+    void set_oob_inline(bool on);
+    // The TCP socket (keepalive, 14.3).
+    [[nodiscard]] int native_handle() { return sock_.is_open() ? sock_.native_handle() : -1; }
+
     [[nodiscard]] boost::asio::any_io_executor get_executor() { return ex_; }
     [[nodiscard]] bool is_open() const { return !finished_ && !aborting_; }
     [[nodiscard]] std::size_t mss() const { return mss_; }

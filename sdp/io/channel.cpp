@@ -334,7 +334,8 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
     }
 }
 
-std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code& ec) {
+std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code& ec,
+                                   bool stop_at_urgent) {
     ec.clear();
     if (out.empty()) {
         return 0;
@@ -352,7 +353,8 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
         // `out` (one copy less). Only this call ends the landing it began.
         const bool landing = core_.begin_landing(out);
         const bool ready = drive(
-            lk, [&] { return core_.read_ready() || (landing && session.landed() > 0); },
+            lk,
+            [&] { return core_.read_ready(stop_at_urgent) || (landing && session.landed() > 0); },
             io_deadline());
         if (landing) {
             // Anything placed in part goes back to its private buffer.
@@ -367,7 +369,7 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
         }
         // nullopt: only an advertisement was ready, taken above or turned
         // into Bcopy (SendSm): wait again.
-        got = core_.read(out, ec);
+        got = core_.read(out, ec, stop_at_urgent);
     }
     std::size_t n = *got;
     // Queued data all read and room for whole messages left: take what the
@@ -413,6 +415,56 @@ std::optional<std::size_t> SoftChannel::read_zcopy_locked(std::unique_lock<std::
     }
     ec = core_.state_error(false);
     return 0;
+}
+
+void SoftChannel::refresh_locked() {
+    if (!polling_ && !core_.rd_eof()) {
+        read_locked();
+        service_locked();
+    }
+}
+
+std::error_code SoftChannel::send_oob(std::uint8_t byte) {
+    std::unique_lock lk(mu_);
+    auto& c = core_.sdp();
+    while (true) {
+        if (auto r = core_.send_oob(byte)) {
+            if (!*r) {
+                after_call();
+            }
+            return *r;
+        }
+        // A Read Zcopy advertisement of another writer is in process.
+        if (!drive(
+                lk, [&] { return !c.zcopy_write_pending(); }, io_deadline())) {
+            return std::make_error_code(std::errc::timed_out);
+        }
+    }
+}
+
+std::uint8_t SoftChannel::read_oob(std::error_code& ec) {
+    std::unique_lock lk(mu_);
+    refresh_locked();
+    return core_.read_oob(ec);
+}
+
+bool SoftChannel::at_mark() {
+    std::unique_lock lk(mu_);
+    refresh_locked();
+    return core_.sdp().at_mark();
+}
+
+bool SoftChannel::urgent_pending() {
+    std::unique_lock lk(mu_);
+    refresh_locked();
+    return core_.sdp().urgent_pending();
+}
+
+void SoftChannel::set_oob_inline(bool on) {
+    std::unique_lock lk(mu_);
+    core_.sdp().set_oob_inline(on);
+    wake_poller();  // a waiting reader may take the urgent byte now
+    cv_.notify_all();
 }
 
 void SoftChannel::after_call() {

@@ -103,7 +103,19 @@ class SoftChannel {
     SoftChannel& operator=(const SoftChannel&) = delete;
 
     // Blocks until bytes are available; 0 with no error at end of stream.
-    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec);
+    // A read stops at the out-of-band mark; stop_at_urgent: 0 bytes with
+    // interrupted when the reader stands on an urgent byte not yet read
+    // with read_oob() (sdp::Stream::read_some).
+    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec,
+                          bool stop_at_urgent = false);
+    // Out-of-band data (9.5.3), as sdp::Stream's calls of the same names.
+    // The queries first take what the socket holds (unless another thread
+    // polls it), as the kernel processes segments on arrival.
+    std::error_code send_oob(std::uint8_t byte);
+    std::uint8_t read_oob(std::error_code& ec);
+    bool at_mark();
+    bool urgent_pending();
+    void set_oob_inline(bool on);
     // Blocks until every byte is queued in the SDP engine (as a kernel
     // socket's send buffer); returns the count queued.
     std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec);
@@ -145,6 +157,9 @@ class SoftChannel {
                std::optional<Clock::time_point> deadline);
     void service_locked();
     void read_locked();
+    // What the socket holds now, without waiting (skipped while another
+    // thread polls: it reads it).
+    void refresh_locked();
     void wake_poller();
     // After queueing data: wakes the poller only if it must add POLLOUT.
     void wake_poller_for_output();

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sdp/soft/channel_core.hpp"
 
+#include <cerrno>
+
 namespace sdp::io {
 
 namespace {
@@ -10,6 +12,11 @@ std::error_code errc(std::errc e) {
 }
 
 }  // namespace
+
+std::error_code ChannelCore::lost_error() const {
+    // ETIMEDOUT from TCP: its keepalive (14.3) or retransmissions gave up.
+    return errc(llp_error_ == ETIMEDOUT ? std::errc::timed_out : std::errc::connection_reset);
+}
 
 bool ChannelCore::start() {
     return role_ != iwarp::MpaRole::initiator || s_.start();
@@ -150,6 +157,9 @@ std::error_code ChannelCore::state_error(bool for_write) const {
             if (c.error() == engine::Error::local_abort) {
                 return errc(std::errc::not_connected);
             }
+            if (c.error() == engine::Error::llp_lost && llp_error_ == ETIMEDOUT) {
+                return errc(std::errc::timed_out);  // TCP keepalive (14.3) gave up
+            }
             return errc(std::errc::connection_reset);
         case engine::State::failed:
             return errc(std::errc::not_connected);
@@ -167,15 +177,21 @@ bool ChannelCore::begin_landing(std::span<std::uint8_t> zone) {
            s_.begin_landing(zone);
 }
 
-bool ChannelCore::read_ready() const {
+bool ChannelCore::read_ready(bool stop_at_urgent) const {
     const auto& c = s_.sdp();
-    return c.readable() > 0 || c.zcopy_readable() > 0 || c.eof() || rd_eof_ ||
+    return c.readable() > 0 || (stop_at_urgent && c.at_urgent()) || c.zcopy_readable() > 0 ||
+           c.eof() || rd_eof_ ||
            (c.state() != engine::State::established && c.state() != engine::State::connecting);
 }
 
-std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::error_code& ec) {
+std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::error_code& ec,
+                                             bool stop_at_urgent) {
     ec.clear();
     auto& c = s_.sdp();
+    if (stop_at_urgent && c.at_urgent()) {
+        ec = errc(std::errc::interrupted);
+        return 0;
+    }
     if (c.readable() > 0) {
         return c.read(out);
     }
@@ -187,10 +203,35 @@ std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::e
         return 0;
     }
     if (rd_eof_) {
-        ec = errc(std::errc::connection_reset);
+        ec = lost_error();
         return 0;
     }
     return std::nullopt;
+}
+
+std::optional<std::error_code> ChannelCore::send_oob(std::uint8_t byte) {
+    auto& c = s_.sdp();
+    if (c.state() != engine::State::established || c.disconn_sent()) {
+        return state_error(true);
+    }
+    if (rd_eof_) {
+        return lost_error();
+    }
+    if (c.zcopy_write_pending()) {
+        return std::nullopt;
+    }
+    return c.write_oob(byte) ? std::error_code{} : state_error(true);
+}
+
+std::uint8_t ChannelCore::read_oob(std::error_code& ec) {
+    ec.clear();
+    auto& c = s_.sdp();
+    if (auto b = c.read_oob()) {
+        return *b;
+    }
+    ec = errc(c.oob_not_yet() ? std::errc::resource_unavailable_try_again
+                              : std::errc::invalid_argument);
+    return 0;
 }
 
 std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in,
@@ -202,7 +243,7 @@ std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in,
         return 0;
     }
     if (rd_eof_) {
-        ec = errc(std::errc::connection_reset);
+        ec = lost_error();
         return 0;
     }
     const std::size_t n = c.write(in);

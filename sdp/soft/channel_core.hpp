@@ -88,11 +88,22 @@ class ChannelCore {
 
     // --- the application's calls: a value, or nullopt (wait for the
     // socket). read(): n > 0, or 0 (end of stream or with ec).
-    [[nodiscard]] bool read_ready() const;
+    // stop_at_urgent: also ready when the reader stands on an out-of-line
+    // urgent byte not yet read with read_oob() (read() then fails with
+    // interrupted, as a recv(2) interrupted by SIGURG).
+    [[nodiscard]] bool read_ready(bool stop_at_urgent = false) const;
     // A reader waits with nothing queued: lend its buffer so Data payloads
     // land straight in it (SoftSession::begin_landing); false: not lent.
     bool begin_landing(std::span<std::uint8_t> zone);
-    std::optional<std::size_t> read(std::span<std::uint8_t> out, std::error_code& ec);
+    std::optional<std::size_t> read(std::span<std::uint8_t> out, std::error_code& ec,
+                                    bool stop_at_urgent = false);
+    // Out-of-band data (9.5.3) as the socket calls report it.
+    // send(MSG_OOB): queued ({}), an error, or nullopt (wait: a Read Zcopy
+    // advertisement is in process).
+    std::optional<std::error_code> send_oob(std::uint8_t byte);
+    // recv(MSG_OOB): the urgent byte, or ec invalid_argument (none, read,
+    // passed, oob_inline) / resource_unavailable_try_again (announced).
+    std::uint8_t read_oob(std::error_code& ec);
     // write(): bytes queued in the engine (> 0), or 0 with ec.
     std::optional<std::size_t> write(std::span<const std::uint8_t> in, std::error_code& ec);
     // Half-close: DisConn after the queued data; closed already: no error.
@@ -128,6 +139,8 @@ class ChannelCore {
 
   private:
     void apply_eof();
+    // The error of a lost LLP: timed_out for ETIMEDOUT, else connection_reset.
+    [[nodiscard]] std::error_code lost_error() const;
 
     SoftSession s_;
     iwarp::MpaRole role_;

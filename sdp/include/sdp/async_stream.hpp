@@ -191,6 +191,27 @@ class AsyncStream {
     const ConnectInfo& info() const;
     std::string describe() const;
 
+    // --- Out-of-band data (9.5.3), synchronous (they never wait for the
+    // peer); the same semantics as sdp::Stream's calls of the same names,
+    // over SDP as over the TCP fallback. async_read_some() stops at the mark
+    // (it never returns bytes from both sides of it) and skips an
+    // out-of-line urgent byte. Call them from the stream's executor.
+    // send_oob never waits: over SDP the byte is queued in the engine; over
+    // the TCP fallback a full socket send buffer gives
+    // resource_unavailable_try_again.
+    std::error_code send_oob(std::uint8_t byte);
+    std::uint8_t read_oob(std::error_code& ec);
+    bool at_mark() const;
+    bool urgent_pending() const;
+    std::error_code set_oob_inline(bool on);
+    // TCP keepalive (14.3) on the stream's TCP socket, at any time while
+    // open; see sdp::Keepalive. StreamOptions::keepalive applies it at
+    // connect/accept.
+    std::error_code set_keepalive(const Keepalive& k);
+    // The TCP socket that carries the stream (SDP's LLP or the fallback),
+    // -1 when not open.
+    int native_handle() const;
+
     struct Impl;
 
   private:

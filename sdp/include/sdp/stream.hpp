@@ -65,7 +65,25 @@ std::optional<Mechanism> parse_mechanism(std::string_view name);
 // rdma_cm is present; otherwise false and *why says what is missing.
 bool rdma_available(std::string* why = nullptr);
 
+// TCP keepalive (14.3: "MUST implement by turning on the TCP keepalive
+// timer"): SO_KEEPALIVE with TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT on the
+// TCP socket that carries the stream (the soft provider's LLP, or the TCP
+// fallback). A peer that stops answering is given up after about
+// idle + interval * count; the read_some()/write() that sees it fails with
+// timed_out (the kernel's ETIMEDOUT, on SDP as on TCP; over TCP later calls
+// get broken_pipe / end of stream, SDP keeps answering timed_out). Not on the rdma provider (the
+// LLP lives in the RNIC or the kernel's siw, and rdma_cm has no keepalive
+// option): there set_keepalive() fails with operation_not_supported and a
+// connect/accept with keepalive enabled fails. See docs/sdp.md, "Keepalive".
+struct Keepalive {
+    bool enabled = false;
+    std::chrono::seconds idle{7200};    // TCP_KEEPIDLE (1..32767)
+    std::chrono::seconds interval{75};  // TCP_KEEPINTVL (1..32767)
+    int count = 9;                      // TCP_KEEPCNT (1..127)
+};
+
 struct StreamOptions {
+    using Keepalive = sdp::Keepalive;
     // Each TCP connect attempt (rdma: RDMA address and route resolution).
     std::chrono::milliseconds connect_timeout{5000};
     // MPA startup + SDP Hello/HelloAck (rdma: until ESTABLISHED, then until
@@ -110,6 +128,11 @@ struct StreamOptions {
     // use Bcopy for now. See docs/sdp.md, "Zero copy".
     Mechanism mechanism = Mechanism::bcopy;
     std::size_t zcopy_threshold = 32 * 1024;
+    // SO_OOBINLINE: a received urgent byte stays in the normal stream (see
+    // Stream::set_oob_inline).
+    bool oob_inline = false;
+    // TCP keepalive (14.3), applied at connect/accept when enabled.
+    Keepalive keepalive;
 };
 
 // Counters of one SDP stream (all zero over plain TCP).
@@ -162,6 +185,45 @@ class Stream {
     std::size_t write(std::span<const std::uint8_t> buf, std::error_code& ec);
     // Half-close: the peer reads EOF after the queued data.
     std::error_code shutdown_write();
+
+    // --- Out-of-band data (9.5.3), with the semantics of Linux TCP, over
+    // SDP as over the TCP fallback (there: the socket calls themselves).
+    // See docs/sdp.md, "Out-of-band data".
+    //
+    // send(fd, &byte, 1, MSG_OOB): `byte` becomes the urgent byte, in order
+    // in the stream after everything written before. Blocks like write().
+    std::error_code send_oob(std::uint8_t byte);
+    // recv(fd, &b, 1, MSG_OOB): the urgent byte once it has arrived (out of
+    // line). Errors: invalid_argument (no urgent byte, it was already read,
+    // the reader has read past its mark, or oob_inline),
+    // resource_unavailable_try_again (announced by OOB_PEND, not arrived
+    // yet; never blocks).
+    std::uint8_t read_oob(std::error_code& ec);
+    // ioctl(SIOCATMARK): the read position is at the mark: the next byte
+    // read_some() returns is the one after the urgent byte (out of line) or
+    // the urgent byte itself (oob_inline).
+    bool at_mark() const;
+    // An urgent byte is announced (OOB_PEND) or arrived and not yet read
+    // (select()'s exceptional condition / POLLPRI). Over TCP: POLLPRI, which
+    // Linux raises only once the byte has arrived.
+    bool urgent_pending() const;
+    // SO_OOBINLINE: the urgent byte stays in the normal stream (read_oob then
+    // fails with invalid_argument). Also StreamOptions::oob_inline. Decided
+    // at read time, as on Linux: it applies to a byte already received.
+    std::error_code set_oob_inline(bool on);
+    // read_some() never returns bytes from both sides of the mark (as TCP:
+    // a read stops at the mark). This overload also returns when the read
+    // position reaches an urgent byte not yet read with read_oob(): 0 bytes
+    // and ec = std::errc::interrupted (like a read interrupted by SIGURG).
+    // Without it (the plain overload) the out-of-line urgent byte is simply
+    // skipped by reads, and then gone, as on TCP.
+    std::size_t read_some(std::span<std::uint8_t> buf, std::error_code& ec, bool stop_at_urgent);
+
+    // TCP keepalive (14.3) on the stream's TCP socket, at any time while
+    // open (see `Keepalive`). Errors: not_connected, invalid_argument (a
+    // value out of range), operation_not_supported (rdma provider).
+    std::error_code set_keepalive(const Keepalive& k);
+
     // Graceful close, bounded by options().linger (then abortive: timed_out).
     std::error_code close();
     // Abortive close: the peer gets connection_reset. After our DisConn the
@@ -190,6 +252,9 @@ class Stream {
   private:
     friend class Acceptor;
     std::error_code fail(std::error_code ec, ConnectInfo info);
+    // A connected Impl becomes this stream's, with StreamOptions::keepalive
+    // and oob_inline applied to its socket (a failure closes it).
+    std::error_code opened(std::unique_ptr<Impl> im);
     std::unique_ptr<Impl> impl_;
     // info() after a failed connect: the reason and the provider tried.
     ConnectInfo failed_;

@@ -8,6 +8,8 @@
 // bounded steps (run_until); blocking peers run on threads whose calls are
 // bounded by io_timeout / accept timeouts.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -901,3 +903,92 @@ TEST(SdpAsyncProvider, RdmaIsUnusableHereAndFallsBackWithoutAsking) {
 }
 
 }  // namespace
+
+// Out-of-band data (9.5.3) on the async stream: async_read_some stops at the
+// mark, read_oob/at_mark/urgent_pending are synchronous; send_oob reaches a
+// blocking peer as its urgent byte. Keepalive (14.3) on its socket.
+TEST(SdpAsyncStream, OutOfBandDataBothWaysAndKeepalive) {
+    AsyncClientPair p;
+    std::error_code s_ec, s_oob_ec;
+    std::string s_before;
+    std::uint8_t s_oob = 0;
+    std::atomic<bool> s_done{false};
+    ASSERT_NO_FATAL_FAILURE(p.start([&](sdp::Stream& s) {
+        const std::string a = "hello", b = "world";
+        std::error_code ec;
+        s.write({reinterpret_cast<const std::uint8_t*>(a.data()), a.size()}, ec);
+        s_ec = s.send_oob('!');
+        s.write({reinterpret_cast<const std::uint8_t*>(b.data()), b.size()}, ec);
+        // The client's urgent byte: read up to it, then take it.
+        std::uint8_t buf[16];
+        for (int i = 0; i < 100; ++i) {
+            const std::size_t n = s.read_some(buf, ec, true);
+            s_before.append(reinterpret_cast<const char*>(buf), n);
+            if (ec) {
+                break;
+            }
+        }
+        if (ec == std::errc::interrupted) {
+            s_oob = s.read_oob(s_oob_ec);
+        } else {
+            s_oob_ec = ec;
+        }
+        s_done = true;
+        s.read_some(buf, ec);  // the client's close (bounded by io_timeout)
+        s.close();
+    }));
+    ASSERT_TRUE(run_until(
+        p.io, [&] { return p.client.urgent_pending(); }, 20s));
+    std::error_code ec;
+    auto read_once = [&] {
+        std::vector<std::uint8_t> buf(100);
+        std::size_t got = 0;
+        bool done = false;
+        p.client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t n) {
+            EXPECT_FALSE(e) << e.message();
+            got = n;
+            done = true;
+        });
+        EXPECT_TRUE(run_until(
+            p.io, [&] { return done; }, 20s));
+        return std::string(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(got));
+    };
+    EXPECT_EQ(read_once(), "hello");  // stops at the mark
+    EXPECT_TRUE(p.client.at_mark());
+    EXPECT_EQ(p.client.read_oob(ec), '!');
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_FALSE(p.client.urgent_pending());
+    EXPECT_EQ(read_once(), "world");
+    EXPECT_FALSE(p.client.at_mark());
+
+    // Keepalive on the async stream's socket.
+    sdp::Keepalive k;
+    k.enabled = true;
+    k.idle = 13s;
+    k.interval = 2s;
+    k.count = 3;
+    ASSERT_FALSE(p.client.set_keepalive(k));
+    int v = 0;
+    socklen_t len = sizeof v;
+    ASSERT_EQ(::getsockopt(p.client.native_handle(), IPPROTO_TCP, TCP_KEEPIDLE, &v, &len), 0);
+    EXPECT_EQ(v, 13);
+
+    // The other way: "ab", urgent 'K'.
+    bool wrote = false;
+    const std::string ab = "ab";
+    asio::async_write(p.client, asio::buffer(ab), [&](error_code e, std::size_t) {
+        EXPECT_FALSE(e);
+        wrote = true;
+    });
+    ASSERT_TRUE(run_until(p.io, [&] { return wrote; }));
+    EXPECT_FALSE(p.client.send_oob('K'));
+    // Keep the client's side moving until the server has taken the byte.
+    ASSERT_TRUE(run_until(
+        p.io, [&] { return s_done.load(); }, 20s));
+    p.client.close();
+    p.srv.join();
+    EXPECT_FALSE(s_ec) << s_ec.message();
+    EXPECT_EQ(s_before, "ab");
+    EXPECT_FALSE(s_oob_ec) << s_oob_ec.message();
+    EXPECT_EQ(s_oob, 'K');
+}
