@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -76,6 +77,11 @@ void Bridge::start() {
     std::thread([self] { self->tx_loop(); }).detach();
 }
 
+bool Bridge::at_urgent_mark() const {
+    int mark = 0;
+    return ::ioctl(pump_fd_, SIOCATMARK, &mark) == 0 && mark != 0;
+}
+
 bool Bridge::send_to_app(const std::uint8_t* p, std::size_t n, int flags) {
     while (n > 0) {
         ssize_t k = ::send(pump_fd_, p, n, flags | MSG_NOSIGNAL);
@@ -102,9 +108,28 @@ void Bridge::rx_loop() {
     mark_internal_thread();
     std::vector<std::uint8_t> buf(kChunk);
     End how = End::eof;
+    bool stop_at_urgent = true;
     for (;;) {
         std::error_code ec;
-        const std::size_t n = stream_.read_some(buf, ec);
+        const std::size_t n = stream_.read_some(buf, ec, stop_at_urgent);
+        stop_at_urgent = true;
+        if (ec == std::errc::interrupted) {
+            // At the mark: the urgent byte goes to the program as MSG_OOB
+            // after the bytes before it, so SIOCATMARK, recv(MSG_OOB),
+            // POLLPRI/SIGURG and SO_OOBINLINE are the kernel's.
+            std::error_code oec;
+            const std::uint8_t b = stream_.read_oob(oec);
+            if (oec) {
+                stop_at_urgent = false;  // nothing to take after all: read on
+                continue;
+            }
+            if (!send_to_app(&b, 1, MSG_OOB)) {
+                how = End::app_gone;
+                break;
+            }
+            ++counters().oob_from_peer;
+            continue;
+        }
         if (n > 0) {
             if (!send_to_app(buf.data(), n, 0)) {
                 how = End::app_gone;
@@ -132,7 +157,7 @@ void Bridge::tx_loop() {
     End how = End::eof;
     bool exiting = false;
     for (;;) {
-        pollfd p[2] = {{pump_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+        pollfd p[2] = {{pump_fd_, POLLIN | POLLPRI, 0}, {wake_fd_, POLLIN, 0}};
         if (::poll(p, 2, -1) < 0) {
             if (errno == EINTR) {
                 continue;
@@ -151,6 +176,20 @@ void Bridge::tx_loop() {
             exiting = exiting_;
         }
         if (p[0].revents == 0 && !exiting) {
+            continue;
+        }
+        if ((p[0].revents & POLLPRI) != 0 && at_urgent_mark()) {
+            // The program's send(MSG_OOB): the bytes before it went out,
+            // the urgent byte goes as SDP out-of-band data (9.5.3).
+            std::uint8_t b = 0;
+            if (::recv(pump_fd_, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1) {
+                if (auto ec = stream_.send_oob(b)) {
+                    log(3, "urgent byte to the peer failed: %s", ec.message().c_str());
+                    how = End::reset;
+                    break;
+                }
+                ++counters().oob_to_peer;
+            }
             continue;
         }
         ssize_t n = ::recv(pump_fd_, buf.data(), buf.size(), MSG_DONTWAIT);

@@ -27,6 +27,8 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     Bridge& operator=(const Bridge&) = delete;
 
     void start();
+    // The program changed its keepalive socket options (14.3).
+    std::error_code set_keepalive(const Keepalive& k) { return stream_.set_keepalive(k); }
     // The stream's local and peer TCP addresses (soft provider), if known.
     const Stream& stream() const { return stream_; }
 
@@ -49,6 +51,8 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // out, until the receive side ends (bounded).
     void linger_after_tx_eof();
     bool send_to_app(const std::uint8_t* p, std::size_t n, int flags);
+    // The program's urgent byte is next in our end of the socketpair.
+    bool at_urgent_mark() const;
     void ended(bool rx, End how);
     void wake();
 

@@ -67,17 +67,13 @@ int errno_of(std::error_code ec) {
     return ECONNREFUSED;
 }
 
-// The options a program set on a socket that carry over to its SDP
-// connection's TCP socket (keepalive, 14.3).
-void apply_tcp_options(const Entry& e, int tcp_fd) {
-    if (tcp_fd < 0 || !e.keepalive) {
-        return;
+// Keepalive the program set on a socket reaches its SDP connection's TCP
+// socket (14.3, Stream::set_keepalive); also for accepted connections,
+// which inherit the listening socket's options as on TCP.
+void apply_keepalive(const Entry& e) {
+    if (e.bridge && e.keepalive) {
+        e.bridge->set_keepalive(keepalive_of(e));
     }
-    const int on = 1;
-    real().setsockopt(tcp_fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-    real().setsockopt(tcp_fd, IPPROTO_TCP, TCP_KEEPIDLE, &e.keep_idle, sizeof e.keep_idle);
-    real().setsockopt(tcp_fd, IPPROTO_TCP, TCP_KEEPINTVL, &e.keep_intvl, sizeof e.keep_intvl);
-    real().setsockopt(tcp_fd, IPPROTO_TCP, TCP_KEEPCNT, &e.keep_cnt, sizeof e.keep_cnt);
 }
 
 // The stream's TCP socket (soft provider), or -1.
@@ -135,8 +131,7 @@ std::optional<int> sdp_connect(int fd, const std::shared_ptr<Entry>& cand, const
             e->bridge = bridge;
             std::memcpy(&e->peer, addr, std::min<std::size_t>(len, sizeof e->peer));
             e->peer_len = std::min<socklen_t>(len, sizeof e->peer);
-            set_local(*e, tcp_fd_of(*e));
-            apply_tcp_options(*e, tcp_fd_of(*e));
+            set_local(*e, tcp_fd_of(*e));  // keepalive came with stream_options()
             fds().put(fd, e);
             bridge->start();
             ++counters().connect_sdp;
@@ -301,7 +296,7 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
             ne->local_len = sockaddr_of(
                 pm::Endpoint{c->local.address, e->bound ? e->bound->port : c->local.port},
                 e->family, ne->local);
-            apply_tcp_options(*ne, tcp_fd_of(*ne));
+            apply_keepalive(*ne);
             fds().put(nfd, ne);
             ++counters().accept_sdp;
             log(2, "accept: SDP from %s", c->peer.to_string().c_str());
@@ -478,17 +473,25 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
     if (level != IPPROTO_TCP && !kept) {
         return real().setsockopt(fd, level, name, val, len);  // SO_RCVBUF, SO_LINGER...
     }
+    InternalScope in;
     if (kept) {
         keep_option(*e, level, name, v);
+        if (level == IPPROTO_TCP && name == TCP_NODELAY) {
+            return 0;  // SDP frames its own messages
+        }
+        if (!e->bridge) {
+            return 0;  // a forked child: the connection is its parent's
+        }
+        // 14.3: keepalive is the TCP keepalive timer of the LLP.
+        if (auto ec = e->bridge->set_keepalive(keepalive_of(*e))) {
+            errno = ec.category() == std::generic_category() ? ec.value() : EOPNOTSUPP;
+            return -1;  // the rdma provider: rdma_cm has no keepalive
+        }
+        return 0;
     }
-    InternalScope in;
+    // Other TCP options (TCP_USER_TIMEOUT...) apply to the LLP socket.
     const int tcp = tcp_fd_of(*e);
-    if (tcp < 0 || name == TCP_NODELAY) {
-        return 0;  // SDP frames its own messages; no TCP socket to set (rdma)
-    }
-    // 14.3: keepalive is the TCP keepalive timer of the LLP; other TCP
-    // options (TCP_USER_TIMEOUT...) apply to it as well.
-    return real().setsockopt(tcp, level, name, val, len);
+    return tcp < 0 ? 0 : real().setsockopt(tcp, level, name, val, len);
 }
 
 SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {

@@ -365,12 +365,23 @@ void write_stats() {
     ::rename(tmp.c_str(), final_path.c_str());
 }
 
+Keepalive keepalive_of(const Entry& e) {
+    Keepalive k;
+    k.enabled = e.keepalive;
+    k.idle = std::chrono::seconds(e.keep_idle);
+    k.interval = std::chrono::seconds(e.keep_intvl);
+    k.count = e.keep_cnt;
+    return k;
+}
+
 StreamOptions stream_options(const Entry* e) {
     StreamOptions o;
     o.iwarp_provider = settings().provider;
     o.fallback = false;  // the library falls back itself, on the program's own socket
     o.resolve_deadline = settings().resolve_deadline;
-    (void)e;
+    if (e != nullptr) {
+        o.keepalive = keepalive_of(*e);
+    }
     return o;
 }
 

@@ -161,8 +161,9 @@ void stats_fork_parent();
 void stats_fork_child();
 
 // StreamOptions for a connection of this process, with the program's socket
-// options applied.
+// options applied (keepalive, 14.3).
 StreamOptions stream_options(const Entry* e);
+Keepalive keepalive_of(const Entry& e);
 
 // Hosts whose Port Mapper did not answer (per process): `both` goes straight
 // to TCP until the entry expires (Settings::negative_ttl).

@@ -286,6 +286,11 @@ oob)
     2> "$work/sdp.err" || die "OOB over SDP failed: $(cat "$work/sdp.txt")"
   expect_stat "$work/oob.json" connect_sdp 2
   expect_stat "$work/oob.json" accept_sdp 2
+  # One urgent byte per connection went each way through a bridge: the
+  # client's bridge sent it as SDP OOB data, the server's gave it to the
+  # program as MSG_OOB.
+  expect_stat "$work/oob.json" oob_to_peer 2
+  expect_stat "$work/oob.json" oob_from_peer 2
   diff -u "$work/tcp.txt" "$work/sdp.txt" >&2 || die "OOB transcript over SDP differs from TCP"
   echo "OOB transcript ($(wc -l < "$work/tcp.txt") lines) identical over TCP and SDP"
   ;;
