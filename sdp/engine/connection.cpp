@@ -1202,9 +1202,9 @@ bool Connection::pump_duplication() {
         return true;  // steps 2-3: no SDP Message, no RDMA
     // local_waiting / remote_waiting: control messages (an RdmaRdCompl
     // completing the In-Process read, a SrcAvailCancel) go first. Each, and
-    // the SuspComm or SuspCommAck after them, may take the last credit:
-    // no credit update is needed after them (the 10.5 reserve keeps updates
-    // flowing, and nothing flows after these).
+    // the SuspComm after them, may take the last credit: no credit update
+    // is needed after them (the 10.5 reserve keeps updates flowing, and
+    // nothing flows after these). The SuspCommAck needs none (below).
     while (!control_.empty() && send_credits() >= 1) {
         Control ctl = std::move(control_.front());
         control_.pop_front();
@@ -1216,15 +1216,17 @@ bool Connection::pump_duplication() {
         ++stats_.credit_updates_sent;
         send(w::Data{});
     }
-    if (in_process() || !control_.empty() || send_credits() == 0) {
+    if (in_process() || !control_.empty()) {
         if (dup_ == Dup::remote_waiting && !zread_ && send_credits() == 0) {
-            // The peer is quiet: no credit will come back, SuspCommAck
-            // could never go (docs/protocol-notes.md, 13.1.1).
+            // The peer is quiet: no credit will come back for the control
+            // messages before the SuspCommAck (docs/protocol-notes.md, 13.1.1).
             go_reset(Error::bad_susp_comm);
         }
         return true;
     }
     if (dup_ == Dup::local_waiting) {
+        if (send_credits() == 0)
+            return true;
         cancel_src_out();  // answered by SendSm: the rest is data
         if (src_in_ && !zread_) {
             src_in_.reset();  // 13: cancelled by the transition
@@ -1233,9 +1235,16 @@ bool Connection::pump_duplication() {
         send(w::SuspComm{local_port_});
         ++stats_.susp_comm_sent;
         step(dup_, DupEvent::susp_comm_sent);
+        // One receive buffer more than the SuspComm advertised: the peer's
+        // messages in flight may use up every advertised one, and we send
+        // no credit update after the SuspComm; its SuspCommAck lands here
+        // (docs/protocol-notes.md, 13.1.1).
+        repost(1);
         return true;
     }
-    // remote_waiting: step 3, then step 4's LLP close after the send.
+    // remote_waiting: step 3, then step 4's LLP close after the send. The
+    // SuspCommAck goes even without a credit: the peer is quiet and can
+    // give none, and the SuspComm's sender keeps a buffer posted for it.
     send(w::SuspCommAck{});
     ++stats_.susp_comm_ack_sent;
     step(dup_, DupEvent::susp_comm_ack_sent);
@@ -1284,7 +1293,9 @@ bool Connection::restart(Role role) {
 }
 
 void Connection::resume_failed() {
-    if (state_ == State::closed || state_ == State::reset || state_ == State::failed)
+    // After restart() the new setup may have failed already: the reason
+    // that counts is the duplication's.
+    if (state_ == State::closed)
         return;
     error_ = Error::resume_failed;
     state_ = State::reset;

@@ -74,6 +74,27 @@ void new_llp(Pair& p) {
     p.llp_down = false;
 }
 
+// Two engines with RDMA Read (Read Zcopy, 9.2), set up.
+e::Config zcopy_config() {
+    e::Config c;
+    c.bcopy_threshold = 8192;
+    return c;
+}
+struct ZPair : Pair {
+    ZPair() : Pair(zcopy_config(), zcopy_config()) {
+        qa.rdma = qb.rdma = true;
+        EXPECT_EQ(handshake(), e::Error::none);
+    }
+};
+
+// Steps 4-8 on a new LLP: a (Remote Peer) connects, b accepts.
+void resume(Pair& p) {
+    new_llp(p);
+    ASSERT_TRUE(p.a.restart(e::Role::connecting));
+    ASSERT_TRUE(p.b.restart(e::Role::accepting));
+    ASSERT_EQ(p.b.accept(p.a.connect()), e::Error::none);
+}
+
 // Reads what c has into `got`.
 void drain(e::Connection& c, Bytes& got) {
     Bytes buf(64 * 1024);
@@ -154,15 +175,36 @@ TEST(SdpEngineDuplication, Section13_1_1_RemotePeerResumesWithoutLossOrDuplicati
     EXPECT_TRUE(p.faults.empty());
 }
 
+// 13.1.1 step 3 with the Remote Peer's credit used up by data in flight
+// (the Local Peer reads nothing and sends no update after its SuspComm):
+// the SuspCommAck still goes, into the buffer the SuspComm's sender keeps
+// posted beyond those it advertised.
+TEST(SdpEngineDuplication, Section13_1_1_SuspCommAckWithoutCredit) {
+    Pair p;
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    const Bytes data = pattern(1 << 20, 5);
+    std::size_t off = 0;
+    feed(p.a, data, off);
+    ASSERT_TRUE(p.b.suspend(4000));  // SuspComm queued behind nothing
+    p.run();                         // b reads nothing: a's data uses up its buffers
+    EXPECT_EQ(p.a.duplication(), e::Dup::reconnecting) << p.a.describe();
+    EXPECT_EQ(p.b.duplication(), e::Dup::local_done) << p.b.describe();
+    EXPECT_TRUE(p.faults.empty()) << p.faults.front();
+    Bytes got;
+    resume(p);
+    for (int i = 0; i < 100000 && got.size() < data.size(); ++i) {
+        feed(p.a, data, off);
+        p.run();
+        drain(p.b, got);
+    }
+    EXPECT_EQ(got, data);
+}
+
 // 13.1.1 step 3: the SuspCommAck waits for the In-Process RDMA Read; its
 // RdmaRdCompl goes first, the rest of the advertisement is cancelled (13)
 // and comes as Data on the new connection.
 TEST(SdpEngineDuplication, Section13_1_1_WaitsForInProcessRdmaRead) {
-    e::Config zc;
-    zc.bcopy_threshold = 8192;
-    Pair p(zc, zc);
-    p.qa.rdma = p.qb.rdma = true;
-    ASSERT_EQ(p.handshake(), e::Error::none);
+    ZPair p;
     const Bytes data = pattern(200000, 3);
     ASSERT_TRUE(p.b.write_zcopy(data));
     flush_b_to_a(p);  // the SrcAvail
@@ -190,11 +232,7 @@ TEST(SdpEngineDuplication, Section13_1_1_WaitsForInProcessRdmaRead) {
 // cancelled (9.5.4) and the SuspComm waits for the answer; the rest of the
 // buffer goes as Data on the new connection.
 TEST(SdpEngineDuplication, Section13_1_1_LocalPeerCancelsItsSrcAvailFirst) {
-    e::Config zc;
-    zc.bcopy_threshold = 8192;
-    Pair p(zc, zc);
-    p.qa.rdma = p.qb.rdma = true;
-    ASSERT_EQ(p.handshake(), e::Error::none);
+    ZPair p;
     const Bytes data = pattern(200000, 4);
     ASSERT_TRUE(p.b.write_zcopy(data));
     p.run();
@@ -204,10 +242,7 @@ TEST(SdpEngineDuplication, Section13_1_1_LocalPeerCancelsItsSrcAvailFirst) {
     EXPECT_EQ(p.b.duplication(), e::Dup::local_done);
     EXPECT_FALSE(p.b.zcopy_write_pending()) << "the buffer is back: its rest is queued";
     EXPECT_EQ(p.a.duplication(), e::Dup::reconnecting);
-    new_llp(p);
-    ASSERT_TRUE(p.a.restart(e::Role::connecting));
-    ASSERT_TRUE(p.b.restart(e::Role::accepting));
-    ASSERT_EQ(p.b.accept(p.a.connect()), e::Error::none);
+    resume(p);
     Bytes got;
     for (int i = 0; i < 100000 && got.size() < data.size(); ++i) {
         p.run();
@@ -233,10 +268,7 @@ TEST(SdpEngineDuplication, Section13_1_2_ConflictConnectingAnswersAcceptingDisre
     EXPECT_EQ(p.a.stats().susp_comm_ack_sent, 1u);
     EXPECT_EQ(p.b.stats().susp_comm_ack_sent, 0u);
 
-    new_llp(p);
-    ASSERT_TRUE(p.a.restart(e::Role::connecting));
-    ASSERT_TRUE(p.b.restart(e::Role::accepting));
-    ASSERT_EQ(p.b.accept(p.a.connect()), e::Error::none);
+    resume(p);
     p.run();
     // a's SuspComm again: b (Accepting now) is the Remote Peer this time.
     EXPECT_EQ(p.a.stats().susp_comm_sent, 2u);
