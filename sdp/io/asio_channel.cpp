@@ -26,7 +26,7 @@ std::error_code errc(std::errc e) {
 AsioChannel::AsioChannel(Socket sock, iwarp::MpaRole role, const ChannelOptions& opts)
     : ex_(sock.get_executor()),
       sock_(std::move(sock)),
-      core_(role, bcopy_only(with_os_randomness(opts.session))),
+      core_(role, without_duplication(bcopy_only(with_os_randomness(opts.session)))),
       opts_(opts),
       timer_(ex_) {
     boost::system::error_code e;
