@@ -90,12 +90,6 @@ inline SessionConfig bcopy_only(SessionConfig cfg) {
     cfg.engine.bcopy_threshold = 0;
     return cfg;
 }
-// `cfg` for a driver that does not reconnect for a socket duplication
-// (13.1.1): a SuspComm resets the stream (duplication_unsupported).
-inline SessionConfig without_duplication(SessionConfig cfg) {
-    cfg.engine.duplication = false;
-    return cfg;
-}
 // How long an abort waits for its AbortConn to be written and acknowledged
 // (8.2.2) before it resets the connection.
 inline constexpr std::chrono::milliseconds kAbortLinger{1000};

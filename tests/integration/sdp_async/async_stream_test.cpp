@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "integration/daemon/harness.hpp"
+#include "integration/sdp/duplication_peer.hpp"
 #include "integration/sdp/pmd_fixture.hpp"
 #include "integration/sdp/sdp_test_util.hpp"
 #include "sdp/async_stream.hpp"
@@ -259,6 +260,59 @@ TEST(SdpAsyncStream, BothDirectionsAtOnce) {
     EXPECT_FALSE(srv_wec) << srv_wec.message();
     EXPECT_EQ(srv_got, n);
     EXPECT_TRUE(srv_ok);
+}
+
+// Socket duplication (13.1.1 Remote Peer, steps 3, 4, 8) on the Asio
+// driver: 8 MiB each way with a SuspComm in the middle from the test peer
+// (integration/sdp/duplication_peer.hpp), every byte checked, the new
+// connection from the old source port (step 1).
+TEST(SdpAsyncStream, Section13_1_1_ResumesOnTheNewPortWithEveryByteOnce) {
+    namespace dup = sdptest::dup;
+    sdptest::TcpListener first;
+    ASSERT_TRUE(first.ok());
+    dup::PeerReport r;
+    std::thread peer([&] { dup::run_peer(first, r); });
+    asio::io_context io;
+    sdp::AsyncStream client{io};
+    bool done = false;
+    error_code cec;
+    client.async_connect_sdp(first.endpoint(), opts(), [&](error_code e) {
+        cec = e;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return done; }));
+    ASSERT_FALSE(cec) << cec.message() << " " << client.info().reason;
+    std::vector<std::uint8_t> out(dup::kBytes);
+    pattern(out, 0, dup::kClientSeed);
+    std::vector<std::uint8_t> in(dup::kBytes);
+    bool wrote = false;
+    bool read_done = false;
+    error_code wec;
+    error_code rec;
+    asio::async_write(client, asio::buffer(out), [&](error_code e, std::size_t) {
+        wec = e;
+        wrote = true;
+    });
+    asio::async_read(client, asio::buffer(in), [&](error_code e, std::size_t) {
+        rec = e;
+        read_done = true;
+    });
+    const bool finished = run_until(
+        io, [&] { return wrote && read_done; }, 120s);
+    EXPECT_TRUE(finished);
+    EXPECT_FALSE(wec) << wec.message() << " " << client.describe();
+    EXPECT_FALSE(rec) << rec.message() << " " << client.describe();
+    EXPECT_TRUE(check_pattern(in, 0, dup::kPeerSeed))
+        << "bytes from the peer lost, duplicated or reordered";
+    bool closed = false;
+    client.async_close([&](error_code) { closed = true; });
+    EXPECT_TRUE(run_until(io, [&] { return closed; }));
+    peer.join();
+    EXPECT_TRUE(r.failure.empty()) << r.failure;
+    EXPECT_EQ(r.received, dup::kBytes);
+    EXPECT_TRUE(r.pattern_ok) << "bytes from the client lost, duplicated or reordered";
+    EXPECT_EQ(r.susp_comm_ack_received, 1u);
+    EXPECT_EQ(r.new_client.port, r.old_client.port) << "step 1: the same source port";
 }
 
 TEST(SdpAsyncStream, HalfCloseThenReply) {
