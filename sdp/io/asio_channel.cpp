@@ -332,7 +332,9 @@ void AsioChannel::do_llp() {
 }
 
 void AsioChannel::start_resume() {
-    if (resuming_ || finished_ || core_.writing() || !core_.resume_due()) {
+    // Not before the first handshake has completed (its callback reports
+    // that connection; the resume follows at once, see check_handshake()).
+    if (resuming_ || finished_ || hs_cb_ || core_.writing() || !core_.resume_due()) {
         return;
     }
     const std::uint16_t port = core_.sdp().resume_port();  // restart() clears it
@@ -481,6 +483,10 @@ void AsioChannel::check_handshake() {
     switch (core_.startup()) {
         case ChannelCore::Startup::established:
             finish_handshake({}, {});
+            if (core_.resume_due()) {
+                // A SuspComm came with the HelloAck's flight (13.1.1).
+                boost::asio::post(ex_, [self = shared_from_this()] { self->pump(); });
+            }
             return;
         case ChannelCore::Startup::failed:
             hs_ec_ = core_.startup_error(&hs_why_);

@@ -274,4 +274,32 @@ inline void run_peer(sdptest::TcpListener& first, PeerReport& r) {
     }
 }
 
+// A Controlling side whose SuspComm names a port nobody listens on: true
+// when the SuspCommAck came and the Remote Peer closed the old connection.
+inline bool suspend_to_dead_port(sdptest::TcpListener& first) {
+    std::uint16_t dead_port = 0;
+    {
+        sdptest::TcpListener l;  // a port nobody listens on
+        dead_port = l.port();
+    }
+    io::SessionConfig cfg;
+    RawPeer p(cfg);
+    const int fd = first.accept(10000);
+    if (fd < 0) {
+        return false;
+    }
+    p.attach(fd);
+    const auto until = Clock::now() + 10s;
+    while (p.sdp().state() != e::State::established && Clock::now() < until) {
+        p.pump(20);
+    }
+    if (!p.sdp().suspend(dead_port)) {
+        return false;
+    }
+    while (!p.eof() && Clock::now() < until) {
+        p.pump(20);
+    }
+    return p.sdp().duplication() == e::Dup::local_done;
+}
+
 }  // namespace sdptest::dup

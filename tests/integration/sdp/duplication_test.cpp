@@ -8,12 +8,7 @@
 // (step 1), HelloAck with the old private buffer size (step 7a), and
 // 8 MiB each way checked byte for byte with the suspension in the middle.
 // Every wait is bounded (poll timeouts, io_timeout, a deadline per phase).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -30,14 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-namespace e = sdp::engine;
-namespace io = sdp::io;
-using sdptest::dup::kBytes;
-using sdptest::dup::kClientSeed;
-using sdptest::dup::kPeerSeed;
-using sdptest::dup::PeerReport;
-using sdptest::dup::RawPeer;
-using sdptest::dup::run_peer;
+using namespace sdptest::dup;  // the test peer (duplication_peer.hpp)
 
 }  // namespace
 
@@ -55,7 +43,11 @@ TEST(SdpDuplication, Section13_1_1_StreamResumesOnTheNewPortWithEveryByteOnce) {
     o.linger = 5s;
     sdp::Stream client;
     auto ec = client.connect_sdp(first.endpoint(), o);
-    ASSERT_FALSE(ec) << ec.message() << " " << client.info().reason;
+    if (ec) {
+        ADD_FAILURE() << ec.message() << " " << client.info().reason;
+        peer.join();
+        return;
+    }
 
     std::error_code wec;
     std::thread writer([&] {
@@ -109,38 +101,18 @@ TEST(SdpDuplication, Section13_1_1_StreamResumesOnTheNewPortWithEveryByteOnce) {
 TEST(SdpDuplication, Section13_1_1_FailedReconnectResetsTheStream) {
     sdptest::TcpListener first;
     ASSERT_TRUE(first.ok());
-    std::uint16_t dead_port = 0;
-    {
-        sdptest::TcpListener l;  // a port nobody listens on
-        dead_port = l.port();
-    }
     std::atomic<bool> peer_ok{false};
-    std::thread peer([&] {
-        io::SessionConfig cfg;
-        RawPeer p(cfg);
-        const int fd = first.accept(10000);
-        if (fd < 0) {
-            return;
-        }
-        p.attach(fd);
-        const auto until = Clock::now() + 10s;
-        while (p.sdp().state() != e::State::established && Clock::now() < until) {
-            p.pump(20);
-        }
-        if (!p.sdp().suspend(dead_port)) {
-            return;
-        }
-        while (!p.eof() && Clock::now() < until) {
-            p.pump(20);
-        }
-        peer_ok = p.sdp().duplication() == e::Dup::local_done;
-    });
+    std::thread peer([&] { peer_ok = sdptest::dup::suspend_to_dead_port(first); });
     sdp::StreamOptions o;
     o.io_timeout = 20s;
     o.handshake_timeout = 2s;
     sdp::Stream client;
     auto ec = client.connect_sdp(first.endpoint(), o);
-    ASSERT_FALSE(ec) << ec.message();
+    if (ec) {
+        ADD_FAILURE() << ec.message();
+        peer.join();
+        return;
+    }
     std::vector<std::uint8_t> buf(1024);
     std::error_code rec;
     const auto t0 = Clock::now();

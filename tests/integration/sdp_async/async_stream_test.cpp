@@ -71,6 +71,18 @@ std::optional<error_code> connect_and_wait(asio::io_context& io, sdp::AsyncStrea
     return got;
 }
 
+// async_connect_sdp (no Port Mapper), run until it completes.
+std::optional<error_code> connect_sdp_and_wait(asio::io_context& io, sdp::AsyncStream& s,
+                                               const pm::Endpoint& to,
+                                               const sdp::StreamOptions& o) {
+    std::optional<error_code> got;
+    s.async_connect_sdp(to, o, [&](error_code e) { got = e; });
+    if (!run_until(io, [&] { return got.has_value(); })) {
+        return std::nullopt;
+    }
+    return got;
+}
+
 std::vector<std::uint8_t> make_pattern(std::size_t n, std::uint32_t seed) {
     std::vector<std::uint8_t> v(n);
     pattern(v, 0, seed);
@@ -274,14 +286,13 @@ TEST(SdpAsyncStream, Section13_1_1_ResumesOnTheNewPortWithEveryByteOnce) {
     std::thread peer([&] { dup::run_peer(first, r); });
     asio::io_context io;
     sdp::AsyncStream client{io};
-    bool done = false;
-    error_code cec;
-    client.async_connect_sdp(first.endpoint(), opts(), [&](error_code e) {
-        cec = e;
-        done = true;
-    });
-    ASSERT_TRUE(run_until(io, [&] { return done; }));
-    ASSERT_FALSE(cec) << cec.message() << " " << client.info().reason;
+    const auto cec = connect_sdp_and_wait(io, client, first.endpoint(), opts());
+    if (!cec || *cec) {
+        ADD_FAILURE() << "connect: " << (cec ? cec->message() : "no completion") << " "
+                      << client.info().reason;
+        peer.join();
+        return;
+    }
     std::vector<std::uint8_t> out(dup::kBytes);
     pattern(out, 0, dup::kClientSeed);
     std::vector<std::uint8_t> in(dup::kBytes);
@@ -313,6 +324,38 @@ TEST(SdpAsyncStream, Section13_1_1_ResumesOnTheNewPortWithEveryByteOnce) {
     EXPECT_TRUE(r.pattern_ok) << "bytes from the client lost, duplicated or reordered";
     EXPECT_EQ(r.susp_comm_ack_received, 1u);
     EXPECT_EQ(r.new_client.port, r.old_client.port) << "step 1: the same source port";
+}
+
+// 13.1.1 step 4 on the Asio driver: nobody listens on the SuspComm's port:
+// the stream is reset with the reason, no hang.
+TEST(SdpAsyncStream, Section13_1_1_FailedReconnectResetsTheStream) {
+    sdptest::TcpListener first;
+    ASSERT_TRUE(first.ok());
+    std::atomic<bool> peer_ok{false};
+    std::thread peer([&] { peer_ok = sdptest::dup::suspend_to_dead_port(first); });
+    asio::io_context io;
+    sdp::AsyncStream client{io};
+    auto o = opts();
+    o.handshake_timeout = 2s;
+    const auto cec = connect_sdp_and_wait(io, client, first.endpoint(), o);
+    if (!cec || *cec) {
+        ADD_FAILURE() << "connect: " << (cec ? cec->message() : "no completion");
+        peer.join();
+        return;
+    }
+    std::vector<std::uint8_t> buf(1024);
+    std::optional<error_code> rec;
+    client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t) { rec = e; });
+    EXPECT_TRUE(run_until(
+        io, [&] { return rec.has_value(); }, 10s));
+    // connection_reset, or bad_descriptor when the stream was already
+    // reset before the read began (the refusal is quick on loopback).
+    EXPECT_TRUE(rec &&
+                (*rec == asio::error::connection_reset || *rec == asio::error::bad_descriptor))
+        << (rec ? rec->message() : "no completion");
+    EXPECT_FALSE(client.is_open());
+    peer.join();
+    EXPECT_TRUE(peer_ok);
 }
 
 TEST(SdpAsyncStream, HalfCloseThenReply) {

@@ -175,21 +175,47 @@ TEST(SdpEngineDuplication, Section13_1_1_RemotePeerResumesWithoutLossOrDuplicati
     EXPECT_TRUE(p.faults.empty());
 }
 
-// 13.1.1 step 3 with the Remote Peer's credit used up by data in flight
-// (the Local Peer reads nothing and sends no update after its SuspComm):
-// the SuspCommAck still goes, into the buffer the SuspComm's sender keeps
-// posted beyond those it advertised.
+// 13.1.1 step 3 with the Remote Peer's credit used up by its messages in
+// flight (the Local Peer sends no update after its SuspComm): the
+// SuspCommAck still goes (docs/protocol-notes.md, 13.1.1).
 TEST(SdpEngineDuplication, Section13_1_1_SuspCommAckWithoutCredit) {
     Pair p;
     ASSERT_EQ(p.handshake(), e::Error::none);
-    const Bytes data = pattern(1 << 20, 5);
+    const Bytes data = pattern(200 * 1024, 5);
+    ASSERT_GT(p.a.write(data), 0u);  // a's Data Messages in flight, not delivered
+    const std::uint32_t in_flight = (p.a.next_mseq() - 1) - p.b.last_received_mseq();
+    ASSERT_GT(in_flight, 0u);
+    const std::size_t queued = p.qa.outbound.size();
+    w::Message m;
+    m.bufs = static_cast<std::uint16_t>(in_flight);  // every one used by a's messages
+    m.mseq = p.b.next_mseq();
+    m.mseq_ack = p.b.last_received_mseq();
+    m.body = w::SuspComm{4000};
+    to_a(p, w::encode(m));
+    EXPECT_EQ(p.a.send_credits(), 0u);
+    EXPECT_EQ(p.a.duplication(), e::Dup::remote_acked) << p.a.describe();
+    ASSERT_EQ(p.qa.outbound.size(), queued + 2);
+    EXPECT_EQ(mid_of_packet(p.qa.outbound[queued]), w::Mid::susp_comm_ack);
+    EXPECT_TRUE(p.qa.outbound.back().close);
+}
+
+// 13.1.1 step 2: the Local Peer posts one receive buffer more than its
+// SuspComm advertised, for the SuspCommAck; the whole exchange then runs
+// with the Remote Peer's data in flight and nothing read.
+TEST(SdpEngineDuplication, Section13_1_1_LocalPeerKeepsABufferForTheAck) {
+    Pair p;
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    const Bytes data = pattern(1 << 20, 6);
     std::size_t off = 0;
     feed(p.a, data, off);
-    ASSERT_TRUE(p.b.suspend(4000));  // SuspComm queued behind nothing
-    p.run();                         // b reads nothing: a's data uses up its buffers
+    const std::uint64_t posted = p.qb.posted;
+    ASSERT_TRUE(p.b.suspend(4000));
+    EXPECT_EQ(p.qb.posted, posted + 1);
+    EXPECT_EQ(p.b.local_bufs(), posted + 1);
+    p.run();  // b reads nothing
     EXPECT_EQ(p.a.duplication(), e::Dup::reconnecting) << p.a.describe();
     EXPECT_EQ(p.b.duplication(), e::Dup::local_done) << p.b.describe();
-    EXPECT_TRUE(p.faults.empty()) << p.faults.front();
+    EXPECT_TRUE(p.faults.empty());
     Bytes got;
     resume(p);
     for (int i = 0; i < 100000 && got.size() < data.size(); ++i) {
