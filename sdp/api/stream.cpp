@@ -829,6 +829,9 @@ StreamStats Stream::stats() const {
     st.zcopy_bytes_received = e.zcopy_bytes_received;
     st.send_sm_sent = e.send_sm_sent;
     st.send_sm_received = e.send_sm_received;
+    st.susp_comm_received = e.susp_comm_received;
+    st.susp_comm_ack_sent = e.susp_comm_ack_sent;
+    st.resumes = e.resumes;
     return st;
 }
 

@@ -67,6 +67,14 @@ std::string_view to_string(Error e) {
             return "peer_abort";
         case Error::rdma_failed:
             return "rdma_failed";
+        case Error::bad_susp_comm:
+            return "bad_susp_comm";
+        case Error::suspended_message:
+            return "suspended_message";
+        case Error::duplication_unsupported:
+            return "duplication_unsupported";
+        case Error::resume_failed:
+            return "resume_failed";
     }
     return "?";
 }
@@ -196,6 +204,12 @@ void Connection::established() {
     arm();
     next_mseq_ = 1;  // Hello/HelloAck carried 0 (6.1.5)
     last_rx_mseq_ = 0;
+    if (std::exchange(resumed_, false)) {
+        ++stats_.resumes;  // 13.1.1 step 8
+        // 13.1.2: the Connecting Peer sends its disregarded SuspComm again.
+        if (auto port = std::exchange(resend_port_, std::nullopt))
+            suspend(*port);
+    }
     pump();
 }
 
@@ -234,8 +248,8 @@ void Connection::on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len,
 
 std::size_t Connection::landable(std::span<const std::uint8_t> bsdh) const {
     // Established: the LLP is up and no AbortConn is waiting.
-    if (state_ != State::established || disconn_received() || rx_bytes_ != 0 || src_in_ ||
-        bsdh.size() < w::kBsdhSize) {
+    if (state_ != State::established || dup_ != Dup::none || disconn_received() || rx_bytes_ != 0 ||
+        src_in_ || bsdh.size() < w::kBsdhSize) {
         return 0;
     }
     auto hv = w::decode_bsdh(bsdh.first(w::kBsdhSize));
@@ -268,6 +282,12 @@ bool Connection::on_message(std::span<const std::uint8_t> bytes, std::size_t len
     }
     if (state_ != State::connecting && state_ != State::established) {
         ++stats_.ignored;
+        return false;
+    }
+    if (dup_peer_quiet(dup_)) {
+        // 13.1.1 steps 2-3: the peer sent SuspComm or SuspCommAck and may
+        // send nothing more until the new connection.
+        go_reset(Error::suspended_message);
         return false;
     }
     if (!take_buffer()) {
@@ -326,7 +346,8 @@ bool Connection::on_message(std::span<const std::uint8_t> bytes, std::size_t len
     if (h->mid != w::Mid::data || payload.size > 0)
         arm();  // not a gratuitous update
     if (!dispatch(m, payload)) {
-        go_reset(Error::unexpected_message);
+        const Error e = std::exchange(violation_, Error::none);
+        go_reset(e != Error::none ? e : Error::unexpected_message);
         return false;
     }
     pump();
@@ -417,6 +438,14 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 // 10.6: unable to resize, answer with the current size.
                 deliver(none, 0);
                 control_.push_back(Control{w::ChRcvBufAck{cfg_.recv_buf_size}});
+            } else if constexpr (std::is_same_v<T, w::SuspComm>) {
+                if (!on_susp_comm(v))
+                    return false;
+                deliver(none, 0);
+            } else if constexpr (std::is_same_v<T, w::SuspCommAck>) {
+                if (!on_susp_comm_ack())
+                    return false;
+                deliver(none, 0);
             } else if constexpr (std::is_same_v<T, w::SinkAvailCancel>) {
                 // 9.5.5: SinkCancelAck only when something was cancelled.
                 // Every SinkAvail was Processed on arrival (above), so all
@@ -424,9 +453,8 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 ++stats_.ignored;
                 deliver(none, 0);
             } else {
-                // RdmaWrCompl, ModeChange, SinkCancelAck, ChRcvBufAck,
-                // SuspComm, SuspCommAck: no Write Zcopy, mode, resizing or
-                // duplication state to act on yet.
+                // RdmaWrCompl, ModeChange, SinkCancelAck, ChRcvBufAck: no
+                // Write Zcopy, mode or resizing state to act on yet.
                 ++stats_.ignored;
                 deliver(none, 0);
             }
@@ -485,6 +513,12 @@ void Connection::on_llp_closed() {
     if (!step(recv_, RecvEvent::llp_closed))
         return;                       // already closed
     step(send_, SendEvent::give_up);  // an AbortConn still waiting for credit
+    if (state_ == State::established && step(dup_, DupEvent::llp_closed)) {
+        // 13.1.1 step 4 (Remote Peer: after our SuspCommAck) or step 5
+        // (Local Peer: suspended): the state waits for restart().
+        control_.clear();
+        return;
+    }
     switch (state_) {
         case State::idle:
         case State::connecting:
@@ -697,6 +731,8 @@ std::string Connection::describe() const {
     std::string s(to_string(state_));
     if (error_ != Error::none)
         s += " (" + std::string(to_string(error_)) + ")";
+    if (dup_ != Dup::none)
+        s += ", duplication " + std::string(to_string(dup_));
     return s + ", send " + std::string(to_string(send_)) + ", recv " +
            std::string(to_string(recv_));
 }
@@ -715,8 +751,8 @@ void Connection::teardown_if_done() {
 // with RdmaRdCompl(s) or SendSm.
 
 bool Connection::write_zcopy(std::span<const std::uint8_t> buf) {
-    if (state_ != State::established || send_ != SendTeardown::open || src_out_ ||
-        send_queued() > 0 || !oob_marks_.empty() || cfg_.bcopy_threshold == 0 ||
+    if (state_ != State::established || dup_ != Dup::none || send_ != SendTeardown::open ||
+        src_out_ || send_queued() > 0 || !oob_marks_.empty() || cfg_.bcopy_threshold == 0 ||
         buf.size() <= cfg_.bcopy_threshold || buf.size() > 0xFFFFFFFFu || !qp_.rdma_capable() ||
         peer_recv_size_ <= w::kBsdhSize + w::kSrcAvailHeaderSize) {
         return false;
@@ -740,7 +776,8 @@ bool Connection::write_zcopy(std::span<const std::uint8_t> buf) {
 }
 
 std::size_t Connection::zcopy_readable() const {
-    if (!src_in_ || zread_ || zread_result_ || rx_bytes_ != 0 || state_ != State::established)
+    if (!src_in_ || zread_ || zread_result_ || rx_bytes_ != 0 || state_ != State::established ||
+        dup_ != Dup::none)
         return 0;
     return src_in_->len - src_in_->inline_n - src_in_->done;
 }
@@ -797,8 +834,8 @@ void Connection::on_rdma_read_done(std::uint64_t id, bool ok) {
     // STag (Send with SE and Invalidate, 9.2 step 3).
     const bool final = si.inline_n + si.done == si.len;
     control_.push_back(Control{w::RdmaRdCompl{n}, final ? si.stag : 0});
-    if (final) {
-        src_in_.reset();
+    if (final || dup_ != Dup::none) {
+        src_in_.reset();  // done, or the rest is cancelled by a duplication (13)
     } else if (si.cancelled) {
         force_bcopy();  // 9.5.4 step 3: the rest is cancelled
     }
@@ -1034,6 +1071,8 @@ void Connection::pump() {
     }
     if (state_ != State::established)
         return;
+    if (dup_ != Dup::none && pump_duplication())
+        return;
     for (;;) {
         if (src_out_ && src_out_->forced)
             feed_forced_rest();
@@ -1129,6 +1168,206 @@ void Connection::pump() {
         }
         break;
     }
+}
+
+// ------------------------------------------- socket duplication (13.1) ---
+//
+// One machine (duplication.hpp); what each state may send is decided here.
+
+bool Connection::on_susp_comm(const w::SuspComm& v) {
+    ++stats_.susp_comm_received;
+    if (!cfg_.duplication) {
+        violation_ = Error::duplication_unsupported;
+        return false;
+    }
+    // 6.5.1.1: the port to connect to; 0 names none. A socket whose teardown
+    // has begun is not duplicated (docs/protocol-notes.md, 13.1.1).
+    const bool open = (send_ == SendTeardown::open || send_ == SendTeardown::draining) &&
+                      recv_ == RecvTeardown::open;
+    const Dup before = dup_;
+    const auto ev = role_ == Role::connecting ? DupEvent::susp_comm_at_connector
+                                              : DupEvent::susp_comm_at_acceptor;
+    if (v.dest_port == 0 || !open || !step(dup_, ev)) {
+        violation_ = Error::bad_susp_comm;  // also a second SuspComm
+        return false;
+    }
+    if (dup_ == Dup::local_sent) {
+        ++stats_.susp_comm_disregarded;  // 13.1.2: the Accepting Peer
+        return true;
+    }
+    if (before == Dup::local_waiting || before == Dup::local_sent)
+        resend_port_ = local_port_;  // 13.1.2: ours again on the new connection
+    resume_port_ = v.dest_port;
+    // 13: advertisements not In-Process are cancelled by the transition.
+    // The peer waited for its own In-Process operations (step 2), so it
+    // reads no SrcAvail of ours any more: its rest becomes queued data.
+    cancel_src_out();
+    // A SrcAvailCancel or SendSm of ours still queued has nothing left to
+    // act on: both advertisements are gone with the transition.
+    std::erase_if(control_, [](const Control& c) {
+        return std::holds_alternative<w::SrcAvailCancel>(c.body) ||
+               std::holds_alternative<w::SendSm>(c.body);
+    });
+    if (src_in_ && !zread_) {
+        src_in_.reset();  // the peer sends the rest on the new connection
+        ack_hold_.reset();
+    }
+    return true;
+}
+
+bool Connection::on_susp_comm_ack() {
+    ++stats_.susp_comm_ack_received;
+    if (!step(dup_, DupEvent::susp_comm_ack)) {
+        violation_ = Error::bad_susp_comm;  // none asked for
+        return false;
+    }
+    return true;
+}
+
+bool Connection::suspend(std::uint16_t dest_port) {
+    const bool open = (send_ == SendTeardown::open || send_ == SendTeardown::draining) &&
+                      recv_ == RecvTeardown::open;
+    if (state_ != State::established || dest_port == 0 || !open || !step(dup_, DupEvent::suspend)) {
+        return false;
+    }
+    local_port_ = dest_port;
+    if (src_out_ && src_out_->advertised && !src_out_->forced) {
+        // In-Process: the peer may be reading it. Cancel (9.5.4) and wait
+        // for its RdmaRdCompl(s) or SendSm.
+        control_.push_back(Control{w::SrcAvailCancel{}});
+    } else if (src_out_) {
+        cancel_src_out();
+    }
+    pump();
+    return true;
+}
+
+bool Connection::in_process() const {
+    // Our RDMA Read of the peer's buffer, and (Local Peer) our SrcAvail
+    // until the peer answered its SrcAvailCancel.
+    return zread_.has_value() || (src_out_ && src_out_->advertised && !src_out_->forced);
+}
+
+void Connection::cancel_src_out() {
+    if (!src_out_)
+        return;
+    SrcOut& so = *src_out_;
+    if (!so.forced)
+        qp_.invalidate_region(so.region.stag);
+    // What the peer did not take goes as data, after what is queued (the
+    // fed part of a forced rest, which precedes it in the stream).
+    const std::size_t from = so.forced ? so.fed : so.advertised ? so.inline_n + so.acked : 0;
+    queue_tx(so.buf.subspan(from));
+    src_out_.reset();
+}
+
+bool Connection::pump_duplication() {
+    if (dup_quiet(dup_))
+        return true;  // steps 2-3: no SDP Message, no RDMA
+    // local_waiting / remote_waiting: control messages (an RdmaRdCompl
+    // completing the In-Process read, a SrcAvailCancel) go first. Each, and
+    // the SuspComm after them, may take the last credit: no credit update
+    // is needed after them (the 10.5 reserve keeps updates flowing, and
+    // nothing flows after these). The SuspCommAck needs none (below).
+    while (!control_.empty() && send_credits() >= 1) {
+        Control ctl = std::move(control_.front());
+        control_.pop_front();
+        send(std::move(ctl.body), 0, nullptr, ctl.invalidate);
+    }
+    if (dup_ == Dup::local_waiting && in_process() && send_credits() >= 1 &&
+        needs_credit_update()) {
+        // The peer may need credit to answer our SrcAvailCancel.
+        ++stats_.credit_updates_sent;
+        send(w::Data{});
+    }
+    if (in_process() || !control_.empty()) {
+        if (dup_ == Dup::remote_waiting && !zread_ && send_credits() == 0) {
+            // The peer is quiet: no credit will come back for the control
+            // messages before the SuspCommAck (docs/protocol-notes.md, 13.1.1).
+            go_reset(Error::bad_susp_comm);
+        }
+        return true;
+    }
+    if (dup_ == Dup::local_waiting) {
+        if (send_credits() == 0)
+            return true;
+        cancel_src_out();  // answered by SendSm: the rest is data
+        if (src_in_ && !zread_) {
+            src_in_.reset();  // 13: cancelled by the transition
+            ack_hold_.reset();
+        }
+        send(w::SuspComm{local_port_});
+        ++stats_.susp_comm_sent;
+        step(dup_, DupEvent::susp_comm_sent);
+        // One receive buffer more than the SuspComm advertised: the peer's
+        // messages in flight may use up every advertised one, and we send
+        // no credit update after the SuspComm; its SuspCommAck lands here
+        // (docs/protocol-notes.md, 13.1.1).
+        repost(1);
+        return true;
+    }
+    // remote_waiting: step 3, then step 4's LLP close after the send. The
+    // SuspCommAck goes even without a credit: the peer is quiet and can
+    // give none, and the SuspComm's sender keeps a buffer posted for it.
+    send(w::SuspCommAck{});
+    ++stats_.susp_comm_ack_sent;
+    step(dup_, DupEvent::susp_comm_ack_sent);
+    qp_.disconnect(true);
+    return true;
+}
+
+bool Connection::restart(Role role) {
+    if (state_ != State::established || !llp_closed() ||
+        (dup_ != Dup::reconnecting && dup_ != Dup::local_done)) {
+        return false;
+    }
+    // Nothing of the old connection's context survives but the streams.
+    cancel_src_out();
+    const auto placed = zread_result_;
+    drop_zcopy();
+    zread_result_ = placed;  // bytes a finished read placed stay the reader's
+    control_.clear();
+    role_ = role;
+    state_ = State::idle;
+    error_ = Error::none;
+    minor_ = cfg_.minor;
+    ird_ = cfg_.ird;
+    ord_ = cfg_.ord;
+    peer_max_adverts_ = 0;
+    peer_recv_size_ = 0;
+    next_mseq_ = 1;
+    last_rx_mseq_ = 0;
+    sent_after_setup_ = 0;
+    peer_bufs_ = 0;
+    peer_ack_ = 0;
+    posted_ = 0;
+    consumed_ = 0;
+    last_adv_bufs_ = 0;
+    consumed_at_last_send_ = 0;
+    armed_ = false;
+    replied_ = false;
+    oob_flagged_ = 0;  // OOB_PEND flags go again on the new connection
+    oob_pending_ = 0;
+    potential_non_discards_ = 0;
+    recv_ = RecvTeardown::open;
+    dup_ = Dup::none;
+    resume_port_ = 0;
+    resumed_ = true;
+    return true;
+}
+
+void Connection::resume_failed() {
+    // After restart() the new setup may have failed already: the reason
+    // that counts is the duplication's.
+    if (state_ == State::closed)
+        return;
+    error_ = Error::resume_failed;
+    state_ = State::reset;
+    dup_ = Dup::none;
+    resend_port_.reset();
+    drop_queues();
+    if (!llp_closed())
+        qp_.disconnect(false);
 }
 
 }  // namespace sdp::engine

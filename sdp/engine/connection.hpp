@@ -13,6 +13,13 @@
 // receive buffer resizing (a ChRcvBuf is answered with the unchanged size,
 // 10.6); SinkAvailCancel is ignored (every SinkAvail is Processed on
 // arrival). See docs/sdp-wire.md.
+//
+// Socket duplication (13.1.1, 13.1.2): a SuspComm from the peer is answered
+// as the Remote Peer (In-Process operations finish, SuspCommAck, quiet, LLP
+// closed after it); the driver then connects to the SuspComm's port and
+// calls restart() and connect(): unread and unsent bytes carry over, the
+// rest starts afresh. suspend() is the Local Peer's side. The states are one
+// transition table (duplication.hpp). See docs/sdp.md, "Socket duplication".
 #pragma once
 
 #include <cstddef>
@@ -24,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sdp/engine/duplication.hpp"
 #include "sdp/engine/qp.hpp"
 #include "sdp/engine/teardown.hpp"
 #include "sdp/wire/message.hpp"
@@ -54,6 +62,9 @@ struct Config {
     // SO_OOBINLINE: a received urgent byte stays in the normal stream
     // (set_oob_inline() changes it at any time).
     bool oob_inline = false;
+    // The driver can reconnect for a socket duplication (13.1.1 Remote
+    // Peer). false: a SuspComm resets the connection (duplication_unsupported).
+    bool duplication = true;
 };
 
 enum class Role : std::uint8_t { connecting, accepting };
@@ -69,19 +80,24 @@ enum class State : std::uint8_t {
 
 enum class Error : std::uint8_t {
     none,
-    version_mismatch,    // MajV differs (6.2.1.1, 6.2.2.1)
-    bad_hello,           // Hello undecodable or a field out of range (8.1.1 step 3)
-    bad_hello_ack,       // HelloAck undecodable or out of range (8.1.1 step 7)
-    bad_message,         // an SDP Message did not decode (8.2.2 protocol violation)
-    unexpected_message,  // e.g. Hello after setup, payload after DisConn
-    mseq_mismatch,       // MSeq not last + 1 (10.1)
-    bad_mseq_ack,        // MSeqAck acknowledges an MSeq never sent
-    oversize,            // message larger than the local receive buffer
-    credit_overrun,      // a message arrived with no receive buffer posted (10.2)
-    llp_lost,            // LLP torn down without DisConn (8.2.2)
-    local_abort,         // the ULP aborted
-    peer_abort,          // AbortConn received
-    rdma_failed,         // an RDMA Read of the peer's advertised buffer failed
+    version_mismatch,         // MajV differs (6.2.1.1, 6.2.2.1)
+    bad_hello,                // Hello undecodable or a field out of range (8.1.1 step 3)
+    bad_hello_ack,            // HelloAck undecodable or out of range (8.1.1 step 7)
+    bad_message,              // an SDP Message did not decode (8.2.2 protocol violation)
+    unexpected_message,       // e.g. Hello after setup, payload after DisConn
+    mseq_mismatch,            // MSeq not last + 1 (10.1)
+    bad_mseq_ack,             // MSeqAck acknowledges an MSeq never sent
+    oversize,                 // message larger than the local receive buffer
+    credit_overrun,           // a message arrived with no receive buffer posted (10.2)
+    llp_lost,                 // LLP torn down without DisConn (8.2.2)
+    local_abort,              // the ULP aborted
+    peer_abort,               // AbortConn received
+    rdma_failed,              // an RDMA Read of the peer's advertised buffer failed
+    bad_susp_comm,            // SuspComm with port 0, a second one, during teardown, or an
+                              // unasked SuspCommAck (6.5, 13.1.1)
+    suspended_message,        // a message from a peer that sent SuspComm or SuspCommAck (13.1.1)
+    duplication_unsupported,  // SuspComm to a driver that cannot reconnect (13.1)
+    resume_failed,            // the new connection of a duplication failed (13.1.1 step 4)
 };
 
 std::string_view to_string(State s);
@@ -105,6 +121,14 @@ struct Stats {
     std::uint64_t zcopy_bytes_received = 0;
     std::uint64_t send_sm_sent = 0;
     std::uint64_t send_sm_received = 0;
+    // Socket duplication (13.1.1): SuspComm received / sent, SuspCommAck
+    // sent / received, SuspComms disregarded (13.1.2), connections resumed.
+    std::uint64_t susp_comm_received = 0;
+    std::uint64_t susp_comm_sent = 0;
+    std::uint64_t susp_comm_ack_sent = 0;
+    std::uint64_t susp_comm_ack_received = 0;
+    std::uint64_t susp_comm_disregarded = 0;
+    std::uint64_t resumes = 0;
 };
 
 class Connection {
@@ -222,6 +246,27 @@ class Connection {
     // Completion of QueuePair::post_rdma_read().
     void on_rdma_read_done(std::uint64_t id, bool ok);
 
+    // --- socket duplication (13.1.1, 13.1.2) ---------------------------------
+    // Local Peer (step 2): In-Process operations finish (an advertised
+    // SrcAvail of ours is cancelled, 9.5.4), then SuspComm with `dest_port`
+    // and nothing more; duplication() is local_done when the SuspCommAck
+    // came. False: not now (not established, teardown begun, already
+    // suspending, port 0).
+    bool suspend(std::uint16_t dest_port);
+    [[nodiscard]] Dup duplication() const { return dup_; }
+    // Remote Peer: the port of the peer's SuspComm (step 4), 0 if none.
+    [[nodiscard]] std::uint16_t resume_port() const { return resume_port_; }
+    // Starts over on a new LLP connection (steps 4/6): in duplication()
+    // reconnecting (Remote Peer, role connecting) or local_done with the
+    // LLP gone (Local Peer). Unread bytes stay readable, unsent bytes (and
+    // the rest of a cancelled SrcAvail) are sent first, a pending
+    // shutdown_write() stays; credits, sequence numbers, advertisements,
+    // the version and IRD/ORD start afresh: the state is idle in `role`,
+    // for connect() or accept(). False: not in such a state.
+    bool restart(Role role);
+    // The driver could not set the new connection up: reset (resume_failed).
+    void resume_failed();
+
     // Graceful half-close: DisConn after all queued data (8.2.1).
     void shutdown_write();
     // Abortive close (8.2.2).
@@ -324,6 +369,14 @@ class Connection {
     void force_bcopy();  // Data Sink: SendSm for the advertisement in process
     void feed_forced_rest();
     void drop_zcopy();
+    // Socket duplication: the SuspComm/SuspCommAck handling, the sends of
+    // the waiting states (true: nothing else may go), the SrcAvail of ours
+    // that the transition cancels (its rest becomes queued data).
+    bool on_susp_comm(const wire::SuspComm& v);
+    bool on_susp_comm_ack();
+    bool pump_duplication();
+    bool in_process() const;
+    void cancel_src_out();
     void queue_tx(std::span<const std::uint8_t> bytes);
     std::size_t tx_block_payload() const;
     std::uint32_t peer_credit_estimate() const;
@@ -452,6 +505,16 @@ class Connection {
     // Teardown (8.2), one machine per half-connection.
     SendTeardown send_ = SendTeardown::open;
     RecvTeardown recv_ = RecvTeardown::open;
+
+    // Socket duplication (13.1.1): the machine, the peer's SuspComm port,
+    // ours, and ours to send again after the new connection (13.1.2).
+    Dup dup_ = Dup::none;
+    std::uint16_t resume_port_ = 0;
+    std::uint16_t local_port_ = 0;
+    std::optional<std::uint16_t> resend_port_;
+    bool resumed_ = false;  // restart() ran: established() counts a resume
+    // A violation's specific reason for on_message()'s reset.
+    Error violation_ = Error::none;
 
     Stats stats_;
 };

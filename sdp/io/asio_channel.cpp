@@ -28,8 +28,14 @@ AsioChannel::AsioChannel(Socket sock, iwarp::MpaRole role, const ChannelOptions&
       sock_(std::move(sock)),
       core_(role, bcopy_only(with_os_randomness(opts.session))),
       opts_(opts),
-      timer_(ex_) {
+      timer_(ex_),
+      resume_timer_(ex_) {
     boost::system::error_code e;
+    local_ep_ = sock_.local_endpoint(e);
+    peer_ep_ = sock_.remote_endpoint(e);
+    // A duplication binds the new socket to this address (13.1.1): the old
+    // connection's TIME_WAIT inherits the flag only if it is set now.
+    sock_.set_option(boost::asio::socket_base::reuse_address(true), e);
     sock_.set_option(boost::asio::ip::tcp::no_delay(true), e);
     sock_.non_blocking(true, e);
     mss_ = tcp_mss(sock_.native_handle());
@@ -246,6 +252,8 @@ void AsioChannel::pump() {
     serve_write();
     start_write();
     do_llp();
+    start_resume();
+    check_resume();
     serve_read();
     serve_write();
     start_read();
@@ -255,24 +263,28 @@ void AsioChannel::pump() {
 }
 
 void AsioChannel::start_read() {
-    if (reading_ || core_.rd_eof() || finished_ || !sock_.is_open()) {
+    if (reading_ || core_.rd_eof() || finished_ || !sock_.is_open() ||
+        (resuming_ && !resume_connected_)) {
         return;
     }
     reading_ = true;
-    sock_.async_read_some(
-        boost::asio::buffer(in_),
-        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
-            self->reading_ = false;
-            if (self->finished_) {
-                return;
-            }
-            if (!ec) {
-                self->feed(std::span<const std::uint8_t>(self->in_.data(), n));
-            } else {
-                self->lost_llp(ec);
-            }
-            self->pump();
-        });
+    sock_.async_read_some(boost::asio::buffer(in_),
+                          [self = shared_from_this(), gen = gen_](
+                              const boost::system::error_code& ec, std::size_t n) {
+                              if (gen != self->gen_) {
+                                  return;  // the socket before a duplication's reconnect
+                              }
+                              self->reading_ = false;
+                              if (self->finished_) {
+                                  return;
+                              }
+                              if (!ec) {
+                                  self->feed(std::span<const std::uint8_t>(self->in_.data(), n));
+                              } else {
+                                  self->lost_llp(ec);
+                              }
+                              self->pump();
+                          });
 }
 
 void AsioChannel::feed(std::span<const std::uint8_t> bytes) {
@@ -341,6 +353,104 @@ void AsioChannel::do_llp() {
     }
 }
 
+void AsioChannel::start_resume() {
+    // Not before the first handshake has completed (its callback reports
+    // that connection; the resume follows at once, see check_handshake()).
+    if (resuming_ || finished_ || hs_cb_ || core_.writing() || !core_.resume_due()) {
+        return;
+    }
+    const std::uint16_t port = core_.sdp().resume_port();  // restart() clears it
+    resuming_ = true;
+    resume_connected_ = false;
+    ++gen_;  // the old socket's read completes with operation_aborted: ignored
+    reading_ = false;
+    boost::system::error_code e;
+    sock_.shutdown(Socket::shutdown_both, e);
+    sock_.close(e);
+    if (!core_.restart()) {
+        fail_resume("the engine could not restart");
+        return;
+    }
+    Socket ns(ex_);
+    ns.open(peer_ep_.protocol(), e);
+    if (!e) {
+        ns.set_option(boost::asio::socket_base::reuse_address(true), e);
+    }
+    if (!e) {
+        ns.bind(local_ep_, e);  // step 1 / 5: the same source address and port
+    }
+    if (e) {
+        fail_resume("bind to the old source port: " + e.message());
+        return;
+    }
+    sock_ = std::move(ns);
+    resume_timer_.expires_after(opts_.handshake_timeout);
+    resume_timer_.async_wait(
+        [self = shared_from_this(), gen = gen_](const boost::system::error_code& ec) {
+            if (!ec && gen == self->gen_ && self->resuming_) {
+                self->fail_resume("new connection's startup timed out");
+                self->pump();
+            }
+        });
+    const boost::asio::ip::tcp::endpoint to(peer_ep_.address(), port);
+    sock_.async_connect(
+        to, [self = shared_from_this(), gen = gen_, port](const boost::system::error_code& ec) {
+            if (gen != self->gen_ || !self->resuming_ || self->finished_) {
+                return;
+            }
+            if (ec) {
+                self->fail_resume("connect to port " + std::to_string(port) + ": " + ec.message());
+                self->pump();
+                return;
+            }
+            boost::system::error_code e2;
+            self->sock_.set_option(boost::asio::ip::tcp::no_delay(true), e2);
+            self->sock_.non_blocking(true, e2);
+            self->mss_ = tcp_mss(self->sock_.native_handle());
+            self->core_.set_mss(self->mss_);
+            self->resume_connected_ = true;
+            if (!self->core_.start()) {
+                std::string why;
+                (void)self->core_.startup_error(&why);
+                self->fail_resume("MPA startup: " + why);
+            }
+            self->pump();  // Section 8 again: MPA startup, Hello, HelloAck
+        });
+}
+
+void AsioChannel::check_resume() {
+    if (!resuming_ || !resume_connected_) {
+        return;
+    }
+    switch (core_.startup()) {
+        case ChannelCore::Startup::established:
+            resuming_ = false;
+            resume_timer_.cancel();
+            core_.end_resume();
+            return;
+        case ChannelCore::Startup::failed: {
+            std::string why;
+            (void)core_.startup_error(&why);
+            fail_resume(why);
+            return;
+        }
+        case ChannelCore::Startup::running:
+            return;
+    }
+}
+
+void AsioChannel::fail_resume(std::string why) {
+    resuming_ = false;
+    resume_timer_.cancel();
+    core_.resume_failed(std::move(why));
+    boost::system::error_code e;
+    sock_.set_option(boost::asio::socket_base::linger(true, 0), e);
+    // Pending operations see the reset, not a cancellation.
+    serve_read();
+    serve_write();
+    finish_socket();
+}
+
 void AsioChannel::complete(std::optional<IoOp>& op, std::error_code ec, std::size_t n) {
     auto cb = std::move(op->cb);
     op.reset();
@@ -395,6 +505,10 @@ void AsioChannel::check_handshake() {
     switch (core_.startup()) {
         case ChannelCore::Startup::established:
             finish_handshake({}, {});
+            if (core_.resume_due()) {
+                // A SuspComm came with the HelloAck's flight (13.1.1).
+                boost::asio::post(ex_, [self = shared_from_this()] { self->pump(); });
+            }
             return;
         case ChannelCore::Startup::failed:
             hs_ec_ = core_.startup_error(&hs_why_);

@@ -13,6 +13,12 @@
 // Errors are std::errc values (generic category); end of stream is a read
 // that completes with no error and 0 bytes; operation_canceled after
 // cancel()/abort().
+//
+// Socket duplication (13.1.1 Remote Peer): after the SuspCommAck and a FIN
+// are written, the socket is closed and a new one connects from the same
+// local address and port to the SuspComm's port at the peer's address; the
+// MPA startup and Hello run again, bounded by handshake_timeout. Pending
+// reads and writes wait; a failure resets the stream with the reason.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -122,6 +128,11 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     void check_abort();
     void finish_abort();
     void lost_llp(const boost::system::error_code& ec);
+    // 13.1.1 step 4 (see above): starts the new connection when the core
+    // says so; check_resume() follows its startup; fail_resume() ends it.
+    void start_resume();
+    void check_resume();
+    void fail_resume(std::string why);
     void post_io(IoCallback cb, std::error_code ec, std::size_t n);
     void post(Callback cb, std::error_code ec);
 
@@ -143,6 +154,16 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     bool hs_failing_ = false;  // failed; waiting for the MPA reject to go out
     std::error_code hs_ec_;
     std::string hs_why_;
+
+    // Socket duplication: the connection's addresses (taken at the start),
+    // the new connection under way, and the socket generation (completions
+    // of a closed socket's operations are ignored).
+    boost::asio::ip::tcp::endpoint local_ep_;
+    boost::asio::ip::tcp::endpoint peer_ep_;
+    bool resuming_ = false;
+    bool resume_connected_ = false;
+    std::uint64_t gen_ = 0;
+    boost::asio::steady_timer resume_timer_;
 
     std::optional<IoOp> rd_op_;
     std::optional<IoOp> wr_op_;

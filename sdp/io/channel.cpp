@@ -12,9 +12,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <algorithm>
+
 #include <cerrno>
+#include <cstring>
 #include <random>
+#include <string>
 
 namespace sdp::io {
 
@@ -96,7 +100,10 @@ long send_gathered(int fd, std::span<const std::span<const std::uint8_t>> segs) 
 }
 
 SoftChannel::SoftChannel(int fd, iwarp::MpaRole role, const ChannelOptions& opts)
-    : fd_(fd), io_timeout_(opts.io_timeout), core_(role, with_os_randomness(opts.session)) {
+    : fd_(fd),
+      io_timeout_(opts.io_timeout),
+      handshake_timeout_(opts.handshake_timeout),
+      core_(role, with_os_randomness(opts.session)) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     in_.resize(kReadChunk);
 }
@@ -143,6 +150,17 @@ std::unique_ptr<SoftChannel> SoftChannel::handshake(int fd, iwarp::MpaRole role,
         return nullptr;
     }
     ch->mss_ = tcp_mss(fd);
+    // A duplication binds a new socket to this one's address (13.1.1): its
+    // TIME_WAIT inherits the flag only if it is set before the close.
+    int reuse = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
+    socklen_t llen = sizeof ch->local_addr_;
+    socklen_t plen = sizeof ch->peer_addr_;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ch->local_addr_), &llen) == 0 &&
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&ch->peer_addr_), &plen) == 0 &&
+        llen == plen) {
+        ch->addr_len_ = llen;
+    }
     ch->core_.set_mss(ch->mss_);
     const auto deadline = Clock::now() + opts.handshake_timeout;
     std::unique_lock lk(ch->mu_);
@@ -191,7 +209,7 @@ void SoftChannel::helper_loop() {
         drive(
             lk, [&] { return stop_ || !core_.tx_pending(); }, std::nullopt);
         cv_.notify_all();
-        if (core_.rd_eof()) {
+        if (core_.rd_eof() && !core_.suspended()) {
             // Nothing more will happen on the socket.
             helper_cv_.wait(lk, [&] { return stop_; });
         }
@@ -293,7 +311,15 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
             // the helper to contend for mu_ and poll beside it.
             return true;
         }
-        if (core_.rd_eof()) {
+        if (core_.resume_due()) {
+            // 13.1.1 step 4, by whoever drives; a poller is woken to do it.
+            if (!polling_) {
+                resume_locked(lk);
+                cv_.notify_all();
+                continue;
+            }
+            wake_poller();
+        } else if (core_.rd_eof()) {
             // Nothing more can arrive. (Output still queued after EOF is
             // pointless: the session is closed.)
             return pred();
@@ -332,6 +358,90 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
         }
         cv_.notify_all();
     }
+}
+
+void SoftChannel::resume_locked(std::unique_lock<std::mutex>& lk) {
+    const auto deadline = Clock::now() + handshake_timeout_;
+    const std::uint16_t port = core_.sdp().resume_port();
+    sockaddr_storage local = local_addr_;
+    sockaddr_storage peer = peer_addr_;
+    const socklen_t llen = addr_len_;
+    const socklen_t plen = addr_len_;
+    const bool named = addr_len_ > 0;
+    int on = 1;
+    ::shutdown(fd_, SHUT_RDWR);
+    if (!core_.restart()) {
+        core_.resume_failed("the engine could not restart");
+        return;
+    }
+    auto fail = [&](const std::string& why) {
+        core_.resume_failed(why);
+        reset_connection(fd_);
+        cv_.notify_all();
+    };
+    if (!named) {
+        fail("the connection's addresses are unknown");
+        return;
+    }
+    if (peer.ss_family == AF_INET) {
+        reinterpret_cast<sockaddr_in*>(&peer)->sin_port = htons(port);
+    } else {
+        reinterpret_cast<sockaddr_in6*>(&peer)->sin6_port = htons(port);
+    }
+    const int nfd = ::socket(peer.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (nfd < 0) {
+        fail(std::string("socket: ") + std::strerror(errno));
+        return;
+    }
+    ::setsockopt(nfd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    // Step 1 / 5: the same source address and port as the prior connection.
+    if (::bind(nfd, reinterpret_cast<sockaddr*>(&local), llen) != 0) {
+        const int err = errno;
+        ::close(nfd);
+        fail(std::string("bind to the old source port: ") + std::strerror(err));
+        return;
+    }
+    int err = 0;
+    if (::connect(nfd, reinterpret_cast<sockaddr*>(&peer), plen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+            pollfd p{nfd, POLLOUT, 0};
+            err = ETIMEDOUT;
+            if (::poll(&p, 1, poll_timeout(deadline)) > 0) {
+                socklen_t el = sizeof err;
+                ::getsockopt(nfd, SOL_SOCKET, SO_ERROR, &err, &el);
+            }
+        }
+    }
+    if (err != 0) {
+        ::close(nfd);
+        fail("connect to port " + std::to_string(port) + ": " + std::strerror(err));
+        return;
+    }
+    // The descriptor number stays: nobody can poll a closed or reused one.
+    ::dup2(nfd, fd_);
+    ::close(nfd);
+    set_nodelay(fd_);
+    mss_ = tcp_mss(fd_);
+    core_.set_mss(mss_);
+    if (!core_.start()) {
+        std::string why;
+        (void)core_.startup_error(&why);
+        fail("MPA startup: " + why);
+        return;
+    }
+    // Section 8 again: MPA startup, Hello, HelloAck.
+    const bool done = drive(
+        lk, [&] { return core_.startup() != ChannelCore::Startup::running; }, deadline);
+    if (done && core_.startup() == ChannelCore::Startup::established) {
+        core_.end_resume();
+        return;
+    }
+    std::string why = "new connection's startup timed out";
+    if (done) {
+        (void)core_.startup_error(&why);
+    }
+    fail(why);
 }
 
 std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code& ec,
@@ -496,7 +606,12 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
         }
         wake_poller_for_output();
         const bool ready = drive(
-            lk, [&] { return c.write_space() > 0 || c.state() != engine::State::established; },
+            lk,
+            [&] {
+                // Suspended (13.1.1): the stream waits for its new connection.
+                return !core_.suspended() &&
+                       (c.write_space() > 0 || c.state() != engine::State::established);
+            },
             io_deadline());
         if (!ready) {
             ec = std::make_error_code(std::errc::timed_out);

@@ -26,8 +26,17 @@
 // credit or socket space, or a DisConn to go out) and no caller drives, the
 // way a kernel socket keeps sending after write() returned. It sleeps on a
 // condition variable until a caller leaves with sends queued (no periodic
-// wake-ups). (It cannot go: without it, data queued by write() beyond the
-// peer's credit would stall until the application's next call.)
+// wake-ups).
+//
+// Socket duplication (13.1.1 Remote Peer): when the engine has answered a
+// SuspComm and the FIN followed its SuspCommAck, the thread driving the
+// socket closes it, connects from the same local address and port to the
+// SuspComm's port at the old peer address (SO_REUSEADDR on both sockets,
+// so the old connection's TIME_WAIT does not block the bind) and runs the
+// MPA startup and Hello again, bounded by handshake_timeout, holding the
+// lock but while it polls. The descriptor number stays (dup2). Reads and
+// writes wait meanwhile; a failure resets the stream with the reason. (It cannot go: without it,
+// data queued by write() beyond the peer's credit would stall until the application's next call.)
 #pragma once
 
 #include <array>
@@ -44,6 +53,8 @@
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include <sys/socket.h>
 
 #include "sdp/soft/channel_core.hpp"
 
@@ -155,6 +166,8 @@ class SoftChannel {
     bool finish_abort_locked(std::unique_lock<std::mutex>& lk);
     bool drive(std::unique_lock<std::mutex>& lk, const std::function<bool()>& pred,
                std::optional<Clock::time_point> deadline);
+    // 13.1.1 step 4: the new connection (see above); called by drive().
+    void resume_locked(std::unique_lock<std::mutex>& lk);
     void service_locked();
     void read_locked();
     // What the socket holds now, without waiting (skipped while another
@@ -173,6 +186,13 @@ class SoftChannel {
     int wake_fd_ = -1;
     std::size_t mss_ = 1460;
     std::chrono::milliseconds io_timeout_{0};
+    std::chrono::milliseconds handshake_timeout_{5000};
+    // The connection's addresses, taken at the handshake: a duplication
+    // reconnects from the same local one to the peer's address (13.1.1);
+    // the old socket may no longer know them when that happens.
+    sockaddr_storage local_addr_{};
+    sockaddr_storage peer_addr_{};
+    socklen_t addr_len_ = 0;
     ChannelCore core_;  // the session and every decision (sdp/soft)
     mutable std::mutex mu_;
     std::condition_variable cv_;

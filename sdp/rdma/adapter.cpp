@@ -17,6 +17,18 @@ constexpr std::uint64_t kBigSendBit = 1ull << 63;
 
 }  // namespace
 
+namespace {
+
+// This provider does not reconnect for a socket duplication (13.1.1 step 4
+// needs a new rdma_cm connection and QP): a SuspComm resets the connection
+// with duplication_unsupported (docs/sdp.md, "Socket duplication").
+engine::Config without_duplication(engine::Config cfg) {
+    cfg.duplication = false;
+    return cfg;
+}
+
+}  // namespace
+
 std::uint32_t EngineAdapter::recv_slots_for(const engine::Config& cfg) {
     // The engine raises the count to at least 4; keep a few spare slots.
     return std::max<std::uint32_t>(cfg.recv_buf_count, 4) + 4;
@@ -26,7 +38,7 @@ EngineAdapter::EngineAdapter(engine::Role role, const engine::Config& cfg, std::
     : recv_slots_(recv_slots_for(cfg)),
       send_slots_(std::max<std::uint32_t>(send_slots, 1)),
       send_buf_size_(cfg.send_buf_size),
-      sdp_(role, cfg, *this) {}
+      sdp_(role, without_duplication(cfg), *this) {}
 
 std::error_code EngineAdapter::attach(iwarp::QueuePair& qp, std::string* why) {
     qp_ = &qp;

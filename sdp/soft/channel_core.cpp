@@ -22,6 +22,47 @@ bool ChannelCore::start() {
     return role_ != iwarp::MpaRole::initiator || s_.start();
 }
 
+bool ChannelCore::resume_due() const {
+    const auto& c = s_.sdp();
+    if (c.state() != engine::State::established) {
+        return false;
+    }
+    // Step 4: after the SuspCommAck was written and the FIN after it.
+    return c.duplication() == engine::Dup::reconnecting ||
+           (c.duplication() == engine::Dup::remote_acked && wr_shut_);
+}
+
+bool ChannelCore::suspended() const {
+    const auto d = s_.sdp().duplication();
+    return resuming_ || d == engine::Dup::remote_acked || d == engine::Dup::reconnecting;
+}
+
+bool ChannelCore::restart() {
+    if (!s_.eof_seen()) {
+        s_.on_eof();  // the old LLP is gone (the engine: reconnecting)
+    }
+    if (!s_.restart(iwarp::MpaRole::initiator)) {
+        return false;
+    }
+    role_ = iwarp::MpaRole::initiator;  // the Remote Peer connects (step 4)
+    rd_eof_ = false;
+    wr_shut_ = false;
+    rst_done_ = false;
+    writing_ = false;
+    eof_pending_ = false;
+    llp_error_ = 0;
+    resuming_ = true;
+    return true;
+}
+
+void ChannelCore::resume_failed(std::string why) {
+    resuming_ = false;
+    resume_error_ = "SDP socket duplication (13.1.1): " + std::move(why);
+    s_.sdp().resume_failed();
+    rd_eof_ = true;
+    rst_done_ = true;
+}
+
 void ChannelCore::apply_eof() {
     if (!s_.eof_seen()) {
         s_.on_eof();
@@ -78,7 +119,10 @@ void ChannelCore::write_failed(int err) {
 }
 
 bool ChannelCore::tx_pending() const {
-    if (rd_eof_ || rst_done_) {
+    if (resume_due()) {
+        return true;
+    }
+    if ((rd_eof_ && !suspended()) || rst_done_) {
         return false;
     }
     const auto& c = s_.sdp();
@@ -179,9 +223,12 @@ bool ChannelCore::begin_landing(std::span<std::uint8_t> zone) {
 
 bool ChannelCore::read_ready(bool stop_at_urgent) const {
     const auto& c = s_.sdp();
-    return c.readable() > 0 || (stop_at_urgent && c.at_urgent()) || c.zcopy_readable() > 0 ||
-           c.eof() || rd_eof_ ||
-           (c.state() != engine::State::established && c.state() != engine::State::connecting);
+    if (c.readable() > 0 || (stop_at_urgent && c.at_urgent()) || c.zcopy_readable() > 0 ||
+        c.eof()) {
+        return true;
+    }
+    return !suspended() && (rd_eof_ || (c.state() != engine::State::established &&
+                                        c.state() != engine::State::connecting));
 }
 
 std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::error_code& ec,
@@ -197,6 +244,9 @@ std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::e
     }
     if (c.eof()) {
         return 0;  // end of stream
+    }
+    if (suspended()) {
+        return std::nullopt;  // the stream goes on on the new connection
     }
     if (c.state() != engine::State::established && c.state() != engine::State::connecting) {
         ec = state_error(false);
@@ -238,11 +288,14 @@ std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in,
                                               std::error_code& ec) {
     ec.clear();
     auto& c = s_.sdp();
+    if (resuming_) {
+        return std::nullopt;  // the new connection's startup runs
+    }
     if (c.state() != engine::State::established || c.disconn_sent()) {
         ec = state_error(true);
         return 0;
     }
-    if (rd_eof_) {
+    if (rd_eof_ && !suspended()) {
         ec = lost_error();
         return 0;
     }

@@ -41,6 +41,21 @@ class ChannelCore {
     void set_mss(std::size_t mss) { s_.set_mss(mss); }
     bool start();
 
+    // --- socket duplication (13.1.1 Remote Peer, steps 4 and 8)
+    // The SuspCommAck is written and the FIN after it (or the peer closed
+    // the old connection): the driver connects to sdp().resume_port() at
+    // the old peer address (from the old local address and port), then
+    // restart() and start(), and drives startup() as for a first
+    // connection; end_resume() when it is over. resume_failed(): the new
+    // connection could not be made (the engine resets, `why` for describe()).
+    [[nodiscard]] bool resume_due() const;
+    bool restart();
+    void end_resume() { resuming_ = false; }
+    void resume_failed(std::string why);
+    // Between the SuspCommAck and the end of the new startup: reads and
+    // writes wait (nothing is lost), an EOF of the old LLP is no error.
+    [[nodiscard]] bool suspended() const;
+
     // --- input from TCP
     void on_bytes(std::span<const std::uint8_t> in) { s_.on_bytes(in); }
     // TCP delivered EOF (err 0) or failed: nothing more will come.
@@ -135,7 +150,9 @@ class ChannelCore {
     [[nodiscard]] bool writing() const { return writing_; }
     [[nodiscard]] int llp_error() const { return llp_error_; }
     [[nodiscard]] bool crc() const { return s_.mpa().outcome().crc; }
-    [[nodiscard]] std::string describe() const { return s_.describe_error(); }
+    [[nodiscard]] std::string describe() const {
+        return resume_error_.empty() ? s_.describe_error() : resume_error_;
+    }
 
   private:
     void apply_eof();
@@ -150,6 +167,8 @@ class ChannelCore {
     bool writing_ = false;      // the driver is writing next_output()'s spans
     bool eof_pending_ = false;  // LLP lost while writing: on_eof() after it
     int llp_error_ = 0;
+    bool resuming_ = false;  // restart() ran, the new startup is not over
+    std::string resume_error_;
 };
 
 }  // namespace sdp::io

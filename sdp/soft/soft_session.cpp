@@ -49,6 +49,44 @@ bool SoftSession::start() {
     return true;
 }
 
+bool SoftSession::restart(iwarp::MpaRole role) {
+    if (!conn_.restart(engine_role(role))) {
+        return false;
+    }
+    mpa_ = iwarp::MpaNegotiator(role, mpa_config(cfg_));
+    // Bytes that landed in a waiting reader's buffer were read already
+    // (the engine counted them): they stay for its end_landing(). Nothing
+    // more lands there (the new connection's messages are in order behind).
+    Landing kept;
+    if (land_.active) {
+        unland_all();
+        kept.zone = land_.zone;
+        kept.active = true;
+        kept.blocked = true;
+        kept.used = land_.used;
+    }
+    land_ = kept;
+    order_ = Order{};
+    qp_.reset();
+    setup_failed_ = false;
+    eof_ = false;
+    llp_reported_ = false;
+    llp_ = LlpRequest::none;
+    setup_error_.clear();
+    pending_recvs_ = 0;
+    pending_sends_.clear();
+    send_bufs_.clear();
+    send_release_at_.clear();
+    out_.clear();
+    out_bytes_ = 0;
+    out_produced_ = 0;
+    out_consumed_ = 0;
+    recv_bufs_.clear();
+    free_recv_.clear();
+    cq_.clear();
+    return true;
+}
+
 void SoftSession::on_bytes(std::span<const std::uint8_t> in) {
     if (eof_ || setup_failed_) {
         return;

@@ -62,6 +62,13 @@ class SoftSession final : private engine::QueuePair, private iwarp::UntaggedPlac
     // Initiator: builds the Hello and queues the MPA Request. Returns false
     // (phase failed) if the Hello does not fit the private data.
     bool start();
+    // Socket duplication (13.1.1): after the old LLP connection is gone and
+    // the engine waits for a new one (Connection::restart()), starts over
+    // in `role` for the new TCP connection: a fresh MPA negotiator and QP,
+    // no output, the engine restarted with its unread and unsent bytes.
+    // Then set_mss() and start() as for a first connection. False: the
+    // engine is not in such a state (nothing changed).
+    bool restart(iwarp::MpaRole role);
 
     // Bytes from TCP, in order, any split.
     void on_bytes(std::span<const std::uint8_t> in);

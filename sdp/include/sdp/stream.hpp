@@ -145,6 +145,11 @@ struct StreamStats {
     std::uint64_t zcopy_bytes_received = 0;
     std::uint64_t send_sm_sent = 0;
     std::uint64_t send_sm_received = 0;
+    // Socket duplication (13.1.1): SuspComm received, SuspCommAck sent,
+    // connections resumed on a new LLP connection.
+    std::uint64_t susp_comm_received = 0;
+    std::uint64_t susp_comm_ack_sent = 0;
+    std::uint64_t resumes = 0;
 };
 
 struct ConnectInfo {

@@ -3,6 +3,11 @@
 // Peer is set up from a fixed Hello, then the input drives it as a list of
 // records [op][len][bytes]. Every message the engine sends must decode, fit
 // the peer's buffers and carry consecutive MSeqs; nothing may crash.
+// Socket duplication (13.1.1): the records also suspend (Local Peer) and
+// move the engine to a new LLP connection when it waits for one (restart()
+// as the Connecting Peer after its SuspCommAck, as the Accepting Peer when
+// suspended itself); nothing may be sent after a SuspCommAck on the same
+// connection.
 #include <cstdint>
 #include <cstdlib>
 #include <span>
@@ -34,8 +39,19 @@ class CheckingQp : public e::QueuePair {
             std::abort();  // HelloAck
         next_mseq_ = msg->mseq + 1;
         first_ = false;
-        if (closed_)
-            std::abort();  // nothing after an abortive disconnect
+        if (closed_ || quiet_)
+            std::abort();  // nothing after an abortive disconnect or a SuspCommAck
+        if (std::holds_alternative<w::SuspCommAck>(msg->body))
+            quiet_ = true;
+    }
+    // A new LLP connection (13.1.1 step 4): the Accepting Peer's HelloAck
+    // comes first again; the Connecting Peer's Hello is not a Send.
+    void new_llp(bool connecting) {
+        first_ = !connecting;
+        next_mseq_ = 1;
+        closed_ = false;
+        quiet_ = false;
+        posted_ = 0;
     }
     void post_recv(std::uint32_t n) override { posted_ += n; }
     void disconnect(bool graceful) override {
@@ -47,6 +63,7 @@ class CheckingQp : public e::QueuePair {
   private:
     bool first_ = true;
     bool closed_ = false;
+    bool quiet_ = false;
     std::uint32_t next_mseq_ = 0;
 };
 
@@ -79,7 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::size_t len = std::min<std::size_t>(data[i + 1], size - i - 2);
         std::span<const std::uint8_t> arg(data + i + 2, len);
         i += 2 + len;
-        switch (op % 8) {
+        switch (op % 10) {
             case 0:  // raw bytes as one incoming Send
                 c.on_recv(arg, false);
                 break;
@@ -132,6 +149,41 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 c.write_oob(len > 0 ? arg[0] : 0);
                 (void)c.read_oob();
                 break;
+            case 8:  // Local Peer: SuspComm (13.1.1 step 2), port from arg (0 refused)
+                c.suspend(len > 1 ? static_cast<std::uint16_t>(arg[0] << 8 | arg[1]) : 0);
+                break;
+            case 9: {  // the old LLP goes; a new one if the engine waits for it
+                if (len == 0 || arg[0] != 0xEF)
+                    break;
+                c.on_llp_closed();
+                const e::Dup d = c.duplication();
+                if (d != e::Dup::reconnecting && d != e::Dup::local_done)
+                    break;
+                const bool connecting = d == e::Dup::reconnecting;
+                qp.new_llp(connecting);
+                mseq = 1;
+                if (!c.restart(connecting ? e::Role::connecting : e::Role::accepting))
+                    std::abort();
+                if (!connecting) {
+                    if (c.accept(w::encode(hello)) != e::Error::none)
+                        std::abort();
+                    break;
+                }
+                if (c.connect().empty())
+                    std::abort();
+                w::Message ack;
+                ack.bufs = 5;
+                ack.body = w::HelloAck{.major = 1,
+                                       .minor = 1,
+                                       .max_adverts = 2,
+                                       .act_rcv_sz = kPeerRecvSize,
+                                       .loc_ird = 1,
+                                       .loc_ord = 1};
+                c.on_recv(w::encode(ack), true);
+                if (c.state() != e::State::established)
+                    std::abort();
+                break;
+            }
         }
         if (c.local_bufs() > qp.posted_)
             std::abort();

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "integration/daemon/harness.hpp"
+#include "integration/sdp/duplication_peer.hpp"
 #include "integration/sdp/pmd_fixture.hpp"
 #include "integration/sdp/sdp_test_util.hpp"
 #include "sdp/async_stream.hpp"
@@ -66,6 +67,18 @@ std::optional<error_code> connect_and_wait(asio::io_context& io, sdp::AsyncStrea
                                            const pm::Endpoint& to, const sdp::StreamOptions& o) {
     std::optional<error_code> got;
     s.async_connect(to, o, [&](error_code e) { got = e; });
+    if (!run_until(io, [&] { return got.has_value(); })) {
+        return std::nullopt;
+    }
+    return got;
+}
+
+// async_connect_sdp (no Port Mapper), run until it completes.
+std::optional<error_code> connect_sdp_and_wait(asio::io_context& io, sdp::AsyncStream& s,
+                                               const pm::Endpoint& to,
+                                               const sdp::StreamOptions& o) {
+    std::optional<error_code> got;
+    s.async_connect_sdp(to, o, [&](error_code e) { got = e; });
     if (!run_until(io, [&] { return got.has_value(); })) {
         return std::nullopt;
     }
@@ -261,6 +274,90 @@ TEST(SdpAsyncStream, BothDirectionsAtOnce) {
     EXPECT_FALSE(srv_wec) << srv_wec.message();
     EXPECT_EQ(srv_got, n);
     EXPECT_TRUE(srv_ok);
+}
+
+// Socket duplication (13.1.1 Remote Peer, steps 3, 4, 8) on the Asio
+// driver: 8 MiB each way with a SuspComm in the middle from the test peer
+// (integration/sdp/duplication_peer.hpp), every byte checked, the new
+// connection from the old source port (step 1).
+TEST(SdpAsyncStream, Section13_1_1_ResumesOnTheNewPortWithEveryByteOnce) {
+    namespace dup = sdptest::dup;
+    sdptest::TcpListener first;
+    ASSERT_TRUE(first.ok());
+    dup::PeerReport r;
+    std::thread peer([&] { dup::run_peer(first, r); });
+    asio::io_context io;
+    sdp::AsyncStream client{io};
+    const auto cec = connect_sdp_and_wait(io, client, first.endpoint(), opts());
+    if (!cec || *cec) {
+        ADD_FAILURE() << "connect: " << (cec ? cec->message() : "no completion") << " "
+                      << client.info().reason;
+        peer.join();
+        return;
+    }
+    std::vector<std::uint8_t> out(dup::kBytes);
+    pattern(out, 0, dup::kClientSeed);
+    std::vector<std::uint8_t> in(dup::kBytes);
+    bool wrote = false;
+    bool read_done = false;
+    error_code wec;
+    error_code rec;
+    asio::async_write(client, asio::buffer(out), [&](error_code e, std::size_t) {
+        wec = e;
+        wrote = true;
+    });
+    asio::async_read(client, asio::buffer(in), [&](error_code e, std::size_t) {
+        rec = e;
+        read_done = true;
+    });
+    const bool finished = run_until(
+        io, [&] { return wrote && read_done; }, 120s);
+    EXPECT_TRUE(finished);
+    EXPECT_FALSE(wec) << wec.message() << " " << client.describe();
+    EXPECT_FALSE(rec) << rec.message() << " " << client.describe();
+    EXPECT_TRUE(check_pattern(in, 0, dup::kPeerSeed))
+        << "bytes from the peer lost, duplicated or reordered";
+    bool closed = false;
+    client.async_close([&](error_code) { closed = true; });
+    EXPECT_TRUE(run_until(io, [&] { return closed; }));
+    peer.join();
+    EXPECT_TRUE(r.failure.empty()) << r.failure;
+    EXPECT_EQ(r.received, dup::kBytes);
+    EXPECT_TRUE(r.pattern_ok) << "bytes from the client lost, duplicated or reordered";
+    EXPECT_EQ(r.susp_comm_ack_received, 1u);
+    EXPECT_EQ(r.new_client.port, r.old_client.port) << "step 1: the same source port";
+}
+
+// 13.1.1 step 4 on the Asio driver: nobody listens on the SuspComm's port:
+// the stream is reset with the reason, no hang.
+TEST(SdpAsyncStream, Section13_1_1_FailedReconnectResetsTheStream) {
+    sdptest::TcpListener first;
+    ASSERT_TRUE(first.ok());
+    std::atomic<bool> peer_ok{false};
+    std::thread peer([&] { peer_ok = sdptest::dup::suspend_to_dead_port(first); });
+    asio::io_context io;
+    sdp::AsyncStream client{io};
+    auto o = opts();
+    o.handshake_timeout = 2s;
+    const auto cec = connect_sdp_and_wait(io, client, first.endpoint(), o);
+    if (!cec || *cec) {
+        ADD_FAILURE() << "connect: " << (cec ? cec->message() : "no completion");
+        peer.join();
+        return;
+    }
+    std::vector<std::uint8_t> buf(1024);
+    std::optional<error_code> rec;
+    client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t) { rec = e; });
+    EXPECT_TRUE(run_until(
+        io, [&] { return rec.has_value(); }, 10s));
+    // connection_reset, or bad_descriptor when the stream was already
+    // reset before the read began (the refusal is quick on loopback).
+    EXPECT_TRUE(rec &&
+                (*rec == asio::error::connection_reset || *rec == asio::error::bad_descriptor))
+        << (rec ? rec->message() : "no completion");
+    EXPECT_FALSE(client.is_open());
+    peer.join();
+    EXPECT_TRUE(peer_ok);
 }
 
 TEST(SdpAsyncStream, HalfCloseThenReply) {
