@@ -725,6 +725,7 @@ void Connection::drop_queues() {
     urg_.reset();
     oob_pending_ = 0;
     drop_zcopy();
+    dup_ = Dup::none;  // a reset or failure ends a socket duplication too: nothing to resume
 }
 
 std::string Connection::describe() const {

@@ -17,7 +17,15 @@
 namespace sdp::preload {
 namespace {
 
+// Each side's buffer starts small (an idle or pending connection costs
+// little) and doubles up to kChunk while reads fill it.
+constexpr std::size_t kFirstChunk = 64 * 1024;
 constexpr std::size_t kChunk = 1024 * 1024;
+void grow(std::vector<std::uint8_t>& buf, std::size_t filled) {
+    if (filled == buf.size() && buf.size() < kChunk) {
+        buf.resize(buf.size() * 2);
+    }
+}
 constexpr int kPairBuffer = 1024 * 1024;
 
 // Every bridge that runs in this process.
@@ -63,7 +71,36 @@ std::shared_ptr<Bridge> Bridge::create(Stream stream, int* app_fd) {
     return b;
 }
 
-Bridge::~Bridge() = default;
+Bridge::~Bridge() {
+    // A bridge that never started (its descriptor could not be installed)
+    // still holds its ends; one that ended has closed them.
+    close_internal(pump_fd_);
+    close_internal(wake_fd_);
+}
+
+std::error_code Bridge::set_keepalive(const Keepalive& k) {
+    std::lock_guard lk(mu_);
+    if (closing_) {
+        return std::make_error_code(std::errc::not_connected);
+    }
+    return stream_.set_keepalive(k);
+}
+
+int Bridge::llp_getsockopt(int level, int name, void* val, socklen_t* len) {
+    std::lock_guard lk(mu_);
+    const int fd = closing_ ? -1 : stream_.native_handle();
+    if (fd < 0) {
+        errno = ENOTCONN;
+        return -1;
+    }
+    return real().getsockopt(fd, level, name, val, len);
+}
+
+int Bridge::llp_setsockopt(int level, int name, const void* val, socklen_t len) {
+    std::lock_guard lk(mu_);
+    const int fd = closing_ ? -1 : stream_.native_handle();
+    return fd < 0 ? 0 : real().setsockopt(fd, level, name, val, len);
+}
 
 void Bridge::start() {
     {
@@ -106,7 +143,7 @@ void Bridge::wake() {
 // to the program as MSG_OOB at the same place in the stream.
 void Bridge::rx_loop() {
     mark_internal_thread();
-    std::vector<std::uint8_t> buf(kChunk);
+    std::vector<std::uint8_t> buf(kFirstChunk);
     End how = End::eof;
     bool stop_at_urgent = true;
     for (;;) {
@@ -136,6 +173,7 @@ void Bridge::rx_loop() {
                 break;
             }
             counters().bytes_from_peer += n;
+            grow(buf, n);
             continue;
         }
         if (!ec) {
@@ -153,12 +191,14 @@ void Bridge::rx_loop() {
 // Program -> peer.
 void Bridge::tx_loop() {
     mark_internal_thread();
-    std::vector<std::uint8_t> buf(kChunk);
+    std::vector<std::uint8_t> buf(kFirstChunk);
     End how = End::eof;
     bool exiting = false;
     for (;;) {
         pollfd p[2] = {{pump_fd_, POLLIN | POLLPRI, 0}, {wake_fd_, POLLIN, 0}};
-        if (::poll(p, 2, -1) < 0) {
+        // Exiting: take what is there without waiting (nobody closes the
+        // program's end before the process is gone), then DisConn.
+        if (::poll(p, 2, exiting ? 0 : -1) < 0) {
             if (errno == EINTR) {
                 continue;
             }
@@ -203,6 +243,7 @@ void Bridge::tx_loop() {
                 break;
             }
             counters().bytes_to_peer += static_cast<std::uint64_t>(n);
+            grow(buf, static_cast<std::size_t>(n));
             continue;
         }
         if (n == 0 || exiting) {
@@ -271,7 +312,12 @@ void Bridge::ended(bool rx, End how) {
             return;
         }
     }
-    // Both sides ended: nobody else touches the stream now.
+    // Both sides ended; the program's calls (keepalive, LLP options) leave
+    // the stream alone from here on.
+    {
+        std::lock_guard lk(mu_);
+        closing_ = true;
+    }
     const bool reset = rx_ == End::reset || tx_ == End::reset || rx_ == End::app_gone;
     if (reset) {
         ++counters().bridges_reset;

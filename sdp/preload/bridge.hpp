@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 
+#include <sys/socket.h>
+
 #include "sdp/stream.hpp"
 
 namespace sdp::preload {
@@ -27,9 +29,13 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     Bridge& operator=(const Bridge&) = delete;
 
     void start();
-    // The program changed its keepalive socket options (14.3).
-    std::error_code set_keepalive(const Keepalive& k) { return stream_.set_keepalive(k); }
-    // The stream's local and peer TCP addresses (soft provider), if known.
+    // The program's calls while the bridge runs (serialized with its end):
+    // keepalive (14.3) and options of the LLP's TCP socket (soft provider).
+    // After the connection ended: not_connected / ENOTCONN.
+    std::error_code set_keepalive(const Keepalive& k);
+    int llp_getsockopt(int level, int name, void* val, socklen_t* len);
+    int llp_setsockopt(int level, int name, const void* val, socklen_t len);
+    // Before start() only: the stream (its TCP socket's addresses).
     const Stream& stream() const { return stream_; }
 
     // Process exit: every bridge sends what the program wrote and closes
@@ -64,6 +70,7 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     End rx_ = End::running;
     End tx_ = End::running;
     bool exiting_ = false;
+    bool closing_ = false;  // ended(): the stream is being closed
 };
 
 }  // namespace sdp::preload

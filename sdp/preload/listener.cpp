@@ -160,18 +160,29 @@ void Listener::ring(Stream s) {
     }
     bridge->start();
     const int err = me ? pm::connect_nonblocking(d, doorbell_target_, kDoorbellTimeout) : errno;
-    if (err != 0) {
+    // The program's accept() may have claimed the connection before our
+    // connect() returned (the kernel completes the handshake first): the
+    // doorbell is then closed here, never under a thread still using it.
+    bool claimed = false;
+    bool mine = !me;
+    if (me) {
+        std::lock_guard lk(mu_);
+        auto it = pending_.find(*me);
+        claimed = it == pending_.end();
+        if (!claimed && err == 0) {
+            it->second.rung = true;  // claim() closes the doorbell from now on
+        } else if (!claimed) {
+            pending_.erase(it);
+            mine = true;
+        }
+    }
+    if (err != 0 && mine) {
         log(1, "doorbell to %s failed: %s; SDP connection dropped",
             doorbell_target_.to_string().c_str(), std::strerror(err));
-        bool mine = !me;
-        if (me) {
-            std::lock_guard lk(mu_);
-            mine = pending_.erase(*me) == 1;  // else the program claimed it meanwhile
-        }
-        if (mine) {
-            close_internal(d);
-            close_internal(app_fd);
-        }
+        close_internal(app_fd);
+    }
+    if (claimed || mine) {
+        close_internal(d);
     }
 }
 
@@ -186,7 +197,9 @@ std::optional<Listener::Claimed> Listener::claim(const pm::Endpoint& from) {
         p = std::move(it->second);
         pending_.erase(it);
     }
-    close_internal(p.doorbell_fd);
+    if (p.rung) {
+        close_internal(p.doorbell_fd);  // else ring() does, once its connect() is back
+    }
     return Claimed{p.app_fd, std::move(p.bridge), p.peer, p.local};
 }
 
@@ -205,8 +218,8 @@ void Listener::close() {
         left.swap(pending_);
     }
     for (auto& [ep, p] : left) {
-        close_internal(p.doorbell_fd);
-        close_internal(p.app_fd);  // the bridge sees its program end closed and ends
+        close_internal(p.doorbell_fd);  // the thread is joined: no ring() is running
+        close_internal(p.app_fd);       // the bridge sees its program end closed and ends
     }
 }
 

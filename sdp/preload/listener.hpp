@@ -60,6 +60,7 @@ class Listener {
     struct Pending {
         int app_fd = -1;
         int doorbell_fd = -1;
+        bool rung = false;  // the doorbell's connect() returned
         std::shared_ptr<Bridge> bridge;
         pm::Endpoint peer;
         pm::Endpoint local;

@@ -11,12 +11,14 @@
 // AF_UNIX socketpair whose other end a Bridge carries over SDP, so the
 // kernel itself makes them right.
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
@@ -41,10 +43,21 @@ std::shared_ptr<Entry> entry_of(int fd, Entry::Kind kind) {
 // listener whose last descriptor in this process goes stops taking SDP
 // connections and unregisters.
 void forget(int fd) {
+    const bool current = fds().get(fd) != nullptr;  // drops an entry of another file
     auto e = fds().take(fd);
-    if (e && e->kind == Entry::Kind::listener && e->listener && e.use_count() == 1) {
+    if (current && e && e->kind == Entry::Kind::listener && e->listener && e.use_count() == 1) {
         e->listener->close();
     }
+}
+
+// The program may not close or replace the library's own descriptors (it
+// never got them): such a call fails as for a descriptor that is not open.
+bool library_owned(int fd) {
+    if (internal_call() || !fds().tracked(fd)) {
+        return false;
+    }
+    auto e = fds().get(fd);
+    return e && e->kind == Entry::Kind::internal;
 }
 
 void copy_entry(int from, int to) {
@@ -76,7 +89,8 @@ void apply_keepalive(const Entry& e) {
     }
 }
 
-// The stream's TCP socket (soft provider), or -1.
+// The stream's TCP socket (soft provider), or -1; only before the bridge
+// starts (later through Bridge::llp_*, which the bridge's end serializes).
 int tcp_fd_of(const Entry& e) {
     return e.bridge ? e.bridge->stream().native_handle() : -1;
 }
@@ -202,12 +216,14 @@ SDP_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
         ++counters().connect_fallback;
         log(3, "connect %s: TCP (its Port Mapper did not answer recently)",
             dest->to_string().c_str());
+        write_stats();
         return real().connect(fd, addr, len);
     }
     if (d.use == Use::tcp) {
         fds().take(fd);
         ++counters().connect_tcp_rule;
         log(3, "connect %s: TCP (rule line %d)", dest->to_string().c_str(), d.line);
+        write_stats();
         return real().connect(fd, addr, len);
     }
     if (auto r = sdp_connect(fd, e, *dest, addr, len, d)) {
@@ -246,11 +262,11 @@ SDP_EXPORT int listen(int fd, int backlog) {
     if (!l) {
         fds().take(fd);
     } else {
-        auto ne = std::make_shared<Entry>(*e);
-        ne->kind = Entry::Kind::listener;
-        ne->bound = bound;
-        ne->listener = std::move(l);
-        fds().put(fd, std::move(ne));
+        // In place: descriptors dup()ed before listen() share the entry.
+        std::lock_guard lk(fds().mutex());
+        e->kind = Entry::Kind::listener;
+        e->bound = bound;
+        e->listener = std::move(l);
     }
     write_stats();
     errno = saved;
@@ -307,10 +323,12 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
         if (e->listener->sdp_only()) {
             // `use sdp server`: TCP connections are refused (closed).
             ++counters().accept_tcp_refused;
+            write_stats();
             real().close(nfd);
             continue;  // a non-blocking listener returns EAGAIN from accept4
         }
         ++counters().accept_tcp;
+        write_stats();
         copy_out(ss, sl, addr, len);
         return nfd;
     }
@@ -322,9 +340,43 @@ SDP_EXPORT int accept(int fd, sockaddr* addr, socklen_t* len) {
 
 SDP_EXPORT int close(int fd) {
     if (fds().tracked(fd)) {
+        if (library_owned(fd)) {
+            errno = EBADF;
+            return -1;
+        }
         forget(fd);
     }
     return real().close(fd);
+}
+
+SDP_EXPORT int close_range(unsigned first, unsigned last, int flags) {
+    if (real().close_range == nullptr) {
+        errno = ENOSYS;  // a glibc without it (before 2.34)
+        return -1;
+    }
+    if (internal_call() || (flags & CLOSE_RANGE_CLOEXEC) != 0) {
+        return real().close_range(first, last, flags);  // CLOEXEC: nothing closes now
+    }
+    // Around the library's own descriptors, forgetting the program's.
+    const unsigned top = std::min<unsigned>(last, FdTable::kMaxFd - 1);
+    for (unsigned fd = first; fd <= top && fd >= first; ++fd) {
+        if (fds().tracked(static_cast<int>(fd)) && !library_owned(static_cast<int>(fd))) {
+            forget(static_cast<int>(fd));
+        }
+    }
+    unsigned from = first;
+    for (int own : fds().internal_in(first, last)) {
+        const auto o = static_cast<unsigned>(own);
+        if (o > from && real().close_range(from, o - 1, flags) != 0) {
+            return -1;
+        }
+        from = o + 1;
+    }
+    return from > last || from < first ? 0 : real().close_range(from, last, flags);
+}
+
+SDP_EXPORT void closefrom(int lowfd) {
+    close_range(static_cast<unsigned>(std::max(lowfd, 0)), ~0u, 0);
 }
 
 SDP_EXPORT int dup(int fd) {
@@ -334,6 +386,10 @@ SDP_EXPORT int dup(int fd) {
 }
 
 SDP_EXPORT int dup2(int fd, int fd2) {
+    if (fd != fd2 && library_owned(fd2)) {
+        errno = EBADF;
+        return -1;
+    }
     if (fd != fd2 && fds().tracked(fd2) && real().fcntl(fd, F_GETFD) >= 0) {
         forget(fd2);
     }
@@ -343,6 +399,10 @@ SDP_EXPORT int dup2(int fd, int fd2) {
 }
 
 SDP_EXPORT int dup3(int fd, int fd2, int flags) {
+    if (fd != fd2 && library_owned(fd2)) {
+        errno = EBADF;
+        return -1;
+    }
     if (fd != fd2 && fds().tracked(fd2) && real().fcntl(fd, F_GETFD) >= 0) {
         forget(fd2);
     }
@@ -490,8 +550,7 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
         return 0;
     }
     // Other TCP options (TCP_USER_TIMEOUT...) apply to the LLP socket.
-    const int tcp = tcp_fd_of(*e);
-    return tcp < 0 ? 0 : real().setsockopt(tcp, level, name, val, len);
+    return e->bridge ? e->bridge->llp_setsockopt(level, name, val, len) : 0;
 }
 
 SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
@@ -525,9 +584,8 @@ SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len
                 break;
         }
     }
-    const int tcp = tcp_fd_of(*e);
-    if (tcp >= 0 && (level == IPPROTO_TCP || level == IPPROTO_IP || level == IPPROTO_IPV6)) {
-        return real().getsockopt(tcp, level, name, val, len);  // TCP_INFO, TCP_MAXSEG, IP_TOS...
+    if (e->bridge && (level == IPPROTO_TCP || level == IPPROTO_IP || level == IPPROTO_IPV6)) {
+        return e->bridge->llp_getsockopt(level, name, val, len);  // TCP_INFO, TCP_MAXSEG, IP_TOS...
     }
     errno = ENOPROTOOPT;
     return -1;
@@ -538,20 +596,20 @@ SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len
 namespace {
 
 void fork_prepare() {
-    stats_fork_prepare();
+    state_fork_prepare();
     Bridge::fork_prepare();
     fds().mutex().lock();
 }
 void fork_parent() {
     fds().mutex().unlock();
     Bridge::fork_parent();
-    stats_fork_parent();
+    state_fork_parent();
 }
 void fork_child() {
     fds().after_fork_child();
     fds().mutex().unlock();
     Bridge::fork_child();
-    stats_fork_child();
+    state_fork_child();
 }
 
 __attribute__((constructor)) void preload_init() {
@@ -563,6 +621,10 @@ __attribute__((constructor)) void preload_init() {
 // exit(): what the program wrote goes out and each connection closes with
 // DisConn, within SDP_PRELOAD_EXIT_LINGER_MS in total.
 __attribute__((destructor)) void preload_fini() {
+    // Listeners stop taking connections (their threads end, the mappings go).
+    for (const auto& l : fds().listeners()) {
+        l->close();
+    }
     Bridge::finish_all(settings().exit_linger);
     write_stats();
 }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,6 +138,7 @@ const Real& real() {
         x.accept = resolve<decltype(x.accept)>("accept");
         x.accept4 = resolve<decltype(x.accept4)>("accept4");
         x.close = resolve<decltype(x.close)>("close");
+        x.close_range = resolve<decltype(x.close_range)>("close_range");
         x.dup = resolve<decltype(x.dup)>("dup");
         x.dup2 = resolve<decltype(x.dup2)>("dup2");
         x.dup3 = resolve<decltype(x.dup3)>("dup3");
@@ -192,15 +194,32 @@ std::shared_ptr<Entry> FdTable::get(int fd) {
     if (!tracked(fd)) {
         return nullptr;
     }
+    struct stat st {};
+    const bool open = ::fstat(fd, &st) == 0;
     std::lock_guard lk(mu_);
     auto it = map_.find(fd);
-    return it == map_.end() ? nullptr : it->second;
+    if (it == map_.end()) {
+        return nullptr;
+    }
+    if (!open || st.st_dev != it->second->dev || st.st_ino != it->second->ino) {
+        // Closed behind the library's back, the number now another file's.
+        bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+        map_.erase(it);
+        return nullptr;
+    }
+    return it->second;
 }
 
 void FdTable::put(int fd, std::shared_ptr<Entry> e) {
     if (fd < 0 || fd >= kMaxFd) {
         return;  // beyond the table: plain TCP (docs/preload.md, "Limits")
     }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        return;
+    }
+    e->dev = st.st_dev;
+    e->ino = st.st_ino;
     std::lock_guard lk(mu_);
     map_[fd] = std::move(e);
     bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
@@ -245,6 +264,30 @@ void FdTable::after_fork_child() {
     }
 }
 
+std::vector<int> FdTable::internal_in(unsigned first, unsigned last) {
+    std::vector<int> out;
+    std::lock_guard lk(mu_);
+    for (const auto& [fd, e] : map_) {
+        if (e->kind == Entry::Kind::internal && static_cast<unsigned>(fd) >= first &&
+            static_cast<unsigned>(fd) <= last) {
+            out.push_back(fd);
+        }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::vector<std::shared_ptr<Listener>> FdTable::listeners() {
+    std::vector<std::shared_ptr<Listener>> out;
+    std::lock_guard lk(mu_);
+    for (const auto& [fd, e] : map_) {
+        if (e->kind == Entry::Kind::listener && e->listener) {
+            out.push_back(e->listener);
+        }
+    }
+    return out;
+}
+
 FdTable& fds() {
     static auto* t = new FdTable;  // never destroyed: used until the last close()
     return *t;
@@ -274,6 +317,7 @@ void log(int level, const char* fmt, ...) {
     if (settings().log_level < level) {
         return;
     }
+    const int saved_errno = errno;  // callers report their own errno after
     char buf[1024];
     int n = std::snprintf(buf, sizeof buf, "libsdp-preload[%d] %s: ", static_cast<int>(::getpid()),
                           settings().program.c_str());
@@ -284,6 +328,7 @@ void log(int level, const char* fmt, ...) {
     std::size_t len = std::min(sizeof buf - 2, static_cast<std::size_t>(n + std::max(m, 0)));
     buf[len++] = '\n';
     [[maybe_unused]] auto w = ::write(log_fd(), buf, len);
+    errno = saved_errno;
 }
 
 Counters& counters() {
@@ -292,6 +337,15 @@ Counters& counters() {
 }
 
 namespace {
+struct SilentHosts {
+    std::mutex mu;
+    std::unordered_map<pm::IpAddress, std::chrono::steady_clock::time_point> until;
+};
+SilentHosts& silent_hosts() {
+    static auto* h = new SilentHosts;
+    return *h;
+}
+constexpr std::size_t kMaxSilentHosts = 4096;
 std::mutex& stats_mutex() {
     static auto* m = new std::mutex;
     return *m;
@@ -299,13 +353,16 @@ std::mutex& stats_mutex() {
 bool g_forked_child = false;
 }  // namespace
 
-void stats_fork_prepare() {
+void state_fork_prepare() {
     stats_mutex().lock();
+    silent_hosts().mu.lock();
 }
-void stats_fork_parent() {
+void state_fork_parent() {
+    silent_hosts().mu.unlock();
     stats_mutex().unlock();
 }
-void stats_fork_child() {
+void state_fork_child() {
+    silent_hosts().mu.unlock();
     stats_mutex().unlock();
     g_forked_child = true;
     Counters& c = counters();
@@ -323,6 +380,11 @@ void write_stats() {
         return;  // a forked child does not overwrite its parent's file
     }
     InternalScope in;
+    const int saved_errno = errno;
+    struct Restore {
+        int e;
+        ~Restore() { errno = e; }
+    } restore{saved_errno};
     std::lock_guard lk(stats_mutex());
     const Counters& c = counters();
     const nlohmann::json j = {
@@ -384,18 +446,6 @@ StreamOptions stream_options(const Entry* e) {
     }
     return o;
 }
-
-namespace {
-struct SilentHosts {
-    std::mutex mu;
-    std::unordered_map<pm::IpAddress, std::chrono::steady_clock::time_point> until;
-};
-SilentHosts& silent_hosts() {
-    static auto* h = new SilentHosts;
-    return *h;
-}
-constexpr std::size_t kMaxSilentHosts = 4096;
-}  // namespace
 
 bool pm_known_silent(const pm::IpAddress& host) {
     auto& h = silent_hosts();

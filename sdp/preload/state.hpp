@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "pmclient/address.hpp"
 #include "sdp/preload/rules.hpp"
@@ -30,6 +31,7 @@ struct Real {
     int (*accept)(int, sockaddr*, socklen_t*);
     int (*accept4)(int, sockaddr*, socklen_t*, int);
     int (*close)(int);
+    int (*close_range)(unsigned, unsigned, int);
     int (*dup)(int);
     int (*dup2)(int, int);
     int (*dup3)(int, int, int);
@@ -90,8 +92,13 @@ struct Entry {
     socklen_t local_len = 0;
     sockaddr_storage peer{};
     socklen_t peer_len = 0;
-    std::optional<pm::Endpoint> bound;  // candidate/listener: bind()
-    std::shared_ptr<Bridge> bridge;     // sdp, in the process that runs it
+    std::optional<pm::Endpoint> bound;  // listener: the listening address
+    // The open file the entry describes (fstat), so that an entry never
+    // answers for another file that got the same number after a close the
+    // library did not see (close_range, fclose, a raw system call).
+    dev_t dev = 0;
+    ino_t ino = 0;
+    std::shared_ptr<Bridge> bridge;  // sdp, in the process that runs it
     std::shared_ptr<Listener> listener;
 };
 
@@ -101,7 +108,9 @@ class FdTable {
   public:
     static constexpr int kMaxFd = 1 << 16;
     bool tracked(int fd) const;
+    // The entry of fd if it still describes the file at fd (else dropped).
     std::shared_ptr<Entry> get(int fd);
+    // Records e for fd, identified by the file now at fd.
     void put(int fd, std::shared_ptr<Entry> e);
     // Drops fd; returns what it held.
     std::shared_ptr<Entry> take(int fd);
@@ -109,6 +118,10 @@ class FdTable {
     // library's (sockets, socketpair ends and listeners of the parent's
     // bridges, which live on in the parent only).
     void after_fork_child();
+    // The library's own descriptors in [first, last], ascending.
+    std::vector<int> internal_in(unsigned first, unsigned last);
+    // Every listener (process exit).
+    std::vector<std::shared_ptr<Listener>> listeners();
     std::mutex& mutex() { return mu_; }
 
   private:
@@ -154,11 +167,12 @@ struct Counters {
 };
 Counters& counters();
 void write_stats();
-// fork(): the counters' file lock is held across it; a child starts its own
-// counters from zero and writes them only to a per-process file ("%p").
-void stats_fork_prepare();
-void stats_fork_parent();
-void stats_fork_child();
+// fork(): the counters' file lock and the silent-host memory's are held
+// across it; a child starts its own counters from zero and writes them only
+// to a per-process file ("%p").
+void state_fork_prepare();
+void state_fork_parent();
+void state_fork_child();
 
 // StreamOptions for a connection of this process, with the program's socket
 // options applied (keepalive, 14.3).
