@@ -2,8 +2,9 @@
 // libsdp-preload.so: SDP for unmodified programs (docs/preload.md).
 //
 // The socket calls a program makes are interposed only where the choice of
-// transport is made or where the descriptor must look like a TCP socket:
-// socket, listen, connect, accept/accept4, close, dup/dup2/dup3,
+// transport is made, where the descriptor must look like a TCP socket, or
+// where the descriptor table follows the program's closes: socket, listen,
+// connect, accept/accept4, close, close_range, closefrom, dup/dup2/dup3,
 // fcntl(F_DUPFD*), getsockname/getpeername, getsockopt/setsockopt. Data
 // calls (read, write, send*, recv*, sendfile, poll, select, epoll, ioctl
 // FIONREAD/SIOCATMARK/FIONBIO, fcntl O_NONBLOCK, MSG_OOB, shutdown) reach
