@@ -131,26 +131,28 @@ Settings load_settings() {
 const Real& real() {
     static const Real r = [] {
         Real x{};
-        x.socket = resolve<decltype(x.socket)>("socket");
-        x.socketpair = resolve<decltype(x.socketpair)>("socketpair");
-        x.connect = resolve<decltype(x.connect)>("connect");
-        x.listen = resolve<decltype(x.listen)>("listen");
-        x.accept = resolve<decltype(x.accept)>("accept");
-        x.accept4 = resolve<decltype(x.accept4)>("accept4");
-        x.close = resolve<decltype(x.close)>("close");
-        x.close_range = resolve<decltype(x.close_range)>("close_range");
-        x.dup = resolve<decltype(x.dup)>("dup");
-        x.dup2 = resolve<decltype(x.dup2)>("dup2");
-        x.dup3 = resolve<decltype(x.dup3)>("dup3");
-        x.fcntl = resolve<decltype(x.fcntl)>("fcntl");
-        x.fcntl64 = resolve<decltype(x.fcntl64)>("fcntl64");
+#define SDP_PRELOAD_RESOLVE(name) x.name = resolve<decltype(x.name)>(#name)
+        SDP_PRELOAD_RESOLVE(socket);
+        SDP_PRELOAD_RESOLVE(socketpair);
+        SDP_PRELOAD_RESOLVE(connect);
+        SDP_PRELOAD_RESOLVE(listen);
+        SDP_PRELOAD_RESOLVE(accept);
+        SDP_PRELOAD_RESOLVE(accept4);
+        SDP_PRELOAD_RESOLVE(close);
+        SDP_PRELOAD_RESOLVE(close_range);
+        SDP_PRELOAD_RESOLVE(dup);
+        SDP_PRELOAD_RESOLVE(dup2);
+        SDP_PRELOAD_RESOLVE(dup3);
+        SDP_PRELOAD_RESOLVE(fcntl);
+        SDP_PRELOAD_RESOLVE(fcntl64);
+        SDP_PRELOAD_RESOLVE(getsockname);
+        SDP_PRELOAD_RESOLVE(getpeername);
+        SDP_PRELOAD_RESOLVE(getsockopt);
+        SDP_PRELOAD_RESOLVE(setsockopt);
+#undef SDP_PRELOAD_RESOLVE
         if (x.fcntl64 == nullptr) {
             x.fcntl64 = x.fcntl;
         }
-        x.getsockname = resolve<decltype(x.getsockname)>("getsockname");
-        x.getpeername = resolve<decltype(x.getpeername)>("getpeername");
-        x.getsockopt = resolve<decltype(x.getsockopt)>("getsockopt");
-        x.setsockopt = resolve<decltype(x.setsockopt)>("setsockopt");
         return x;
     }();
     return r;

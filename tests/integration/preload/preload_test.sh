@@ -127,14 +127,17 @@ capture_stop() {
   kill -INT "$tshark_pid" 2>/dev/null
   wait "$tshark_pid" 2>/dev/null
 }
+# wait_sdp_listener LOG: until the preloaded server logged "SDP at" (10 s).
+wait_sdp_listener() {
+  local i
+  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$1" && return 0; sleep 0.1; done
+  die "the server did not get an SDP listener"
+}
 # capture_sdp_port LOG: waits for the preloaded server's "SDP at IP:PORT"
 # line and captures that port only (other tests' SDP traffic stays out).
 capture_sdp_port() {
-  local i sdp_port
-  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$1" && break; sleep 0.1; done
-  sdp_port=$(sed -n 's/.*SDP at [^ ]*:\([0-9]*\) .*/\1/p' "$1" | head -1)
-  [ -n "$sdp_port" ] || die "the server did not get an SDP listener"
-  capture_start "tcp port $sdp_port"
+  wait_sdp_listener "$1"
+  capture_start "tcp port $(sed -n 's/.*SDP at [^ ]*:\([0-9]*\) .*/\1/p' "$1" | head -1)"
 }
 # wire_counts: MPA Requests and iWARP DDP/RDMAP frames in the capture, and
 # the FPDU CRCs tshark checked (good bad).
@@ -170,6 +173,14 @@ preload() {
   shift
   SDP_PRELOAD_STATS=$work/$name.json SDP_PRELOAD_LOG=${SDP_PRELOAD_LOG:-info} \
     timeout 60 "$run" "$@"
+}
+# serve CMD...: CMD preloaded in the background as "srv" (srv.log, srv.err,
+# srv.json; its pid in $srv), once its SDP listener is up.
+serve() {
+  preload srv "$@" > "$work/srv.log" 2> "$work/srv.err" &
+  srv=$!
+  pids+=("$srv")
+  wait_sdp_listener "$work/srv.err"
 }
 
 case "$scenario" in
@@ -215,8 +226,7 @@ socat)
   preload srv_b socat -u "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr" "CREATE:$work/out_b" \
     2> "$work/srv_b.err" &
   pids+=($!)
-  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv_b.err" && break; sleep 0.1; done
-  grep -q "SDP at" "$work/srv_b.err" || die "socat server did not get an SDP listener"
+  wait_sdp_listener "$work/srv_b.err"
   timeout 60 "$bin/sdp-cat" --pmsp "$SDP_PMSP" 127.0.0.1 "$port" < "$work/in" \
     2> "$work/sdpcat_b.err" || die "sdp-cat client failed"
   wait "${pids[-1]}" || die "socat server failed"
@@ -245,11 +255,7 @@ http)
 asyncio)
   start_pmd
   port=$(pick_port)
-  preload srv "$py" "$here/asyncio_echo.py" server 127.0.0.1 "$port" > "$work/srv.log" \
-    2> "$work/srv.err" &
-  pids+=($!)
-  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
-  grep -q "SDP at" "$work/srv.err" || die "asyncio server did not get an SDP listener"
+  serve "$py" "$here/asyncio_echo.py" server 127.0.0.1 "$port"
   preload cli "$py" "$here/asyncio_echo.py" client 127.0.0.1 "$port" 4 1048576 \
     > "$work/cli.log" 2> "$work/cli.err" || die "asyncio client failed: $(cat "$work/cli.log")"
   grep -q "^OK 4 " "$work/cli.log" || die "asyncio client: $(cat "$work/cli.log")"
@@ -258,11 +264,7 @@ asyncio)
 forking)
   start_pmd
   port=$(pick_port)
-  preload srv "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" \
-    2> "$work/srv.err" &
-  pids+=($!)
-  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
-  grep -q "SDP at" "$work/srv.err" || die "forking server did not get an SDP listener"
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
   cpids=()
   for n in 1 2 3 4 5 6; do
     head -c $((150000 + n * 1000)) /dev/urandom > "$work/in$n"
@@ -372,11 +374,7 @@ sdp_only)
   port=$(pick_port)
   printf 'use sdp server * *:%s\n' "$port" > "$work/rules.conf"
   export SDP_PRELOAD_CONFIG=$work/rules.conf
-  preload srv "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" \
-    2> "$work/srv.err" &
-  pids+=($!)
-  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
-  grep -q "SDP at" "$work/srv.err" || die "server did not get an SDP listener"
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
   head -c 100000 /dev/urandom > "$work/in"
   # A plain TCP client (no preload) is refused: closed without an answer.
   "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in" "$work/out_tcp" 2> "$work/tcp.err" \
@@ -391,11 +389,7 @@ sdp_only)
 fd_passing)
   start_pmd
   port=$(pick_port)
-  preload srv "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" \
-    2> "$work/srv.err" &
-  pids+=($!)
-  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
-  grep -q "SDP at" "$work/srv.err" || die "server did not get an SDP listener"
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
   head -c 1500000 /dev/urandom > "$work/in"
   preload cli "$py" "$here/fd_passing.py" 127.0.0.1 "$port" "$work/in" > "$work/cli.log" \
     2> "$work/cli.err" || die "fd passing failed: $(cat "$work/cli.log")"
@@ -465,8 +459,7 @@ EOF
     timeout 60 "$run" "$py" "$here/forking_echo.py" 10.77.0.2 7411 > "$work/srv.log" \
     2> "$work/srv.err" &
   pids+=($!)
-  for ((i = 0; i < 100; i++)); do grep -q "SDP at" "$work/srv.err" && break; sleep 0.1; done
-  grep -q "SDP at" "$work/srv.err" || die "server did not get an SDP listener"
+  wait_sdp_listener "$work/srv.err"
   idle=1 intvl=1 cnt=2 limit=30
   ip netns exec "$ns_a" env SDP_PRELOAD_STATS="$work/cli.json" SDP_PRELOAD_LOG=info \
     timeout 60 "$run" "$py" "$here/keepalive_client.py" 10.77.0.2 7411 $idle $intvl $cnt $limit \
