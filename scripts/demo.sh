@@ -68,6 +68,12 @@ done
 echo "== register demo services: 127.0.0.1:7000 -> 127.0.0.1:7001 and [::1]:7000 -> [::1]:7001"
 "${ctl[@]}" register demo 127.0.0.1:7000 127.0.0.1:7001 --pm-time 30s --owner demo.sh
 "${ctl[@]}" register demo6 '[::1]:7000' '[::1]:7001' --owner demo.sh
+# Bounded wait until sdp-pmd's health checks see both listeners: a mapping
+# left in the state file by an interrupted earlier run may start as down.
+for _ in $(seq 100); do
+  [[ $("${ctl[@]}" services 2>/dev/null | grep -cE '^demo6? +[^ ]+ +[^ ]+ +up') -ge 2 ]] && break
+  sleep 0.1
+done
 echo "== resolve the demo service 127.0.0.1:7000 (IPv4)"
 "$bin/pm-resolve" 127.0.0.1 7000
 echo "== resolve the demo service [::1]:7000 (IPv6)"
