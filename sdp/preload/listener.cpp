@@ -109,17 +109,8 @@ void Listener::run() {
 
 void Listener::ring(Stream s) {
     Pending p;
-    {
-        sockaddr_storage ss{};
-        socklen_t sl = sizeof ss;
-        if (real().getpeername(s.native_handle(), reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
-            p.peer = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl).value_or(pm::Endpoint{});
-        }
-        sl = sizeof ss;
-        if (real().getsockname(s.native_handle(), reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
-            p.local = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl).value_or(pm::Endpoint{});
-        }
-    }
+    p.peer = peer_of(s.native_handle()).value_or(pm::Endpoint{});
+    p.local = local_of(s.native_handle()).value_or(pm::Endpoint{});
     {
         std::lock_guard lk(mu_);
         if (pending_.size() >= kMaxPending) {
@@ -144,12 +135,9 @@ void Listener::ring(Stream s) {
     track_internal(d);
     sockaddr_storage from{};
     socklen_t flen = sockaddr_of(pm::Endpoint{doorbell_target_.address, 0}, family, from);
-    sockaddr_storage got{};
-    socklen_t glen = sizeof got;
     std::optional<pm::Endpoint> me;
-    if (::bind(d, reinterpret_cast<sockaddr*>(&from), flen) == 0 &&
-        real().getsockname(d, reinterpret_cast<sockaddr*>(&got), &glen) == 0) {
-        me = endpoint_of(reinterpret_cast<sockaddr*>(&got), glen);
+    if (::bind(d, reinterpret_cast<sockaddr*>(&from), flen) == 0) {
+        me = local_of(d);
     }
     p.doorbell_fd = d;
     auto bridge = p.bridge;

@@ -111,13 +111,7 @@ bool install(int fd, int app_end, bool cloexec, bool nonblock) {
 }
 
 void set_local(Entry& e, int tcp_fd) {
-    sockaddr_storage ss{};
-    socklen_t sl = sizeof ss;
-    std::optional<pm::Endpoint> ep;
-    if (tcp_fd >= 0 && real().getsockname(tcp_fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
-        ep = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl);
-    }
-    e.local_len = sockaddr_of(ep.value_or(pm::Endpoint{}), e.family, e.local);
+    e.local_len = sockaddr_of(local_of(tcp_fd).value_or(pm::Endpoint{}), e.family, e.local);
 }
 
 // SDP for a connect(): the result for the program, or nullopt when it is to
@@ -240,12 +234,7 @@ SDP_EXPORT int listen(int fd, int backlog) {
         return r;
     }
     const int saved = errno;
-    sockaddr_storage ss{};
-    socklen_t sl = sizeof ss;
-    std::optional<pm::Endpoint> bound;
-    if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
-        bound = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl);
-    }
+    const std::optional<pm::Endpoint> bound = local_of(fd);
     if (!bound) {
         fds().take(fd);
         return r;

@@ -136,7 +136,6 @@ const Real& real() {
         SDP_PRELOAD_RESOLVE(socketpair);
         SDP_PRELOAD_RESOLVE(connect);
         SDP_PRELOAD_RESOLVE(listen);
-        SDP_PRELOAD_RESOLVE(accept);
         SDP_PRELOAD_RESOLVE(accept4);
         SDP_PRELOAD_RESOLVE(close);
         SDP_PRELOAD_RESOLVE(close_range);
@@ -491,6 +490,24 @@ std::optional<pm::Endpoint> endpoint_of(const sockaddr* sa, socklen_t len) {
     sockaddr_storage ss{};
     std::memcpy(&ss, sa, std::min<std::size_t>(len, sizeof ss));
     return pm::from_sockaddr(ss);
+}
+
+namespace {
+std::optional<pm::Endpoint> name_of(int (*fn)(int, sockaddr*, socklen_t*), int fd) {
+    sockaddr_storage ss{};
+    socklen_t sl = sizeof ss;
+    if (fd < 0 || fn(fd, reinterpret_cast<sockaddr*>(&ss), &sl) != 0) {
+        return std::nullopt;
+    }
+    return endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl);
+}
+}  // namespace
+
+std::optional<pm::Endpoint> local_of(int fd) {
+    return name_of(real().getsockname, fd);
+}
+std::optional<pm::Endpoint> peer_of(int fd) {
+    return name_of(real().getpeername, fd);
 }
 
 socklen_t sockaddr_of(const pm::Endpoint& ep, int family, sockaddr_storage& out) {

@@ -28,7 +28,6 @@ struct Real {
     int (*socketpair)(int, int, int, int*);
     int (*connect)(int, const sockaddr*, socklen_t);
     int (*listen)(int, int);
-    int (*accept)(int, sockaddr*, socklen_t*);
     int (*accept4)(int, sockaddr*, socklen_t*, int);
     int (*close)(int);
     int (*close_range)(unsigned, unsigned, int);
@@ -186,6 +185,9 @@ void remember_pm_silent(const pm::IpAddress& host);
 
 // sockaddr <-> Endpoint.
 std::optional<pm::Endpoint> endpoint_of(const sockaddr* sa, socklen_t len);
+// The local / peer address of a socket (real getsockname/getpeername).
+std::optional<pm::Endpoint> local_of(int fd);
+std::optional<pm::Endpoint> peer_of(int fd);
 // An Endpoint as a sockaddr of `family` (IPv4 as IPv4-mapped for AF_INET6).
 socklen_t sockaddr_of(const pm::Endpoint& ep, int family, sockaddr_storage& out);
 // Copies a sockaddr to a caller's buffer the way the kernel does (truncated,
