@@ -114,7 +114,9 @@ capture_start() {
   pids+=("$tshark_pid")
   local i
   for ((i = 0; i < 100; i++)); do
-    grep -q "Capturing on" "$work/tshark.log" 2>/dev/null && return
+    # "Capture started" comes once dumpcap writes the file (filter active);
+    # "Capturing on" comes earlier, when a fast client could still be missed.
+    grep -q "Capture started" "$work/tshark.log" 2>/dev/null && return
     kill -0 "$tshark_pid" 2>/dev/null || break
     sleep 0.1
   done
@@ -126,6 +128,15 @@ capture_stop() {
   sleep 0.3
   kill -INT "$tshark_pid" 2>/dev/null
   wait "$tshark_pid" 2>/dev/null
+}
+# wait_listen PORT: until a TCP socket listens on PORT (10 s).
+wait_listen() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+    sleep 0.1
+  done
+  die "nothing listens on port $1"
 }
 # wait_sdp_listener LOG: until the preloaded server logged "SDP at" (10 s).
 wait_sdp_listener() {
@@ -174,6 +185,23 @@ preload() {
   SDP_PRELOAD_STATS=$work/$name.json SDP_PRELOAD_LOG=${SDP_PRELOAD_LOG:-info} \
     timeout 60 "$run" "$@"
 }
+# nc_listen plain|preload: nc -l on 127.0.0.1:$port into $work/out, as srv.
+nc_listen() {
+  if [ "$1" = preload ]; then
+    preload srv nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
+  else
+    nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
+  fi
+  srv=$!
+  pids+=("$srv")
+}
+# nc_send WHAT: the preloaded nc client sends $work/in to it; both end and
+# the bytes are compared.
+nc_send() {
+  preload cli nc -N 127.0.0.1 "$port" < "$work/in" 2> "$work/cli.err" || die "nc client failed"
+  wait "$srv" || die "nc -l failed"
+  same "$work/in" "$work/out" "$1"
+}
 # serve CMD...: CMD preloaded in the background as "srv" (srv.log, srv.err,
 # srv.json; its pid in $srv), once its SDP listener is up.
 serve() {
@@ -189,14 +217,10 @@ nc)
   start_pmd
   port=$(pick_port)
   head -c 3000000 /dev/urandom > "$work/in"
-  preload srv nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
-  srv=$!
-  pids+=("$srv")
+  nc_listen preload
   capture_sdp_port "$work/srv.err"
-  preload cli nc -N 127.0.0.1 "$port" < "$work/in" 2> "$work/cli.err" || die "nc client failed"
-  wait "$srv" || die "nc -l failed"
+  nc_send "nc -> nc -l"
   capture_stop
-  same "$work/in" "$work/out" "nc -> nc -l"
   expect_stat "$work/cli.json" connect_sdp 1
   expect_stat "$work/srv.json" accept_sdp 1
   expect_stat "$work/cli.json" bytes_to_peer 3000000
@@ -311,14 +335,10 @@ rules_tcp)
   export SDP_PRELOAD_CONFIG=$work/rules.conf
   head -c 500000 /dev/urandom > "$work/in"
   capture_start "tcp port $port"
-  preload srv nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
-  srv=$!
-  pids+=("$srv")
-  for ((i = 0; i < 100; i++)); do [ -s "$work/srv.json" ] && break; sleep 0.1; done
-  preload cli nc -N 127.0.0.1 "$port" < "$work/in" 2> "$work/cli.err" || die "nc client failed"
-  wait "$srv" || die "nc -l failed"
+  nc_listen preload
+  wait_listen "$port"
+  nc_send "nc over TCP by rule"
   capture_stop
-  same "$work/in" "$work/out" "nc over TCP by rule"
   expect_stat "$work/cli.json" connect_tcp_rule 1
   expect_stat "$work/cli.json" connect_sdp 0
   expect_stat "$work/srv.json" listen_tcp_rule 1
@@ -336,13 +356,9 @@ fallback)
   export SDP_PMSP=127.0.0.1:$(pick_udp_port)
   port=$(pick_port)
   head -c 700000 /dev/urandom > "$work/in"
-  nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
-  srv=$!
-  pids+=("$srv")
-  sleep 0.3
-  preload cli nc -N 127.0.0.1 "$port" < "$work/in" 2> "$work/cli.err" || die "nc client failed"
-  wait "$srv" || die "nc -l failed"
-  same "$work/in" "$work/out" "fallback to TCP"
+  nc_listen plain
+  wait_listen "$port"
+  nc_send "fallback to TCP"
   expect_stat "$work/cli.json" connect_fallback 1
   expect_stat "$work/cli.json" connect_sdp 0
   grep -q "TCP (" "$work/cli.err" || die "the fallback was not logged"
@@ -354,13 +370,9 @@ garbage)
   printf 'use both * * *\nuse maybe client * *\n\x01\x02 garbage\n' > "$work/rules.conf"
   export SDP_PRELOAD_CONFIG=$work/rules.conf
   head -c 300000 /dev/urandom > "$work/in"
-  preload srv nc -l 127.0.0.1 "$port" > "$work/out" 2> "$work/srv.err" &
-  srv=$!
-  pids+=("$srv")
-  sleep 0.3
-  preload cli nc -N 127.0.0.1 "$port" < "$work/in" 2> "$work/cli.err" || die "nc client failed"
-  wait "$srv" || die "nc -l failed"
-  same "$work/in" "$work/out" "plain TCP with a broken rule file"
+  nc_listen preload
+  wait_listen "$port"
+  nc_send "plain TCP with a broken rule file"
   n=$(grep -c "rules.conf:2: bad use 'maybe'" "$work/cli.err")
   [ "$n" = 1 ] || die "the bad rule file was reported $n times: $(cat "$work/cli.err")"
   expect_stat "$work/cli.json" rules broken
