@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "pmclient/address.hpp"
 
@@ -163,6 +164,25 @@ struct ConnectInfo {
     std::string provider;
 };
 
+// Socket duplication initiated here (13.1.1, the Local Peer): what the
+// Controlling Address Space hands to the address space that takes the
+// connection over (step 5, "through some private means"). encode() and
+// decode() are that means' byte format; decode() rejects anything malformed
+// or oversized (nullopt). See docs/sdp.md, "Socket duplication".
+struct Handoff {
+    pm::Endpoint peer;                 // the Remote Peer's address and TCP port (step 5)
+    pm::Endpoint local;                // this side's old address: the new listener's IP
+    std::vector<std::uint8_t> unread;  // received, not yet read (step 5)
+    std::vector<std::uint8_t> unsent;  // written, not yet sent: goes first
+    bool write_shut = false;           // shutdown_write() came: DisConn after `unsent`
+    std::uint32_t recv_buf_size = 0;   // the local receive Private Buffer size (step 5)
+    std::uint16_t ird = 1;             // step 5
+    std::uint16_t ord = 1;
+
+    [[nodiscard]] std::vector<std::uint8_t> encode() const;
+    static std::optional<Handoff> decode(std::span<const std::uint8_t> bytes);
+};
+
 class Stream {
   public:
     Stream();
@@ -251,6 +271,28 @@ class Stream {
     std::string describe() const;
     // The SDP counters (zeros over TCP or when not connected).
     StreamStats stats() const;
+
+    // --- Socket duplication initiated here (13.1.1, Local Peer; soft
+    // provider). The remote side answers SuspComm on every provider that
+    // supports duplication (docs/sdp.md).
+    //
+    // In the Controlling Address Space (steps 2 and 5): waits for In-Process
+    // transfers, sends SuspComm with `new_port`, waits (handshake_timeout)
+    // for the SuspCommAck and lets the LLP close. The stream is closed
+    // afterwards and its state comes back. A read_some()/write() blocked in
+    // another thread returns operation_canceled. Errors:
+    // operation_not_supported (TCP fallback, rdma provider), not_connected,
+    // invalid_argument (port 0, a close has begun), timed_out (no SuspCommAck:
+    // the stream is reset), connection_reset.
+    std::optional<Handoff> hand_off(std::uint16_t new_port, std::error_code& ec);
+    // In the address space that takes over (steps 1, 6, 7): accepts on
+    // `listen_fd` (a listening TCP socket on h.local's IP whose port went
+    // into hand_off(); not closed here) the Remote Peer's new connection;
+    // a connection from any other address or port is closed (step 1). Runs
+    // the Accepting Peer's startup with h.recv_buf_size; then read_some()
+    // returns h.unread first, h.unsent goes out first (and DisConn if
+    // h.write_shut). Bounded by opts.handshake_timeout.
+    std::error_code take_over(int listen_fd, const Handoff& h, const StreamOptions& opts = {});
 
     struct Impl;
 
