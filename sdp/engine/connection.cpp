@@ -249,7 +249,7 @@ void Connection::on_recv_buffer(std::vector<std::uint8_t>& buf, std::size_t len,
 std::size_t Connection::landable(std::span<const std::uint8_t> bsdh) const {
     // Established: the LLP is up and no AbortConn is waiting.
     if (state_ != State::established || dup_ != Dup::none || disconn_received() || rx_bytes_ != 0 ||
-        src_in_ || bsdh.size() < w::kBsdhSize) {
+        src_in_ || sink_out_ || bsdh.size() < w::kBsdhSize) {
         return 0;
     }
     auto hv = w::decode_bsdh(bsdh.first(w::kBsdhSize));
@@ -334,8 +334,10 @@ bool Connection::on_message(std::span<const std::uint8_t> bytes, std::size_t len
     if (!check_sequence(m))
         return false;
 
-    // Only a final RdmaRdCompl may come as Send with Invalidate (9.2 step 3).
-    if (where.invalidated != 0 && h->mid != w::Mid::rdma_rd_compl) {
+    // Only a final RdmaRdCompl (9.2 step 3) or an RdmaWrCompl (9.3 step 2)
+    // may come as Send with Invalidate.
+    if (where.invalidated != 0 && h->mid != w::Mid::rdma_rd_compl &&
+        h->mid != w::Mid::rdma_wr_compl) {
         go_reset(Error::unexpected_message);
         return false;
     }
@@ -397,6 +399,8 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 // 11.2: no ULP payload while a SrcAvail is in process.
                 if (payload.size > 0 && (disconn_received() || src_in_))
                     return false;
+                if (payload.size > 0)
+                    payload_received();
                 deliver(payload, m.flags);
             } else if constexpr (std::is_same_v<T, w::SrcAvail>) {
                 return on_src_avail(v, Payload{v.payload.size(), v.payload, Placement{}});
@@ -412,20 +416,19 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 // 11.2: no ULP payload while a SrcAvail is in process.
                 if (!v.payload.empty() && (disconn_received() || src_in_))
                     return false;
-                // 9.5.1 step 4: stale unless NonDiscards matches. A current
-                // one is not used either (the Data Source forces Bcopy,
-                // 9.5.2.2): both are Processed here, nothing stays
-                // outstanding. Any payload is data for this direction (9.4).
-                if (v.non_discards != potential_non_discards_) {
-                    --potential_non_discards_;
-                    ++stats_.sink_avail_stale;
-                } else {
-                    ++stats_.ignored;
-                }
+                if (!on_sink_avail(v))
+                    return false;
+                // Any payload is data for this direction (9.4), and counts
+                // as such for our own SinkAvail (9.5.1 step 1).
+                if (!v.payload.empty())
+                    payload_received();
                 deliver(Payload{v.payload.size(), v.payload, Placement{}}, 0);
             } else if constexpr (std::is_same_v<T, w::DisConn>) {
                 if (!step(recv_, RecvEvent::disconn))
                     return false;  // a second DisConn
+                // Nothing can be written into our SinkAvail any more.
+                if (sink_out_)
+                    finish_sink(0);
                 deliver(none, 0);
                 teardown_if_done();
             } else if constexpr (std::is_same_v<T, w::AbortConn>) {
@@ -447,14 +450,16 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                     return false;
                 deliver(none, 0);
             } else if constexpr (std::is_same_v<T, w::SinkAvailCancel>) {
-                // 9.5.5: SinkCancelAck only when something was cancelled.
-                // Every SinkAvail was Processed on arrival (above), so all
-                // of them are: the cancel is ignored.
-                ++stats_.ignored;
+                on_sink_avail_cancel();
                 deliver(none, 0);
+            } else if constexpr (std::is_same_v<T, w::SinkCancelAck>) {
+                on_sink_cancel_ack();
+                deliver(none, 0);
+            } else if constexpr (std::is_same_v<T, w::RdmaWrCompl>) {
+                return on_rdma_wr_compl(v, payload.where.invalidated);
             } else {
-                // RdmaWrCompl, ModeChange, SinkCancelAck, ChRcvBufAck: no
-                // Write Zcopy, mode or resizing state to act on yet.
+                // ModeChange, ChRcvBufAck: no mode or resizing state to act
+                // on yet.
                 ++stats_.ignored;
                 deliver(none, 0);
             }
@@ -851,6 +856,9 @@ bool Connection::on_src_avail(const w::SrcAvail& v, const Payload& inline_payloa
     // part of the advertised buffer.
     if (disconn_received() || src_in_ || v.payload.empty() || v.len <= v.payload.size())
         return false;
+    // The inline bytes complete a SinkAvail of ours that crossed it (9.5.1
+    // step 1; the Data Source finds that SinkAvail stale): then Read Zcopy.
+    payload_received();
     deliver(inline_payload, 0);
     src_in_ = SrcIn{v.stag, v.va, v.len, static_cast<std::uint32_t>(v.payload.size()), 0, false};
     // 9.2's deadlock rule: a SrcAvail of ours is outstanding too, and no
@@ -911,6 +919,8 @@ void Connection::on_send_sm() {
     qp_.invalidate_region(so.region.stag);
     so.forced = true;
     so.fed = so.inline_n + so.acked;
+    // "using Data Messages": not RDMA-Written into a SinkAvail either.
+    bcopy_until_ = tx_stream_pos_ + send_queued() + (so.buf.size() - so.fed);
 }
 
 void Connection::feed_forced_rest() {
@@ -944,11 +954,208 @@ void Connection::drop_zcopy() {
         qp_.invalidate_region(src_out_->region.stag);
     if (zread_)
         qp_.invalidate_region(zread_->region.stag);
+    if (sink_out_)
+        qp_.invalidate_region(sink_out_->region.stag);
+    sink_out_.reset();
+    sink_in_.reset();
     src_out_.reset();
     src_in_.reset();
     zread_.reset();
     zread_result_.reset();
     ack_hold_.reset();
+}
+
+// ------------------------------------------------------ Write Zcopy (9.3) ---
+//
+// One SinkAvail outstanding per direction, as for SrcAvail (11.2; see
+// docs/protocol-notes.md). Staleness (9.5.1) decides every crossing: a
+// message with ULP payload that reaches the Data Sink while its SinkAvail is
+// outstanding completes it (the Data Sink does not count it in NonDiscards),
+// and the Data Source, which counts it in PotentialNonDiscards unless it
+// holds that SinkAvail (then it knows the message completes it), discards
+// such a SinkAvail on arrival.
+
+bool Connection::post_sink(std::span<std::uint8_t> out) {
+    // 9.3 step 1 / 9.5.1: larger than the private buffers, and the Data
+    // Sink's threshold is at least their size.
+    const std::size_t floor = std::max<std::size_t>(cfg_.bcopy_threshold, cfg_.recv_buf_size);
+    if (state_ != State::established || dup_ != Dup::none || disconn_received() || llp_closed() ||
+        rx_bytes_ != 0 || src_in_ || zread_ || zread_result_ || sink_out_ ||
+        cfg_.bcopy_threshold == 0 || !qp_.rdma_capable() || out.size() <= floor ||
+        out.size() > kMaxBufferSize) {
+        return false;
+    }
+    auto region = qp_.register_region(out, Access::remote_write);
+    if (!region)
+        return false;
+    sink_out_ = SinkOut{out, *region, false, false};
+    pump();
+    return true;
+}
+
+void Connection::cancel_sink() {
+    if (!sink_out_ || sink_out_->cancelled)
+        return;
+    if (!sink_out_->advertised) {
+        finish_sink(0);  // never sent: nothing to revoke
+        return;
+    }
+    // 9.5.5: no new SinkAvail or SinkAvailCancel until it is Processed
+    // (RdmaWrCompl, a message with payload, or SinkCancelAck).
+    sink_out_->cancelled = true;
+    ++stats_.sink_avail_cancel_sent;
+    control_.push_back(Control{w::SinkAvailCancel{}});
+    pump();
+}
+
+void Connection::finish_sink(std::size_t placed) {
+    qp_.invalidate_region(sink_out_->region.stag);  // 9.3 step 3 (a no-op after a remote one)
+    sink_out_.reset();
+    if (placed > 0)
+        zread_result_ = placed;
+}
+
+void Connection::payload_received() {
+    if (sink_out_ && sink_out_->advertised) {
+        // 9.5.1 step 1: this message completes our SinkAvail (stale at the
+        // Data Source, or used up by its Data, 9.5.2.2) and is not counted.
+        // Its bytes are read from the stream like any others.
+        ++stats_.sink_avail_completed_by_data;
+        finish_sink(0);
+        return;
+    }
+    if (sink_out_)
+        finish_sink(0);  // not sent yet: withdrawn, the reader reads these bytes
+    ++non_discards_;     // 6.3.3.4 (wraps at 2^32)
+}
+
+void Connection::payload_sent() {
+    if (sink_in_) {
+        // 9.5.2.2: Data instead of the peer's current SinkAvail. It
+        // completes that SinkAvail at the Data Sink, which does not count it
+        // in NonDiscards: neither do we.
+        sink_in_.reset();
+        ++stats_.sink_avail_bcopy;
+        return;
+    }
+    ++potential_non_discards_;  // 9.5.1 step 3 (wraps at 2^32)
+}
+
+bool Connection::on_sink_avail(const w::SinkAvail& v) {
+    if (v.len == 0 || v.len > kMaxBufferSize)
+        return false;  // 6.3.3.1
+    // 9.5.1 step 4: stale unless NonDiscards matches.
+    if (v.non_discards != potential_non_discards_) {
+        --potential_non_discards_;
+        ++stats_.sink_avail_stale;
+        return true;
+    }
+    // One at a time (9.5.5 forbids a new one before the last is Processed),
+    // and none while our SrcAvail is in process: a SinkAvail sent before the
+    // peer saw it is stale (the SrcAvail carries payload), one sent after
+    // breaks the one-advertisement rule (docs/protocol-notes.md, 11.2).
+    if (sink_in_ || (src_out_ && src_out_->advertised && !src_out_->forced))
+        return false;
+    sink_in_ = SinkIn{v.stag, v.va, v.len};
+    ++stats_.sink_avail_received;
+    return true;
+}
+
+bool Connection::write_into_sink() {
+    if (!qp_.rdma_capable() || cfg_.bcopy_threshold == 0)
+        return false;  // Bcopy only: the next Data completes the SinkAvail
+    const SinkIn si = *sink_in_;
+    std::size_t done = 0;
+    if (src_out_ && !src_out_->advertised && !src_out_->forced) {
+        // A write_zcopy() buffer not advertised yet goes straight into the
+        // peer's buffer (as 11.3 rule 1a prefers Write Zcopy); a rest larger
+        // than the threshold is advertised after, a smaller one queued.
+        SrcOut& so = *src_out_;
+        done = std::min<std::size_t>(so.buf.size(), si.len);
+        qp_.post_rdma_write(so.buf.first(done), si.stag, si.va);
+        so.buf = so.buf.subspan(done);
+        so.region.to += done;
+        if (so.buf.empty()) {
+            qp_.invalidate_region(so.region.stag);
+            src_out_.reset();
+        } else if (so.buf.size() <= cfg_.bcopy_threshold) {
+            cancel_src_out();
+        } else {
+            so.inline_n = std::min(so.inline_n, so.buf.size() - 1);
+        }
+    } else {
+        // Queued bytes, unless one Data Message carries them all (Bcopy for
+        // small writes, 11.2), an OOB byte is queued (it goes as the last
+        // byte of a Data Message, 9.5.3) or they are the rest of a SrcAvail
+        // answered with SendSm (9.5.2.1: Data Messages).
+        if (send_queued() <= tx_block_payload() || disconn_sent() || !oob_marks_.empty() ||
+            tx_stream_pos_ < bcopy_until_) {
+            return false;
+        }
+        const std::size_t limit = std::min<std::size_t>(si.len, send_queued());
+        while (done < limit) {
+            std::vector<std::uint8_t>& front = tx_.front();
+            const std::size_t have = front.size() - w::kBsdhSize;
+            const std::size_t k = std::min(have, limit - done);
+            if (k == have) {
+                std::vector<std::uint8_t> block = std::move(front);
+                tx_.pop_front();
+                qp_.post_rdma_write_owned(std::move(block), w::kBsdhSize, si.stag, si.va + done);
+            } else {
+                const auto from = front.begin() + static_cast<std::ptrdiff_t>(w::kBsdhSize);
+                qp_.post_rdma_write(std::span<const std::uint8_t>(front).subspan(w::kBsdhSize, k),
+                                    si.stag, si.va + done);
+                front.erase(from, from + static_cast<std::ptrdiff_t>(k));
+            }
+            done += k;
+        }
+        tx_bytes_ -= done;
+        tx_stream_pos_ += done;
+    }
+    ++stats_.rdma_writes;
+    stats_.rdma_write_bytes += done;
+    stats_.zcopy_bytes_sent += done;
+    stats_.bytes_sent += done;
+    // 9.3 step 2: one RdmaWrCompl after the Write(s), as Send with SE and
+    // Invalidate of the Data Sink's STag (the SHOULD).
+    control_.push_back(Control{w::RdmaWrCompl{static_cast<std::uint32_t>(done)}, si.stag});
+    sink_in_.reset();
+    return true;
+}
+
+bool Connection::on_rdma_wr_compl(const w::RdmaWrCompl& v, std::uint32_t invalidated) {
+    // 9.3 step 3: it matches our (only) SinkAvail, for at most its size.
+    if (!sink_out_ || !sink_out_->advertised || v.len > sink_out_->buf.size())
+        return false;
+    // 9.3 step 2: a remote invalidate must name the SinkAvail's STag.
+    if (invalidated != 0 && invalidated != sink_out_->region.stag)
+        return false;
+    stats_.sink_bytes_received += v.len;
+    stats_.zcopy_bytes_received += v.len;
+    stats_.bytes_received += v.len;
+    finish_sink(v.len);
+    deliver(Payload{}, 0);
+    return true;
+}
+
+void Connection::on_sink_avail_cancel() {
+    if (!sink_in_) {
+        ++stats_.ignored;  // 9.5.5: all Processed (used, stale or none): ignored
+        return;
+    }
+    // Unprocessed (our Writes never stay In-Process): discarded, and exactly
+    // one SinkCancelAck.
+    sink_in_.reset();
+    ++stats_.sink_cancel_ack_sent;
+    control_.push_back(Control{w::SinkCancelAck{}});
+}
+
+void Connection::on_sink_cancel_ack() {
+    if (!sink_out_ || !sink_out_->cancelled) {
+        ++stats_.ignored;  // nothing of ours waits for it
+        return;
+    }
+    finish_sink(0);  // 9.5.5: the cancel is Processed
 }
 
 // --------------------------------------------------------------- credits ---
@@ -1088,6 +1295,22 @@ void Connection::pump() {
             send(std::move(ctl.body), take_pend_flag(false), nullptr, ctl.invalidate);
             continue;
         }
+        if (sink_out_ && !sink_out_->advertised && may_control) {
+            // 9.3 step 1: Len, STag and VA describe the whole buffer;
+            // NonDiscards as of now (6.3.3.4).
+            SinkOut& so = *sink_out_;
+            send(w::SinkAvail{.len = static_cast<std::uint32_t>(so.buf.size()),
+                              .stag = so.region.stag,
+                              .va = so.region.to,
+                              .non_discards = non_discards_,
+                              .payload = {}},
+                 take_pend_flag(false));
+            so.advertised = true;
+            ++stats_.sink_avail_sent;
+            continue;
+        }
+        if (sink_in_ && may_control && write_into_sink())
+            continue;
         if (src_out_ && !src_out_->advertised && !src_out_->forced && c >= 3) {
             // 9.2 step 1: Len, STag and VA describe the whole buffer; in
             // Combined Mode its first bytes travel in the SrcAvail (11.2).
@@ -1099,7 +1322,7 @@ void Connection::pump() {
                              .payload = {first.begin(), first.end()}},
                  take_pend_flag(false));
             so.advertised = true;
-            ++potential_non_discards_;  // 9.5.1 step 3
+            payload_sent();
             stats_.bytes_sent += so.inline_n;
             continue;
         }
@@ -1148,7 +1371,7 @@ void Connection::pump() {
             }
             stats_.bytes_sent += n;
             ++stats_.data_messages_sent;
-            ++potential_non_discards_;  // 9.5.1 step 3 (wraps at 2^32)
+            payload_sent();
             send(w::Data{}, flags, &block);
             continue;
         }
@@ -1209,6 +1432,12 @@ bool Connection::on_susp_comm(const w::SuspComm& v) {
         return std::holds_alternative<w::SrcAvailCancel>(c.body) ||
                std::holds_alternative<w::SendSm>(c.body);
     });
+    // Write Zcopy: the peer's SinkAvail is not In-Process here (our RDMA
+    // Writes complete when posted), and the peer writes nothing into ours
+    // after its SuspComm: both are cancelled by the transition.
+    sink_in_.reset();
+    if (sink_out_)
+        finish_sink(0);
     if (src_in_ && !zread_) {
         src_in_.reset();  // the peer sends the rest on the new connection
         ack_hold_.reset();
@@ -1222,6 +1451,9 @@ bool Connection::on_susp_comm_ack() {
         violation_ = Error::bad_susp_comm;  // none asked for
         return false;
     }
+    // Everything the peer wrote into our SinkAvail came before this.
+    if (sink_out_)
+        finish_sink(0);
     return true;
 }
 
@@ -1232,6 +1464,7 @@ bool Connection::suspend(std::uint16_t dest_port) {
         return false;
     }
     local_port_ = dest_port;
+    sink_in_.reset();  // 13: not In-Process, cancelled by the transition
     if (src_out_ && src_out_->advertised && !src_out_->forced) {
         // In-Process: the peer may be reading it. Cancel (9.5.4) and wait
         // for its RdmaRdCompl(s) or SendSm.
@@ -1328,6 +1561,7 @@ bool Connection::restart(Role role) {
     drop_zcopy();
     zread_result_ = placed;  // bytes a finished read placed stay the reader's
     control_.clear();
+    non_discards_ = 0;
     role_ = role;
     state_ = State::idle;
     error_ = Error::none;

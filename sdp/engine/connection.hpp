@@ -8,11 +8,19 @@
 // Read and Config::bcopy_threshold is set: write_zcopy() advertises a buffer
 // with SrcAvail, the peer pulls it with RDMA Read (read_zcopy()) and answers
 // RdmaRdCompl, or forces Bcopy with SendSm (9.5.2.1); SrcAvailCancel (9.5.4)
-// is answered. Not yet: Write Zcopy and Transactions (SinkAvail is never
-// used, its payload is delivered), Pipelined/Buffered Mode and ModeChange,
-// receive buffer resizing (a ChRcvBuf is answered with the unchanged size,
-// 10.6); SinkAvailCancel is ignored (every SinkAvail is Processed on
-// arrival). See docs/sdp-wire.md.
+// is answered.
+//
+// Write Zcopy (9.3) with the same one-advertisement-per-direction rule:
+// post_sink() lends a reader's buffer with SinkAvail (NonDiscards, 9.5.1);
+// the peer RDMA-Writes queued bytes or a write_zcopy() buffer into it and
+// answers RdmaWrCompl, or a message with payload makes it stale (9.5.1);
+// cancel_sink() sends SinkAvailCancel and a current SinkAvail is answered
+// with SinkCancelAck (9.5.5). The draft's Figure 25 allows SinkAvail only
+// towards a Pipelined half-connection; docs/protocol-notes.md (9.3 / 11.2)
+// says why and how it is used here. Not yet: Transactions (a SinkAvail's
+// payload is delivered), Pipelined/Buffered Mode and ModeChange, receive
+// buffer resizing (a ChRcvBuf is answered with the unchanged size, 10.6).
+// See docs/sdp-wire.md.
 //
 // Socket duplication (13.1.1, 13.1.2): a SuspComm from the peer is answered
 // as the Remote Peer (In-Process operations finish, SuspCommAck, quiet, LLP
@@ -121,6 +129,21 @@ struct Stats {
     std::uint64_t zcopy_bytes_received = 0;
     std::uint64_t send_sm_sent = 0;
     std::uint64_t send_sm_received = 0;
+    // Write Zcopy (9.3). Data Sink: SinkAvails sent, bytes the peer
+    // RDMA-Wrote into them (also in zcopy_bytes_received), SinkAvails made
+    // stale by a message with payload (9.5.1 step 1), SinkAvailCancels sent.
+    // Data Source: current SinkAvails received, RDMA Writes posted and bytes
+    // written (also in zcopy_bytes_sent), current SinkAvails used up by a
+    // Data Message instead (9.5.2.2), SinkCancelAcks sent.
+    std::uint64_t sink_avail_sent = 0;
+    std::uint64_t sink_bytes_received = 0;
+    std::uint64_t sink_avail_completed_by_data = 0;
+    std::uint64_t sink_avail_cancel_sent = 0;
+    std::uint64_t sink_avail_received = 0;
+    std::uint64_t rdma_writes = 0;
+    std::uint64_t rdma_write_bytes = 0;
+    std::uint64_t sink_avail_bcopy = 0;
+    std::uint64_t sink_cancel_ack_sent = 0;
     // Socket duplication (13.1.1): SuspComm received / sent, SuspCommAck
     // sent / received, SuspComms disregarded (13.1.2), connections resumed.
     std::uint64_t susp_comm_received = 0;
@@ -237,14 +260,35 @@ class Connection {
     // for read().
     bool read_zcopy(std::span<std::uint8_t> out);
     [[nodiscard]] bool zcopy_read_pending() const { return zread_.has_value(); }
-    // The byte count a finished read_zcopy() placed, once; nullopt while it
-    // runs (or none ran). A failed read resets the connection.
+    // The byte count a finished read_zcopy() (or an RdmaWrCompl for a
+    // post_sink() buffer) placed, once; nullopt while it runs (or none ran).
+    // A failed read resets the connection.
     std::optional<std::size_t> take_zcopy_read();
     // The reader will not take the peer's advertised buffer (closing, or
     // it gave up): the peer sends the rest by Bcopy (SendSm).
     void decline_zcopy();
     // Completion of QueuePair::post_rdma_read().
     void on_rdma_read_done(std::uint64_t id, bool ok);
+
+    // --- zero copy: Write Zcopy (9.3) ---------------------------------------
+    // Data Sink: lends `out` for the peer to RDMA-Write the next bytes of the
+    // stream into (registered for remote write, advertised with SinkAvail
+    // and NonDiscards, 9.5.1). True if started: `out` must stay valid until
+    // sink_pending() is false; then take_zcopy_read() has the byte count the
+    // peer wrote (RdmaWrCompl), or nothing: a message with payload came
+    // first (9.5.1 step 1: its bytes are readable()), the peer acknowledged
+    // cancel_sink() (9.5.5), a DisConn came, or the connection ended.
+    // False, nothing done: not possible now (something readable, the peer's
+    // SrcAvail in process, a sink pending, `out` not larger than both
+    // bcopy_threshold and the private buffer size (9.3 step 1), no RDMA,
+    // DisConn received, registration refused). A reader that needs its
+    // buffer filled (MSG_WAITALL) must not call this (9.3).
+    bool post_sink(std::span<std::uint8_t> out);
+    [[nodiscard]] bool sink_pending() const { return sink_out_.has_value(); }
+    // The reader gives up on its post_sink() buffer (timeout, close): not
+    // advertised yet, it is withdrawn at once; otherwise SinkAvailCancel
+    // (9.5.5), and the buffer stays lent until sink_pending() is false.
+    void cancel_sink();
 
     // --- socket duplication (13.1.1, 13.1.2) ---------------------------------
     // Local Peer (step 2): In-Process operations finish (an advertised
@@ -366,6 +410,20 @@ class Connection {
     bool on_rdma_rd_compl(const wire::RdmaRdCompl& v, std::uint32_t invalidated);
     void on_send_sm();
     void on_src_avail_cancel(std::uint32_t mseq);
+    // Write Zcopy pieces (9.3, 9.5.1, 9.5.5).
+    bool on_sink_avail(const wire::SinkAvail& v);
+    bool on_rdma_wr_compl(const wire::RdmaWrCompl& v, std::uint32_t invalidated);
+    void on_sink_avail_cancel();
+    void on_sink_cancel_ack();
+    // Data Sink: a message with ULP payload arrived (NonDiscards, 9.5.1).
+    void payload_received();
+    // Data Source: a message with ULP payload goes (PotentialNonDiscards).
+    void payload_sent();
+    // Data Source: RDMA-Writes into the peer's SinkAvail if there is
+    // something to write; true if it did.
+    bool write_into_sink();
+    // Data Sink: the advertisement is done; `placed` bytes are the reader's.
+    void finish_sink(std::size_t placed);
     void force_bcopy();  // Data Sink: SendSm for the advertisement in process
     void feed_forced_rest();
     void drop_zcopy();
@@ -501,6 +559,29 @@ class Connection {
     // 9.5.1: messages with ULP payload sent that might not make a SinkAvail
     // stale (Data Source side).
     std::uint32_t potential_non_discards_ = 0;
+    // 6.3.3.4: messages with ULP payload received that did not make a
+    // SinkAvail of ours stale (Data Sink side).
+    std::uint32_t non_discards_ = 0;
+
+    // Write Zcopy (9.3), one advertisement per direction as Read Zcopy's.
+    // The peer's current SinkAvail, as Data Source, not used yet:
+    struct SinkIn {
+        std::uint32_t stag = 0;
+        std::uint64_t va = 0;
+        std::uint32_t len = 0;
+    };
+    std::optional<SinkIn> sink_in_;
+    // Ours, as Data Sink:
+    struct SinkOut {
+        std::span<std::uint8_t> buf;
+        Region region;
+        bool advertised = false;  // SinkAvail sent
+        bool cancelled = false;   // SinkAvailCancel sent
+    };
+    std::optional<SinkOut> sink_out_;
+    // 9.5.2.1: the stream offset up to which queued bytes are the rest of a
+    // SrcAvail the peer answered with SendSm: they go as Data Messages.
+    std::uint64_t bcopy_until_ = 0;
 
     // Teardown (8.2), one machine per half-connection.
     SendTeardown send_ = SendTeardown::open;

@@ -17,8 +17,8 @@
 
 namespace sdp::engine {
 
-// A ULP buffer registered for one zero-copy transfer (9.2): the peer names
-// it by STag and tagged offset.
+// A ULP buffer registered for one zero-copy transfer (9.2, 9.3): the peer
+// names it by STag and tagged offset.
 struct Region {
     std::uint32_t stag = 0;
     std::uint64_t to = 0;  // tagged offset of the first byte
@@ -26,8 +26,9 @@ struct Region {
 };
 
 enum class Access : std::uint8_t {
-    remote_read,  // a Data Source's buffer that the peer RDMA-Reads
-    local_write,  // a Data Sink's buffer that our RDMA Read fills
+    remote_read,   // a Data Source's buffer that the peer RDMA-Reads
+    local_write,   // a Data Sink's buffer that our RDMA Read fills
+    remote_write,  // a Data Sink's buffer that the peer RDMA-Writes (9.3)
 };
 
 class QueuePair {
@@ -49,9 +50,10 @@ class QueuePair {
     // bytes, to the receive queue. Each incoming Send consumes one.
     virtual void post_recv(std::uint32_t count) = 0;
 
-    // --- zero copy (Read Zcopy, 9.2). A provider without RDMA Read leaves
-    // rdma_capable() false: the engine then uses Bcopy only (a SrcAvail
-    // from the peer is answered with SendSm).
+    // --- zero copy (Read Zcopy 9.2, Write Zcopy 9.3). A provider without
+    // RDMA Read and Write leaves rdma_capable() false: the engine then uses
+    // Bcopy only (a SrcAvail from the peer is answered with SendSm, a
+    // SinkAvail is never used).
     [[nodiscard]] virtual bool rdma_capable() const { return false; }
     // Registers `mem` for one transfer with an unguessable STag; nullopt if
     // it cannot (the engine falls back to Bcopy).
@@ -67,6 +69,18 @@ class QueuePair {
     virtual void post_rdma_read(std::uint64_t /*id*/, const Region& /*local*/,
                                 std::size_t /*local_off*/, std::uint32_t /*remote_stag*/,
                                 std::uint64_t /*remote_to*/, std::uint32_t /*len*/) {}
+    // RDMA Write of `data` into the peer's region at (remote_stag,
+    // remote_to). The bytes are copied before the call returns, as with
+    // post_send(); Writes and Sends go in posting order, so a Send posted
+    // after it reaches the peer after the data is placed (RDMAP ordering).
+    // A bad STag or range is the peer's to refuse (RDMAP Terminate).
+    virtual void post_rdma_write(std::span<const std::uint8_t> /*data*/,
+                                 std::uint32_t /*remote_stag*/, std::uint64_t /*remote_to*/) {}
+    // The same, handing over a vector whose bytes from `off` on are the data.
+    virtual void post_rdma_write_owned(std::vector<std::uint8_t>&& bytes, std::size_t off,
+                                       std::uint32_t remote_stag, std::uint64_t remote_to) {
+        post_rdma_write(std::span<const std::uint8_t>(bytes).subspan(off), remote_stag, remote_to);
+    }
     // post_send_owned() as Send with (Solicited Event and) Invalidate of the
     // peer's `stag` (RDMAP 4.3): the peer's region is gone when it arrives.
     virtual void post_send_invalidate(std::vector<std::uint8_t>&& message, bool solicited,

@@ -7,75 +7,21 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
 #include <variant>
 #include <vector>
 
-#include "fake_qp.hpp"
+#include "zcopy_pair.hpp"
 
 namespace e = sdp::engine;
 namespace w = sdp::wire;
+using sdp::test::decoded;
 using sdp::test::Pair;
 using sdp::test::pattern;
+using sdp::test::sent_with;
+using sdp::test::zcopy_config;
+using sdp::test::ZPair;
 using Bytes = std::vector<std::uint8_t>;
-
-namespace {
-
-w::Message decoded(const sdp::test::Packet& p) {
-    auto r = w::decode(p.bytes);
-    EXPECT_TRUE(std::holds_alternative<w::Message>(r));
-    return std::holds_alternative<w::Message>(r) ? std::get<w::Message>(r) : w::Message{};
-}
-
-std::vector<sdp::test::Packet> sent_with(const std::vector<sdp::test::Packet>& log, w::Mid mid) {
-    std::vector<sdp::test::Packet> out;
-    for (const auto& p : log)
-        if (!p.close && w::mid_of(decoded(p).body) == mid)
-            out.push_back(p);
-    return out;
-}
-
-e::Config zcopy_config(std::size_t threshold = 8192) {
-    e::Config c;
-    c.bcopy_threshold = threshold;
-    return c;
-}
-
-struct ZPair : Pair {
-    explicit ZPair(const e::Config& ca = zcopy_config(), const e::Config& cb = zcopy_config())
-        : Pair(ca, cb) {
-        qa.rdma = qb.rdma = true;
-        EXPECT_EQ(handshake(), e::Error::none);
-    }
-    // Reads everything b can get into `got` (inline part with read(), the
-    // advertised rest with read_zcopy() into buffers of `zbuf` bytes).
-    void drain_b(Bytes& got, std::size_t zbuf, int rounds = 10000) {
-        Bytes buf(64 * 1024);
-        for (int i = 0; i < rounds; ++i) {
-            run();
-            if (std::size_t n = b.read(buf)) {
-                got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
-                continue;
-            }
-            if (b.zcopy_readable() > 0) {
-                const std::size_t at = got.size();
-                got.resize(at + zbuf);
-                if (b.read_zcopy(std::span(got).subspan(at))) {
-                    run();
-                    auto n = b.take_zcopy_read();
-                    EXPECT_TRUE(n.has_value());
-                    got.resize(at + n.value_or(0));
-                } else {
-                    got.resize(at);
-                }
-                continue;
-            }
-            if (!a.zcopy_write_pending() && a.send_queued() == 0 && qa.outbound.empty())
-                break;
-        }
-    }
-};
-
-}  // namespace
 
 // 9.2 steps 1-3: SrcAvail with the first bytes inline (11.2), one RDMA Read
 // into the reader's buffer, RdmaRdCompl counting the bytes read (not the
@@ -343,7 +289,10 @@ TEST(SdpEngineReadZcopy, SrcAvailCancel) {
 
 // A differential test: the same random writes and reads on a Bcopy-only
 // pair and on a zero-copy pair deliver the same bytes in the same order.
+// The zero-copy reader also lends large buffers with SinkAvail (Write
+// Zcopy, 9.3) and sometimes cancels them (9.5.5).
 TEST(SdpEngineReadZcopy, RandomWorkloadMatchesBcopy) {
+    std::uint64_t written_into_sinks = 0, sinks_stale = 0;
     for (std::uint32_t seed = 1; seed <= 6; ++seed) {
         std::mt19937 rng(seed);
         std::vector<Bytes> writes;
@@ -359,10 +308,13 @@ TEST(SdpEngineReadZcopy, RandomWorkloadMatchesBcopy) {
         for (const bool zcopy : {false, true}) {
             ZPair p(zcopy_config(zcopy ? 16384 : 0), zcopy_config(zcopy ? 16384 : 0));
             std::mt19937 r2(seed * 7);
-            Bytes got;
+            Bytes got, sink;
+            bool sinking = false;
             std::size_t wi = 0, woff = 0;
             for (int round = 0; round < 200000 && got.size() < expect.size(); ++round) {
-                if (wi < writes.size() && !p.a.zcopy_write_pending()) {
+                // The writer pauses now and then, so the reader catches up
+                // and (zero copy) lends its next buffer before data comes.
+                if (wi < writes.size() && !p.a.zcopy_write_pending() && r2() % 3 != 0) {
                     const Bytes& cur = writes[wi];
                     if (woff == 0 && p.a.write_zcopy(cur)) {
                         ++wi;
@@ -375,7 +327,28 @@ TEST(SdpEngineReadZcopy, RandomWorkloadMatchesBcopy) {
                     }
                 }
                 p.run();
+                if (sinking) {
+                    if (p.b.sink_pending()) {
+                        if (r2() % 16 == 0)
+                            p.b.cancel_sink();
+                        continue;
+                    }
+                    sinking = false;
+                    const std::size_t n = p.b.take_zcopy_read().value_or(0);
+                    got.insert(got.end(), sink.begin(),
+                               sink.begin() + static_cast<std::ptrdiff_t>(n));
+                    continue;
+                }
                 const std::size_t sz = 1 + r2() % (1 << 20);
+                if (zcopy && r2() % 4 != 0 && p.b.readable() == 0) {
+                    sink.resize(sz);
+                    if (p.b.post_sink(sink)) {
+                        sinking = true;
+                        if (r2() % 4 != 0)
+                            p.run();  // the SinkAvail reaches the writer first
+                        continue;
+                    }
+                }
                 if (p.b.zcopy_readable() > 0) {
                     const std::size_t at = got.size();
                     got.resize(at + sz);
@@ -401,10 +374,16 @@ TEST(SdpEngineReadZcopy, RandomWorkloadMatchesBcopy) {
                 EXPECT_GT(p.b.stats().zcopy_bytes_received, 0u);
             else
                 EXPECT_EQ(p.b.stats().zcopy_bytes_received, 0u);
+            written_into_sinks += p.b.stats().sink_bytes_received;
+            sinks_stale += p.a.stats().sink_avail_stale;
+            EXPECT_EQ(p.b.stats().sink_bytes_received, p.a.stats().rdma_write_bytes);
             EXPECT_TRUE(p.qa.regions.empty());
             EXPECT_TRUE(p.qb.regions.empty());
         }
     }
+    EXPECT_GT(written_into_sinks, 0u) << "Write Zcopy exercised";
+    RecordProperty("bytes_written_into_sinks", std::to_string(written_into_sinks));
+    RecordProperty("stale_sink_avails", std::to_string(sinks_stale));
 }
 
 // 9.5.2.1 with a large buffer: after SendSm the rest is fed into the send

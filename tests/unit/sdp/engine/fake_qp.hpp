@@ -36,6 +36,11 @@ struct Packet {
     bool solicited = false;
     bool close = false;            // graceful LLP teardown marker
     std::uint32_t invalidate = 0;  // Send with Invalidate of this STag
+    // An RDMA Write of `bytes` to (stag, to) instead of a Send (in order
+    // with the Sends, as RDMAP orders them).
+    bool write = false;
+    std::uint32_t stag = 0;
+    std::uint64_t to = 0;
 };
 
 class FakeQp : public engine::QueuePair {
@@ -48,9 +53,10 @@ class FakeQp : public engine::QueuePair {
     }
     void post_recv(std::uint32_t n) override { posted += n; }
 
-    // RDMA Read emulation (zero copy), on when `rdma` is set: regions with
-    // random STags; reads queued and served by Pair::step() from the peer's
-    // regions with the RDMAP checks (STag, access, bounds).
+    // RDMA Read and Write emulation (zero copy), on when `rdma` is set:
+    // regions with random STags; reads queued and served by Pair::step()
+    // from the peer's regions, writes placed in the peer's regions in order
+    // with the Sends, with the RDMAP checks (STag, access, bounds).
     struct Reg {
         std::span<std::uint8_t> mem;
         engine::Access access;
@@ -84,6 +90,17 @@ class FakeQp : public engine::QueuePair {
                         std::uint32_t stag, std::uint64_t to, std::uint32_t len) override {
         reads.push_back(ReadOp{id, local, off, stag, to, len});
     }
+    void post_rdma_write(std::span<const std::uint8_t> data, std::uint32_t stag,
+                         std::uint64_t to) override {
+        if (down)
+            return;
+        Packet p{{data.begin(), data.end()}, false, false};
+        p.write = true;
+        p.stag = stag;
+        p.to = to;
+        outbound.push_back(std::move(p));
+        ++writes;
+    }
     void post_send_invalidate(std::vector<std::uint8_t>&& m, bool se, std::uint32_t stag) override {
         if (down)
             return;
@@ -97,6 +114,7 @@ class FakeQp : public engine::QueuePair {
     std::deque<ReadOp> reads;
     std::uint64_t registered = 0;
     std::uint64_t invalidations = 0;
+    std::uint64_t writes = 0;
     std::mt19937 rng{12345};
     void disconnect(bool graceful) override {
         if (graceful)
@@ -218,6 +236,21 @@ class Pair {
         from.outbound.pop_front();
         if (p.close) {
             llp_teardown();
+            return true;
+        }
+        if (p.write) {
+            // Tagged placement (RFC 5041 7.1): a stale or foreign STag, a
+            // region without remote write, or out of bounds: Terminate.
+            auto r = to.regions.find(p.stag);
+            if (r == to.regions.end() || r->second.access != engine::Access::remote_write ||
+                p.to < r->second.to ||
+                p.to - r->second.to + p.bytes.size() > r->second.mem.size()) {
+                faults.push_back("RDMA Write refused (stale STag, access or bounds)");
+                llp_teardown();
+                return true;
+            }
+            std::memcpy(r->second.mem.data() + (p.to - r->second.to), p.bytes.data(),
+                        p.bytes.size());
             return true;
         }
         if (to.posted == 0) {

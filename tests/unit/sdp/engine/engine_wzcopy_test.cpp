@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: Apache-2.0
+// Write Zcopy (9.3) with one advertisement per direction (Combined Mode,
+// 11.2, as docs/protocol-notes.md reads it): two engines back to back on the
+// fake QP pair with RDMA Read and Write emulated (regions, STags, remote
+// invalidate, tagged placement checks).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <variant>
+#include <vector>
+
+#include "zcopy_pair.hpp"
+
+namespace e = sdp::engine;
+namespace w = sdp::wire;
+using sdp::test::decoded;
+using sdp::test::Pair;
+using sdp::test::pattern;
+using sdp::test::sent_with;
+using sdp::test::zcopy_config;
+using sdp::test::ZPair;
+using Bytes = std::vector<std::uint8_t>;
+
+namespace {
+
+// b reads `expected` by read() (it came as Data), then lends `sink` again:
+// NonDiscards and PotentialNonDiscards still agree (9.5.1), so a finds the
+// new SinkAvail current.
+void expect_bytes_then_current_sink(ZPair& p, Bytes& sink, const Bytes& expected) {
+    Bytes got;
+    p.read_b(got);
+    EXPECT_EQ(got, expected);
+    const auto stale = p.a.stats().sink_avail_stale;
+    const auto current = p.a.stats().sink_avail_received;
+    p.lend_b(sink);
+    EXPECT_EQ(p.a.stats().sink_avail_stale, stale);
+    EXPECT_EQ(p.a.stats().sink_avail_received, current + 1);
+}
+
+}  // namespace
+
+// 9.3 steps 1-3: SinkAvail for the reader's whole buffer with NonDiscards
+// (6.3.3.4), one RDMA Write of the queued bytes straight into it, one
+// RdmaWrCompl counting them, as Send with SE and Invalidate of the sink's
+// STag; both regions gone after.
+TEST(SdpEngineWriteZcopy, SinkAvailRdmaWriteRdmaWrCompl) {
+    ZPair p;
+    Bytes sink(100000);
+    ASSERT_TRUE(p.b.post_sink(sink));
+    EXPECT_TRUE(p.b.sink_pending());
+    p.run();
+    const auto avail = sent_with(p.qb.sent_log, w::Mid::sink_avail);
+    ASSERT_EQ(avail.size(), 1u);
+    const auto sa = std::get<w::SinkAvail>(decoded(avail[0]).body);
+    EXPECT_EQ(sa.len, sink.size());
+    EXPECT_EQ(sa.non_discards, 0u);
+    EXPECT_TRUE(sa.payload.empty());
+    EXPECT_EQ(p.a.stats().sink_avail_received, 1u);
+
+    const Bytes data = pattern(sink.size(), 1);
+    ASSERT_EQ(p.a.write(data), data.size());
+    p.run();
+    EXPECT_FALSE(p.b.sink_pending());
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size()));
+    EXPECT_EQ(sink, data);
+    const auto compl_msgs = sent_with(p.qa.sent_log, w::Mid::rdma_wr_compl);
+    ASSERT_EQ(compl_msgs.size(), 1u);
+    EXPECT_EQ(std::get<w::RdmaWrCompl>(decoded(compl_msgs[0]).body).len, data.size());
+    EXPECT_TRUE(compl_msgs[0].solicited);
+    EXPECT_EQ(compl_msgs[0].invalidate, sa.stag);
+    EXPECT_TRUE(sent_with(p.qa.sent_log, w::Mid::data).size() <= 1u) << "no Bcopy of the data";
+    EXPECT_GE(p.qa.writes, 1u);
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_TRUE(p.qb.regions.empty()) << "the sink's region is gone";
+    EXPECT_EQ(p.a.stats().rdma_write_bytes, data.size());
+    EXPECT_EQ(p.b.stats().sink_bytes_received, data.size());
+    EXPECT_EQ(p.b.stats().zcopy_bytes_received, data.size());
+    EXPECT_TRUE(p.faults.empty());
+    // The stream goes on (Bcopy), and a second SinkAvail is current again.
+    const Bytes tail = pattern(1000, 2);
+    ASSERT_EQ(p.a.write(tail), tail.size());
+    p.run();
+    expect_bytes_then_current_sink(p, sink, tail);
+}
+
+// 6.3.6.1: RdmaWrCompl Len may be less than the buffer: the reader gets
+// what was written, the rest of the stream comes later.
+TEST(SdpEngineWriteZcopy, PartialFill) {
+    ZPair p;
+    Bytes sink(300000);
+    ASSERT_TRUE(p.b.post_sink(sink));
+    p.run();
+    const Bytes data = pattern(50000, 3);
+    ASSERT_EQ(p.a.write(data), data.size());
+    p.run();
+    ASSERT_FALSE(p.b.sink_pending());
+    const auto n = p.b.take_zcopy_read();
+    ASSERT_EQ(n, std::optional<std::size_t>(data.size()));
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), sink.begin()));
+    EXPECT_EQ(std::get<w::RdmaWrCompl>(
+                  decoded(sent_with(p.qa.sent_log, w::Mid::rdma_wr_compl).at(0)).body)
+                  .len,
+              data.size());
+}
+
+// A write_zcopy() buffer meeting a current SinkAvail goes straight from the
+// writer's buffer into the reader's; the rest (above the threshold) is
+// advertised with SrcAvail and pulled with RDMA Read.
+TEST(SdpEngineWriteZcopy, WriterBufferIntoSinkThenSrcAvailForTheRest) {
+    ZPair p;
+    Bytes sink(100000);
+    p.lend_b(sink);
+    const Bytes data = pattern(300000, 4);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run();
+    ASSERT_FALSE(p.b.sink_pending());
+    ASSERT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(sink.size()));
+    Bytes got = sink;
+    EXPECT_EQ(sent_with(p.qa.sent_log, w::Mid::src_avail).size(), 1u);
+    for (int i = 0; i < 100 && got.size() < data.size(); ++i) {
+        p.run();
+        p.read_b(got);
+        if (p.b.zcopy_readable() > 0) {
+            const std::size_t at = got.size();
+            got.resize(at + p.b.zcopy_readable());
+            ASSERT_TRUE(p.b.read_zcopy(std::span(got).subspan(at)));
+            p.run();
+            got.resize(at + p.b.take_zcopy_read().value_or(0));
+        }
+    }
+    EXPECT_EQ(got, data);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    EXPECT_EQ(p.a.stats().rdma_write_bytes, sink.size());
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_TRUE(p.qb.regions.empty());
+    EXPECT_TRUE(p.faults.empty());
+}
+
+// 9.5.1: a Data Message and a SinkAvail cross. The Data completes the
+// SinkAvail at the sink (not counted in NonDiscards), the source discards
+// the SinkAvail as stale (PotentialNonDiscards 1 != 0, then decremented),
+// and the counters agree again: the next SinkAvail is current and used.
+TEST(SdpEngineWriteZcopy, StaleSinkAvailViaNonDiscards) {
+    ZPair p;
+    const Bytes small = pattern(1000, 5);
+    ASSERT_EQ(p.a.write(small), small.size());  // a Data Message on its way
+    Bytes sink(100000);
+    ASSERT_TRUE(p.b.post_sink(sink));  // crosses it
+    p.run();
+    EXPECT_FALSE(p.b.sink_pending());
+    EXPECT_FALSE(p.b.take_zcopy_read().has_value());
+    EXPECT_EQ(p.b.stats().sink_avail_completed_by_data, 1u);
+    EXPECT_EQ(p.a.stats().sink_avail_stale, 1u);
+    Bytes got;
+    p.read_b(got);
+    EXPECT_EQ(got, small);
+
+    ASSERT_TRUE(p.b.post_sink(sink));
+    p.run();
+    const auto avail = sent_with(p.qb.sent_log, w::Mid::sink_avail);
+    ASSERT_EQ(avail.size(), 2u);
+    EXPECT_EQ(std::get<w::SinkAvail>(decoded(avail[1]).body).non_discards, 0u);
+    EXPECT_EQ(p.a.stats().sink_avail_received, 1u) << "current";
+    const Bytes big = pattern(80000, 6);
+    ASSERT_EQ(p.a.write(big), big.size());
+    p.run();
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(big.size()));
+    EXPECT_TRUE(std::equal(big.begin(), big.end(), sink.begin()));
+}
+
+// 9.5.2.2: a small write goes as Data although a SinkAvail is current; the
+// Data completes it at the sink, and neither side counts that message.
+TEST(SdpEngineWriteZcopy, SmallWriteUsesDataInsteadOfTheSinkAvail) {
+    ZPair p;
+    Bytes sink(100000);
+    p.lend_b(sink);
+    const Bytes small = pattern(500, 7);
+    ASSERT_EQ(p.a.write(small), small.size());
+    p.run();
+    EXPECT_EQ(p.a.stats().sink_avail_bcopy, 1u);
+    EXPECT_EQ(p.a.stats().rdma_writes, 0u);
+    EXPECT_FALSE(p.b.sink_pending());
+    expect_bytes_then_current_sink(p, sink, small);
+}
+
+// 9.5.5 with something to cancel: the source discards the Unprocessed
+// SinkAvail and sends exactly one SinkCancelAck; the buffer is the
+// reader's again only then, and data after it comes by Bcopy.
+TEST(SdpEngineWriteZcopy, SinkAvailCancelWithSomethingToCancel) {
+    ZPair p;
+    Bytes sink(100000);
+    p.lend_b(sink);
+    p.b.cancel_sink();
+    EXPECT_TRUE(p.b.sink_pending()) << "lent until the cancel is Processed";
+    p.b.cancel_sink();  // no second SinkAvailCancel (9.5.5)
+    p.run();
+    EXPECT_EQ(sent_with(p.qb.sent_log, w::Mid::sink_avail_cancel).size(), 1u);
+    EXPECT_EQ(sent_with(p.qa.sent_log, w::Mid::sink_cancel_ack).size(), 1u);
+    EXPECT_FALSE(p.b.sink_pending());
+    EXPECT_FALSE(p.b.take_zcopy_read().has_value());
+    EXPECT_TRUE(p.qb.regions.empty());
+    const Bytes data = pattern(100000, 8);
+    ASSERT_EQ(p.a.write(data), data.size());
+    p.run();
+    Bytes got;
+    p.read_b(got);
+    EXPECT_EQ(got, data);
+    EXPECT_EQ(p.a.stats().rdma_writes, 0u);
+}
+
+// 9.5.5 with nothing to cancel: the SinkAvail was Processed (used up by a
+// Data Message, or filled by an RDMA Write) before the cancel arrived: the
+// cancel is ignored (no SinkCancelAck) and the data or RdmaWrCompl that
+// crossed it completes the buffer.
+TEST(SdpEngineWriteZcopy, SinkAvailCancelWithNothingToCancel) {
+    {
+        ZPair p;
+        Bytes sink(100000);
+        p.lend_b(sink);
+        const Bytes small = pattern(300, 9);
+        ASSERT_EQ(p.a.write(small), small.size());  // Data on its way
+        p.b.cancel_sink();                          // crosses it
+        p.run();
+        EXPECT_FALSE(p.b.sink_pending());
+        EXPECT_TRUE(sent_with(p.qa.sent_log, w::Mid::sink_cancel_ack).empty());
+        expect_bytes_then_current_sink(p, sink, small);
+    }
+    {
+        ZPair p;
+        Bytes sink(100000);
+        p.lend_b(sink);
+        const Bytes data = pattern(70000, 10);
+        ASSERT_EQ(p.a.write(data), data.size());  // RDMA Write + RdmaWrCompl on their way
+        p.b.cancel_sink();
+        p.run();
+        EXPECT_FALSE(p.b.sink_pending());
+        EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size()));
+        EXPECT_TRUE(std::equal(data.begin(), data.end(), sink.begin()));
+        EXPECT_TRUE(sent_with(p.qa.sent_log, w::Mid::sink_cancel_ack).empty());
+        EXPECT_EQ(p.a.state(), e::State::established);
+        EXPECT_EQ(p.b.state(), e::State::established);
+    }
+    {
+        ZPair p;  // a SinkCancelAck nobody waits for is ignored
+        p.inject(w::SinkCancelAck{});
+        EXPECT_EQ(p.b.state(), e::State::established);
+    }
+}
+
+// Crossing SrcAvail and SinkAvail in Combined Mode (11.2): the SrcAvail's
+// inline payload completes the SinkAvail at the sink (9.5.1 step 1), the
+// source finds the SinkAvail stale, and the rest goes by Read Zcopy. While
+// the peer's SrcAvail is in process the sink does not advertise.
+TEST(SdpEngineWriteZcopy, CrossingSrcAvailAndSinkAvail) {
+    ZPair p;
+    Bytes sink(100000);
+    ASSERT_TRUE(p.b.post_sink(sink));
+    const Bytes data = pattern(200000, 11);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run();
+    EXPECT_FALSE(p.b.sink_pending());
+    EXPECT_FALSE(p.b.take_zcopy_read().has_value());
+    EXPECT_EQ(p.a.stats().sink_avail_stale, 1u);
+    EXPECT_EQ(p.b.stats().sink_avail_completed_by_data, 1u);
+    EXPECT_FALSE(p.b.post_sink(sink)) << "the peer's SrcAvail is in process";
+    Bytes got;
+    p.read_b(got);
+    ASSERT_GT(p.b.zcopy_readable(), 0u);
+    EXPECT_FALSE(p.b.post_sink(sink));
+    const std::size_t at = got.size();
+    got.resize(data.size());
+    ASSERT_TRUE(p.b.read_zcopy(std::span(got).subspan(at)));
+    p.run();
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size() - at));
+    EXPECT_EQ(got, data);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    EXPECT_TRUE(p.faults.empty());
+}
+
+// A SendSm'd rest goes as Data Messages (9.5.2.1) even when the sink then
+// advertises a buffer: that Data completes the SinkAvail instead.
+TEST(SdpEngineWriteZcopy, SendSmRestIsNotWrittenIntoASinkAvail) {
+    ZPair p;
+    const Bytes data = pattern(200000, 12);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run();
+    Bytes got;
+    p.read_b(got);
+    p.b.decline_zcopy();  // SendSm
+    Bytes sink(150000);
+    if (p.b.post_sink(sink)) {
+        p.run();
+        EXPECT_FALSE(p.b.sink_pending());
+    }
+    for (int i = 0; i < 1000 && got.size() < data.size(); ++i) {
+        p.run();
+        p.read_b(got);
+    }
+    EXPECT_EQ(got, data);
+    EXPECT_EQ(p.a.stats().rdma_writes, 0u);
+}
+
+// 9.3 / 9.5.1: what never advertises. A buffer not larger than both the
+// Bcopy Threshold and the private buffer size, with bytes readable, after
+// DisConn, or without RDMA; a read-exactly caller (MSG_WAITALL) simply
+// never calls post_sink() (the Stream driver's read(), see the stream tests).
+TEST(SdpEngineWriteZcopy, WhatNeverAdvertises) {
+    {
+        ZPair p;
+        Bytes buf(16384);  // the private buffer size
+        EXPECT_FALSE(p.b.post_sink(buf));
+        Bytes big(100000);
+        ASSERT_EQ(p.a.write(pattern(10, 1)), 10u);
+        p.run();
+        EXPECT_FALSE(p.b.post_sink(big)) << "bytes are readable";
+        p.a.shutdown_write();
+        p.run();
+        Bytes got;
+        p.read_b(got);
+        EXPECT_FALSE(p.b.post_sink(big)) << "after DisConn";
+    }
+    {
+        ZPair p(zcopy_config(0), zcopy_config(0));
+        Bytes big(100000);
+        EXPECT_FALSE(p.b.post_sink(big)) << "Bcopy only";
+    }
+    {
+        ZPair p;
+        p.qb.refuse_registration = true;
+        Bytes big(100000);
+        EXPECT_FALSE(p.b.post_sink(big));
+        EXPECT_TRUE(sent_with(p.qb.sent_log, w::Mid::sink_avail).empty());
+    }
+    {
+        // A Bcopy-only source keeps the SinkAvail unused: the next Data
+        // completes it and the counters stay in step.
+        ZPair p(zcopy_config(0), zcopy_config());
+        Bytes sink(100000);
+        p.lend_b(sink);
+        const Bytes data = pattern(100000, 13);
+        ASSERT_EQ(p.a.write(data), data.size());
+        p.run();
+        EXPECT_FALSE(p.b.sink_pending());
+        expect_bytes_then_current_sink(p, sink, data);
+    }
+    {
+        // DisConn while the SinkAvail waits: nothing will be written.
+        ZPair p;
+        Bytes sink(100000);
+        p.lend_b(sink);
+        p.a.shutdown_write();
+        p.run();
+        EXPECT_FALSE(p.b.sink_pending());
+        EXPECT_TRUE(p.b.eof());
+        EXPECT_TRUE(p.qb.regions.empty());
+    }
+}
+
+// Hostile or broken peers (8.2.2): an RdmaWrCompl without a SinkAvail, for
+// more than the buffer, or invalidating a foreign STag; a SinkAvail with
+// Len 0 (6.3.3.1); a second current SinkAvail (9.5.5); an RDMA Write into
+// a stale STag (the QP's Terminate).
+TEST(SdpEngineWriteZcopy, ViolationsResetTheConnection) {
+    {
+        ZPair p;
+        p.inject(w::RdmaWrCompl{10});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;
+        Bytes sink(100000);
+        p.lend_b(sink);
+        p.inject(w::RdmaWrCompl{100001});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+        EXPECT_TRUE(p.qb.regions.empty()) << "a reset invalidates the lent buffer";
+    }
+    {
+        ZPair p;
+        Bytes sink(100000);
+        p.lend_b(sink);
+        p.inject(w::RdmaWrCompl{100}, 0xdead);
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;
+        p.inject(w::SinkAvail{.len = 0, .stag = 9, .va = 0, .non_discards = 0, .payload = {}});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;
+        const w::SinkAvail sa{.len = 100000, .stag = 9, .va = 0, .non_discards = 0, .payload = {}};
+        p.inject(sa);
+        EXPECT_EQ(p.b.state(), e::State::established);
+        p.inject(sa);
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;
+        Bytes sink(100000);
+        p.lend_b(sink);
+        const std::uint32_t stag = p.qb.regions.begin()->first;
+        p.b.cancel_sink();
+        p.run();
+        ASSERT_FALSE(p.b.sink_pending());
+        p.qa.post_rdma_write(pattern(10, 1), stag, 0);  // the STag is stale now
+        p.run();
+        ASSERT_EQ(p.faults.size(), 1u);
+        EXPECT_TRUE(p.llp_down);
+    }
+}
