@@ -701,7 +701,10 @@ std::error_code Stream::set_keepalive(const Keepalive& k) {
 std::size_t Stream::read(std::span<std::uint8_t> buf, std::error_code& ec) {
     std::size_t got = 0;
     while (got < buf.size()) {
-        std::size_t n = read_some(buf.subspan(got), ec);
+        // Reads exactly: never lent for Write Zcopy (9.3, MSG_WAITALL).
+        std::size_t n = impl_ && impl_->sdp
+                            ? impl_->sdp->read_some(buf.subspan(got), ec, false, false)
+                            : read_some(buf.subspan(got), ec);
         if (ec || n == 0) {
             break;
         }
@@ -829,6 +832,9 @@ StreamStats Stream::stats() const {
     st.zcopy_bytes_received = e.zcopy_bytes_received;
     st.send_sm_sent = e.send_sm_sent;
     st.send_sm_received = e.send_sm_received;
+    st.write_zcopy_bytes_sent = e.rdma_write_bytes;
+    st.write_zcopy_bytes_received = e.sink_bytes_received;
+    st.sink_avail_sent = e.sink_avail_sent;
     st.susp_comm_received = e.susp_comm_received;
     st.susp_comm_ack_sent = e.susp_comm_ack_sent;
     st.resumes = e.resumes;

@@ -1114,8 +1114,7 @@ bool Connection::write_into_sink() {
     }
     ++stats_.rdma_writes;
     stats_.rdma_write_bytes += done;
-    stats_.zcopy_bytes_sent += done;
-    stats_.bytes_sent += done;
+    stats_.zcopy_bytes_sent += done;  // not in bytes_sent, as Read Zcopy's
     // 9.3 step 2: one RdmaWrCompl after the Write(s), as Send with SE and
     // Invalidate of the Data Sink's STag (the SHOULD).
     control_.push_back(Control{w::RdmaWrCompl{static_cast<std::uint32_t>(done)}, si.stag});

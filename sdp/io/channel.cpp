@@ -445,7 +445,7 @@ void SoftChannel::resume_locked(std::unique_lock<std::mutex>& lk) {
 }
 
 std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code& ec,
-                                   bool stop_at_urgent) {
+                                   bool stop_at_urgent, bool may_lend) {
     ec.clear();
     if (out.empty()) {
         return 0;
@@ -458,6 +458,12 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
         // The peer advertised its buffer (Read Zcopy): RDMA-Read into `out`.
         if (auto z = read_zcopy_locked(lk, out, ec)) {
             return *z;
+        }
+        // Nothing queued and a large buffer: lend it for Write Zcopy.
+        if (may_lend && !stop_at_urgent) {
+            if (auto z = read_sink_locked(lk, out, ec)) {
+                return *z;
+            }
         }
         // Nothing to read yet: let the next Data Messages land straight in
         // `out` (one copy less). Only this call ends the landing it began.
@@ -509,14 +515,10 @@ std::optional<std::size_t> SoftChannel::read_zcopy_locked(std::unique_lock<std::
         return std::nullopt;
     }
     service_locked();
-    // The RDMA Read cannot be called back: if io_timeout runs out first the
-    // connection is reset, which invalidates `out`'s region (a late Read
-    // Response then meets a Terminate) before it goes back to the caller.
-    if (!drive(
-            lk, [&] { return !c.zcopy_read_pending(); }, io_deadline())) {
-        core_.abort();
-        service_locked();
-        ec = std::make_error_code(std::errc::timed_out);
+    // The RDMA Read cannot be called back (a late Read Response after the
+    // reset meets a Terminate).
+    if (!drive_lent(
+            lk, [&] { return !c.zcopy_read_pending(); }, ec)) {
         return 0;
     }
     if (auto n = c.take_zcopy_read()) {
@@ -525,6 +527,43 @@ std::optional<std::size_t> SoftChannel::read_zcopy_locked(std::unique_lock<std::
     }
     ec = core_.state_error(false);
     return 0;
+}
+
+std::optional<std::size_t> SoftChannel::read_sink_locked(std::unique_lock<std::mutex>& lk,
+                                                         std::span<std::uint8_t> out,
+                                                         std::error_code& ec) {
+    auto& c = core_.sdp();
+    // Not with io_timeout: a read that gives up must revoke the buffer
+    // (SinkAvailCancel, 9.5.5) and keep it lent until the peer answers, and
+    // an idle peer's driver answers nothing until its application calls in,
+    // so the timeout would end in a reset (docs/sdp.md, "Zero copy").
+    if (io_timeout_.count() > 0 || c.bcopy_threshold() == 0 || out.size() <= c.bcopy_threshold() ||
+        !c.post_sink(out)) {
+        return std::nullopt;
+    }
+    service_locked();  // the SinkAvail goes out now
+    if (!drive_lent(
+            lk, [&] { return !c.sink_pending(); }, ec)) {
+        return 0;  // not reached without io_timeout
+    }
+    if (auto n = c.take_zcopy_read()) {
+        after_call();
+        return n;
+    }
+    // Stale (9.5.1: a message with payload came first), DisConn or an
+    // error: read_some() goes on and reads or reports it.
+    return std::nullopt;
+}
+
+bool SoftChannel::drive_lent(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done,
+                             std::error_code& ec) {
+    if (drive(lk, done, io_deadline())) {
+        return true;
+    }
+    core_.abort();
+    service_locked();
+    ec = std::make_error_code(std::errc::timed_out);
+    return false;
 }
 
 void SoftChannel::refresh_locked() {
@@ -638,15 +677,11 @@ std::optional<std::size_t> SoftChannel::write_zcopy_locked(std::unique_lock<std:
     }
     service_locked();
     wake_poller_for_output();
-    // The peer may read `in` until it says so. If io_timeout runs out first
-    // the connection is reset, which invalidates the region, before `in`
-    // goes back to the caller (SrcAvailCancel, 9.5.4, is not sent yet).
-    if (!drive(
-            lk, [&] { return !c.zcopy_write_pending(); }, io_deadline())) {
-        core_.abort();
-        service_locked();
+    // The peer may read `in` until it says so (SrcAvailCancel, 9.5.4, is
+    // not sent yet).
+    if (!drive_lent(
+            lk, [&] { return !c.zcopy_write_pending(); }, ec)) {
         kick_helper();
-        ec = std::make_error_code(std::errc::timed_out);
         return 0;
     }
     kick_helper();

@@ -117,8 +117,12 @@ class SoftChannel {
     // A read stops at the out-of-band mark; stop_at_urgent: 0 bytes with
     // interrupted when the reader stands on an urgent byte not yet read
     // with read_oob() (sdp::Stream::read_some).
+    // may_lend: with zero copy (mechanism zcopy), a large `out` may be lent
+    // to the peer for Write Zcopy (SinkAvail, 9.3); a caller that needs
+    // `out` filled (read exactly, MSG_WAITALL) passes false: 9.3 forbids
+    // advertising such buffers.
     std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec,
-                          bool stop_at_urgent = false);
+                          bool stop_at_urgent = false, bool may_lend = true);
     // Out-of-band data (9.5.3), as sdp::Stream's calls of the same names.
     // The queries first take what the socket holds (unless another thread
     // polls it), as the kernel processes segments on arrival.
@@ -161,11 +165,22 @@ class SoftChannel {
     std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                   std::span<const std::uint8_t> in,
                                                   std::error_code& ec);
+    // Write Zcopy (9.3) for read_some(): `out` lent with SinkAvail until the
+    // peer wrote into it, a message made it stale or a cancel went through;
+    // nullopt: not lent or nothing placed, read on with Bcopy.
+    std::optional<std::size_t> read_sink_locked(std::unique_lock<std::mutex>& lk,
+                                                std::span<std::uint8_t> out, std::error_code& ec);
     // After an abort: the AbortConn written and acknowledged (bounded by
     // kAbortLinger); false when none went out and the socket must be reset.
     bool finish_abort_locked(std::unique_lock<std::mutex>& lk);
     bool drive(std::unique_lock<std::mutex>& lk, const std::function<bool()>& pred,
                std::optional<Clock::time_point> deadline);
+    // drive() for a lent zero-copy buffer (9.2, 9.3): a transfer that
+    // outlives io_timeout resets the connection, which invalidates the
+    // buffer's region before it goes back to the caller; then false and
+    // timed_out.
+    bool drive_lent(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done,
+                    std::error_code& ec);
     // 13.1.1 step 4: the new connection (see above); called by drive().
     void resume_locked(std::unique_lock<std::mutex>& lk);
     void service_locked();

@@ -230,9 +230,13 @@ std::optional<engine::Region> SoftSession::register_region(std::span<std::uint8_
         return std::nullopt;
     }
     // The tagged offset is the buffer's address, as verbs providers do.
-    auto mr = qp_->reg_mr(mem, reinterpret_cast<std::uintptr_t>(mem.data()),
-                          access == engine::Access::remote_read ? iwarp::kAccessRemoteRead
-                                                                : iwarp::kAccessLocalWrite);
+    std::uint32_t rights = iwarp::kAccessLocalWrite;
+    if (access == engine::Access::remote_read) {
+        rights = iwarp::kAccessRemoteRead;
+    } else if (access == engine::Access::remote_write) {
+        rights = iwarp::kAccessRemoteWrite;  // 9.3: the peer's RDMA Writes land here
+    }
+    auto mr = qp_->reg_mr(mem, reinterpret_cast<std::uintptr_t>(mem.data()), rights);
     if (!mr) {
         return std::nullopt;
     }
@@ -260,6 +264,31 @@ void SoftSession::post_rdma_read(std::uint64_t id, const engine::Region& local,
     wr.local_to = local.to + local_off;
     wr.read_length = len;
     if (qp_->post_send(wr)) {
+        qp_failed();
+    }
+}
+
+void SoftSession::post_rdma_write(std::span<const std::uint8_t> data, std::uint32_t remote_stag,
+                                  std::uint64_t remote_to) {
+    post_rdma_write_owned(std::vector<std::uint8_t>(data.begin(), data.end()), 0, remote_stag,
+                          remote_to);
+}
+
+void SoftSession::post_rdma_write_owned(std::vector<std::uint8_t>&& bytes, std::size_t off,
+                                        std::uint32_t remote_stag, std::uint64_t remote_to) {
+    if (!qp_) {
+        return;
+    }
+    // Kept with the Send buffers: its completion releases it in order. The
+    // peer's QP checks STag, access and bounds (a Terminate otherwise).
+    send_bufs_.push_back(std::move(bytes));
+    iwarp::SendWr wr;
+    wr.opcode = iwarp::WrOpcode::rdma_write;
+    wr.data = std::span<const std::uint8_t>(send_bufs_.back()).subspan(off);
+    wr.remote_stag = remote_stag;
+    wr.remote_to = remote_to;
+    if (qp_->post_send(wr)) {
+        send_bufs_.pop_back();
         qp_failed();
     }
 }
@@ -361,7 +390,8 @@ void SoftSession::poll_completions() {
                 free_recv_.push_back(id);
             } else if (c.opcode == iwarp::WcOpcode::rdma_read) {
                 conn_.on_rdma_read_done(c.wr_id, c.status == iwarp::WcStatus::success);
-            } else if (c.opcode == iwarp::WcOpcode::send) {
+            } else if (c.opcode == iwarp::WcOpcode::send ||
+                       c.opcode == iwarp::WcOpcode::rdma_write) {
                 // Released once the output framed so far was consumed (the
                 // FPDUs may still point into the buffer).
                 send_release_at_.push_back(out_produced_);

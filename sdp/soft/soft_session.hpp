@@ -158,6 +158,10 @@ class SoftSession final : private engine::QueuePair, private iwarp::UntaggedPlac
                         std::uint32_t len) override;
     void post_send_invalidate(std::vector<std::uint8_t>&& message, bool solicited,
                               std::uint32_t stag) override;
+    void post_rdma_write(std::span<const std::uint8_t> data, std::uint32_t remote_stag,
+                         std::uint64_t remote_to) override;
+    void post_rdma_write_owned(std::vector<std::uint8_t>&& bytes, std::size_t off,
+                               std::uint32_t remote_stag, std::uint64_t remote_to) override;
     // One Send of an owned message (invalidate: Send with Invalidate).
     void send_owned(std::vector<std::uint8_t>&& message, bool solicited, std::uint32_t invalidate);
 

@@ -146,6 +146,12 @@ struct StreamStats {
     std::uint64_t zcopy_bytes_received = 0;
     std::uint64_t send_sm_sent = 0;
     std::uint64_t send_sm_received = 0;
+    // Write Zcopy (9.3), part of the zcopy counts above: bytes we
+    // RDMA-Wrote into the peer's lent buffers, bytes the peer wrote into
+    // ours; buffers we lent (SinkAvail).
+    std::uint64_t write_zcopy_bytes_sent = 0;
+    std::uint64_t write_zcopy_bytes_received = 0;
+    std::uint64_t sink_avail_sent = 0;
     // Socket duplication (13.1.1): SuspComm received, SuspCommAck sent,
     // connections resumed on a new LLP connection.
     std::uint64_t susp_comm_received = 0;

@@ -57,8 +57,9 @@ void make_pair(Pair& p, const sdp::StreamOptions& o = opts(),
 }
 
 // Writes `n` pattern bytes (seeded) in chunks of `chunk`.
+// pause: before each write (a slow writer: the reader waits first).
 std::error_code send_pattern(sdp::Stream& s, std::size_t n, std::uint32_t seed,
-                             std::size_t chunk = 256 * 1024) {
+                             std::size_t chunk = 256 * 1024, std::chrono::milliseconds pause = {}) {
     std::vector<std::uint8_t> buf;
     std::size_t off = 0;
     std::error_code ec;
@@ -66,6 +67,7 @@ std::error_code send_pattern(sdp::Stream& s, std::size_t n, std::uint32_t seed,
         const std::size_t k = std::min(chunk, n - off);
         buf.resize(k);
         pattern(buf, off, seed);
+        std::this_thread::sleep_for(pause);
         s.write(buf, ec);
         if (ec) {
             return ec;
@@ -131,6 +133,9 @@ struct ZcopyRun {
     std::size_t write_chunk = 0;
     std::size_t read_buf = 0;
     sdp::StreamStats client, server;
+    std::chrono::milliseconds write_pause{};
+    bool read_exactly = false;  // Stream::read() instead of read_some()
+    bool lend = false;          // no io_timeout: reads may lend (Write Zcopy)
 };
 
 void zcopy_transfer(ZcopyRun& r, sdp::Mechanism client_mech, sdp::Mechanism server_mech,
@@ -138,6 +143,8 @@ void zcopy_transfer(ZcopyRun& r, sdp::Mechanism client_mech, sdp::Mechanism serv
     auto oc = opts(), os = opts();
     oc.mechanism = client_mech;
     os.mechanism = server_mech;
+    if (r.lend)
+        oc.io_timeout = os.io_timeout = {};
     Pair p;
     ASSERT_NO_FATAL_FAILURE(make_pair(p, oc, os));
     auto reader = [&](sdp::Stream& s, std::uint32_t seed, std::size_t& got, bool& ok,
@@ -145,7 +152,7 @@ void zcopy_transfer(ZcopyRun& r, sdp::Mechanism client_mech, sdp::Mechanism serv
         std::vector<std::uint8_t> buf(r.read_buf);
         ok = true;
         while (true) {
-            const std::size_t k = s.read_some(buf, ec);
+            const std::size_t k = r.read_exactly ? s.read(buf, ec) : s.read_some(buf, ec);
             if (ec || k == 0)
                 return;
             ok = ok && check_pattern(std::span(buf.data(), k), got, seed);
@@ -156,7 +163,7 @@ void zcopy_transfer(ZcopyRun& r, sdp::Mechanism client_mech, sdp::Mechanism serv
     std::size_t g1 = 0, g2 = 0;
     bool ok1 = false, ok2 = true;
     std::thread cw([&] {
-        w1 = send_pattern(p.client, r.n, 21, r.write_chunk);
+        w1 = send_pattern(p.client, r.n, 21, r.write_chunk, r.write_pause);
         if (!w1)
             w1 = p.client.shutdown_write();
     });
@@ -197,6 +204,56 @@ TEST(SdpStreamZcopy, OneWayLargeWritesAreReadByTheReader) {
     zcopy_transfer(r, sdp::Mechanism::zcopy, sdp::Mechanism::zcopy, false);
     EXPECT_GT(r.client.zcopy_bytes_sent, r.n / 2);
     EXPECT_EQ(r.server.zcopy_bytes_received, r.client.zcopy_bytes_sent);
+}
+
+// Write Zcopy (9.3): the reader's 1 MiB buffers are lent with SinkAvail
+// whenever nothing is queued, and the (slow) writer's large writes go
+// straight into them by RDMA Write (RdmaWrCompl). A writer that is ahead
+// advertises first (SrcAvail) and the crossing SinkAvail is stale (9.5.1).
+TEST(SdpStreamZcopy, WriteZcopyIntoLentReaderBuffers) {
+    ZcopyRun r{.n = 16u << 20,
+               .write_chunk = 1 << 20,
+               .read_buf = 1 << 20,
+               .client = {},
+               .server = {},
+               .write_pause = 5ms,
+               .lend = true};
+    zcopy_transfer(r, sdp::Mechanism::zcopy, sdp::Mechanism::zcopy, false);
+    EXPECT_GT(r.server.sink_avail_sent, 0u);
+    EXPECT_GT(r.server.write_zcopy_bytes_received, 0u);
+    EXPECT_EQ(r.server.write_zcopy_bytes_received, r.client.write_zcopy_bytes_sent);
+    EXPECT_EQ(r.server.zcopy_bytes_received, r.client.zcopy_bytes_sent);
+}
+
+// 9.3: a reader that needs its buffer filled (Stream::read, MSG_WAITALL
+// style) never lends it; a Bcopy peer never uses a lent buffer (the Data
+// that comes instead completes it, 9.5.1).
+TEST(SdpStreamZcopy, ReadExactlyNeverLendsAndBcopyPeerFillsByData) {
+    {
+        ZcopyRun r{.n = 8u << 20,
+                   .write_chunk = 1 << 20,
+                   .read_buf = 1 << 20,
+                   .client = {},
+                   .server = {},
+                   .write_pause = 2ms,
+                   .read_exactly = true,
+                   .lend = true};
+        zcopy_transfer(r, sdp::Mechanism::zcopy, sdp::Mechanism::zcopy, false);
+        EXPECT_EQ(r.server.sink_avail_sent, 0u);
+    }
+    {
+        ZcopyRun r{.n = 4u << 20,
+                   .write_chunk = 512 * 1024,
+                   .read_buf = 1 << 20,
+                   .client = {},
+                   .server = {},
+                   .write_pause = 2ms,
+                   .lend = true};
+        zcopy_transfer(r, sdp::Mechanism::bcopy, sdp::Mechanism::zcopy, false);
+        EXPECT_GT(r.server.sink_avail_sent, 0u);
+        EXPECT_EQ(r.client.write_zcopy_bytes_sent, 0u);
+        EXPECT_EQ(r.server.write_zcopy_bytes_received, 0u);
+    }
 }
 
 TEST(SdpStreamZcopy, BothWaysAtOnce) {
@@ -266,6 +323,38 @@ TEST(SdpStreamZcopy, WriteTimesOutWhenThePeerNeverReads) {
     std::vector<std::uint8_t> b(16);
     p.client.read_some(b, ec);
     EXPECT_TRUE(ec) << "the stream was reset";
+}
+
+// With io_timeout a read never lends its buffer (it could not give it back
+// on time if the peer is idle, 9.5.5): it times out as with Bcopy, and the
+// stream goes on.
+TEST(SdpStreamZcopy, ReadWithTimeoutDoesNotLend) {
+    auto o = opts();
+    o.mechanism = sdp::Mechanism::zcopy;
+    o.io_timeout = 300ms;
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p, o));
+    std::vector<std::uint8_t> buf(1 << 20);
+    std::error_code ec;
+    EXPECT_EQ(p.server.read_some(buf, ec), 0u);
+    EXPECT_EQ(ec, std::errc::timed_out) << ec.message();
+    EXPECT_EQ(p.server.stats().sink_avail_sent, 0u);
+    std::vector<std::uint8_t> data(200000);
+    pattern(data, 0, 9);
+    std::error_code wec;
+    std::thread w([&] { p.client.write(data, wec); });
+    std::size_t got = 0;
+    bool ok = true;
+    while (got < data.size()) {
+        const std::size_t k = p.server.read_some(buf, ec);
+        ASSERT_FALSE(ec) << ec.message();
+        ASSERT_GT(k, 0u);
+        ok = ok && check_pattern(std::span(buf.data(), k), got, 9);
+        got += k;
+    }
+    w.join();
+    EXPECT_FALSE(wec) << wec.message();
+    EXPECT_TRUE(ok);
 }
 
 TEST(SdpStream, OneByte) {
