@@ -8,9 +8,18 @@
 // as the Connecting Peer after its SuspCommAck, as the Accepting Peer when
 // suspended itself); nothing may be sent after a SuspCommAck on the same
 // connection.
+// Zero copy: an input starting with 0x7A runs with an RDMA-capable QP and
+// a Bcopy Threshold, and records 0xF0-0xFF lend a reader buffer (Write
+// Zcopy, 9.3), cancel it (9.5.5), advertise a writer buffer (9.2) or take
+// a result. RDMA Writes may only go into a SinkAvail the input sent, within
+// its bounds, and a lent buffer's region is gone once it is given back.
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
 #include <span>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -54,6 +63,36 @@ class CheckingQp : public e::QueuePair {
         posted_ = 0;
     }
     void post_recv(std::uint32_t n) override { posted_ += n; }
+    [[nodiscard]] bool rdma_capable() const override { return rdma_; }
+    std::optional<e::Region> register_region(std::span<std::uint8_t> mem,
+                                             e::Access access) override {
+        if (!rdma_)
+            return std::nullopt;
+        const std::uint32_t stag = ++next_stag_;
+        live_.insert(stag);
+        if (access == e::Access::remote_write)
+            sink_stag_ = stag;
+        return e::Region{stag, 0x1000, mem.size()};
+    }
+    void invalidate_region(std::uint32_t stag) override { live_.erase(stag); }
+    void post_rdma_write(std::span<const std::uint8_t> d, std::uint32_t stag,
+                         std::uint64_t to) override {
+        // Only into a SinkAvail the peer sent (9.3 step 2), within it.
+        const auto it = advertised_.find(stag);
+        if (!rdma_ || closed_ || quiet_ || it == advertised_.end() || to < it->second.first ||
+            to - it->second.first + d.size() > it->second.second)
+            std::abort();
+    }
+    // A message the input delivers: its SinkAvail, if any, is a target.
+    void saw(std::span<const std::uint8_t> m) {
+        auto r = w::decode(m);
+        if (const auto* msg = std::get_if<w::Message>(&r))
+            if (const auto* sa = std::get_if<w::SinkAvail>(&msg->body))
+                advertised_[sa->stag] = {sa->va, sa->len};
+    }
+    [[nodiscard]] bool live(std::uint32_t stag) const { return live_.count(stag) != 0; }
+    bool rdma_ = false;
+    std::uint32_t sink_stag_ = 0;
     void disconnect(bool graceful) override {
         if (!graceful)
             closed_ = true;
@@ -61,6 +100,9 @@ class CheckingQp : public e::QueuePair {
     std::uint64_t posted_ = 0;
 
   private:
+    std::uint32_t next_stag_ = 0;
+    std::set<std::uint32_t> live_;
+    std::map<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> advertised_;
     bool first_ = true;
     bool closed_ = false;
     bool quiet_ = false;
@@ -75,6 +117,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     cfg.recv_buf_size = 1024;
     cfg.recv_buf_count = 6;
     cfg.send_queue_limit = 4096;
+    if (size > 0 && data[0] == 0x7A) {
+        qp.rdma_ = true;
+        cfg.bcopy_threshold = 1024;
+    }
+    // Lent buffers outlive the connection; the writer's stays unchanged.
+    std::vector<std::uint8_t> sink(16384);
+    const std::vector<std::uint8_t> source(16384, 0x5A);
     e::Connection c(e::Role::accepting, cfg, qp);
     w::Message hello;
     hello.bufs = 5;
@@ -96,12 +145,36 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::size_t len = std::min<std::size_t>(data[i + 1], size - i - 2);
         std::span<const std::uint8_t> arg(data + i + 2, len);
         i += 2 + len;
+        if (op >= 0xF0) {
+            switch (op & 3) {
+                case 0:  // a reader lends len * 64 + 1 bytes (Write Zcopy)
+                    if (!c.sink_pending())
+                        c.post_sink(std::span(sink).first(std::min(sink.size(), len * 64 + 1)));
+                    break;
+                case 1:
+                    c.cancel_sink();
+                    break;
+                case 2:  // a writer advertises len * 64 + 1 bytes (Read Zcopy)
+                    if (!c.zcopy_write_pending())
+                        c.write_zcopy(std::span(source).first(len * 64 + 1));
+                    break;
+                case 3:
+                    (void)c.take_zcopy_read();
+                    break;
+            }
+            if (!c.sink_pending() && qp.live(qp.sink_stag_))
+                std::abort();  // given back but still registered
+            continue;
+        }
         switch (op % 10) {
             case 0:  // raw bytes as one incoming Send
+                qp.saw(arg);
                 c.on_recv(arg, false);
                 break;
             case 1: {  // a well-formed BSDH around the bytes: MID, flags, bufs from arg
-                std::vector<std::uint8_t> m(16);
+                std::vector<std::uint8_t> m;
+                m.reserve(16 + len);
+                m.resize(16);
                 const std::uint8_t mids[] = {0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09,
                                              0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0xFD, 0xFE, 0xFF};
                 m[0] = 0;
@@ -125,6 +198,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 m[14] = static_cast<std::uint8_t>(ack >> 8);
                 m[15] = static_cast<std::uint8_t>(ack);
                 ++mseq;
+                qp.saw(m);
                 c.on_recv(m, false);
                 break;
             }
