@@ -132,7 +132,9 @@ struct SdpPairs final : PairMaker {
         so.crc = crc;
         so.mechanism = mech;
         so.zcopy_threshold = zthreshold;
-        so.io_timeout = 30s;
+        // A hang guard; not for zcopy: a read lends its buffer for Write
+        // Zcopy (9.3) only without io_timeout (docs/sdp.md, "Zero copy").
+        so.io_timeout = mech == sdp::Mechanism::zcopy ? 0s : 30s;
         sdp::AcceptorOptions ao;
         ao.stream = so;
         // The acceptor resolves `automatic`; the client uses what it chose.

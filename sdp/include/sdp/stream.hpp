@@ -122,7 +122,9 @@ struct StreamOptions {
     // zcopy, Read Zcopy (9.2) for writes larger than zcopy_threshold: the
     // buffer is advertised, the peer RDMA-Reads it straight into its
     // reader's buffer, and write() returns once the peer has read it (the
-    // caller's buffer stays put until then); automatic, what measured
+    // caller's buffer stays put until then), and reads larger than it with
+    // no io_timeout lend their buffer for the peer to RDMA-Write into
+    // (Write Zcopy, 9.3; never Stream::read()); automatic, what measured
     // fastest (today Bcopy, see docs/performance.md). Both directions: a
     // bcopy stream also asks a zero-copy peer for Bcopy (SendSm). Blocking
     // Stream on the soft provider; the async stream and the rdma provider
