@@ -12,10 +12,13 @@
 #   - every FPDU has one RDMAP header, one "Good CRC32" each, no "Bad CRC32",
 #     nothing malformed;
 #   - enough Send messages carry at least the whole input client -> server;
-#   - with MECHANISM zcopy (Read Zcopy, 9.2): the server RDMA-Reads the
-#     client's buffers (Read Requests one way, Read Responses the other, the
-#     final RdmaRdCompl as Send with SE and Invalidate), and Sends plus Read
-#     Responses carry the whole input.
+#   - with MECHANISM zcopy: the server RDMA-Reads the client's buffers
+#     (Read Zcopy, 9.2: Read Requests one way, Read Responses the other, the
+#     final RdmaRdCompl as Send with SE and Invalidate) or the client
+#     RDMA-Writes into buffers the server lent (Write Zcopy, 9.3: RDMA
+#     Writes and the RdmaWrCompl as Send with SE and Invalidate, client to
+#     server), and Sends, Read Responses and RDMA Writes carry the whole
+#     input.
 # usage: tshark_capture.sh SDP_CAT [bcopy|zcopy]
 set -u
 cat_bin=${1:?usage: tshark_capture.sh SDP_CAT [bcopy|zcopy]}
@@ -209,6 +212,7 @@ BEGIN { while ((getline l < rexfile) > 0) rexmit[l] = 1 }
       rresp[dir]++
       if (dir == "c2s") rpay += l - 14  # tagged DDP header
     }
+    if (o == 0 && dir == "c2s") wpay += l - 14  # RDMA Write (tagged)
     if (o == 1) rreq[dir]++
     if (o == 6) seinv[dir]++
   }
@@ -226,15 +230,19 @@ END {
   for (o in ops) printf "  RDMAP opcode %s: %d\n", o, ops[o]
   printf "Sends: %d (client->server %d carrying %d bytes of DDP payload; input %d)\n", sends, csends, cpay, size
   printf "Read Responses client->server: %d carrying %d bytes\n", rresp["c2s"], rpay
+  printf "RDMA Writes client->server carrying %d bytes\n", wpay
   if (bad != 0) err("Bad CRC32 in tshark -V")
   if (malformed != 0) err("Malformed in tshark -V")
   if (badlen != 0) err("Bad length in tshark -V")
   if (crc && good != fpdus) err(good " Good CRC32 for " fpdus " FPDUs")
   if (mech == "zcopy") {
-    if (rreq["s2c"] == 0) err("no RDMA Read Request from the server (Read Zcopy)")
-    if (rresp["c2s"] == 0) err("no RDMA Read Response from the client (Read Zcopy)")
-    if (seinv["s2c"] == 0) err("no Send with SE and Invalidate (final RdmaRdCompl)")
-    if (cpay + rpay < size) err("client Sends and Read Responses carry " cpay + rpay " bytes < input " size)
+    # Which one ran depends on who was first: the writer (SrcAvail) or the
+    # reader (SinkAvail); at least one of them, each complete.
+    if (rreq["s2c"] == 0 && wpay == 0) err("neither RDMA Read Requests from the server nor RDMA Writes from the client")
+    if (rreq["s2c"] > 0 && rresp["c2s"] == 0) err("no RDMA Read Response from the client (Read Zcopy)")
+    if (rreq["s2c"] > 0 && seinv["s2c"] == 0) err("no Send with SE and Invalidate (final RdmaRdCompl)")
+    if (wpay > 0 && seinv["c2s"] == 0) err("no Send with SE and Invalidate (RdmaWrCompl)")
+    if (cpay + rpay + wpay < size) err("client Sends, Read Responses and RDMA Writes carry " cpay + rpay + wpay " bytes < input " size)
   } else {
     minsends = int((size + 65534) / 65535)
     if (csends < minsends) err(csends " client Sends, want at least " minsends)
