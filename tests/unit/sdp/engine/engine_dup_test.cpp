@@ -389,3 +389,39 @@ TEST(SdpEngineDuplication, Section13_1_1_SuspCommAfterDisConnResets) {
     EXPECT_EQ(p.a.state(), e::State::reset);
     EXPECT_EQ(p.a.error(), e::Error::bad_susp_comm);
 }
+
+// 13 with Write Zcopy (9.3): both sides lent a buffer (SinkAvail) that the
+// other holds unused. The transition cancels both: the Local Peer drops the
+// peer's at suspend(), the Remote Peer drops it and gives its own back when
+// the SuspComm arrives, the Local Peer gives its own back with the
+// SuspCommAck. Nothing is written into them, their regions are gone, and
+// the streams go on afresh on the new connection.
+TEST(SdpEngineDuplication, Section13_1_1_LentBuffersEndWithTheTransition) {
+    ZPair p;
+    Bytes sink_a(100000), sink_b(100000);
+    ASSERT_TRUE(p.a.post_sink(sink_a));
+    ASSERT_TRUE(p.b.post_sink(sink_b));
+    p.run();
+    ASSERT_EQ(p.a.stats().sink_avail_received, 1u);
+    ASSERT_EQ(p.b.stats().sink_avail_received, 1u);
+    ASSERT_TRUE(p.b.suspend(7777));
+    p.run();
+    EXPECT_EQ(p.a.duplication(), e::Dup::reconnecting);
+    EXPECT_EQ(p.b.duplication(), e::Dup::local_done);
+    EXPECT_FALSE(p.a.sink_pending());
+    EXPECT_FALSE(p.b.sink_pending());
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_TRUE(p.qb.regions.empty());
+    EXPECT_EQ(p.qa.writes + p.qb.writes, 0u);
+    ASSERT_NO_FATAL_FAILURE(resume(p));
+    const Bytes data = pattern(100000, 9);
+    std::size_t off = 0;
+    Bytes got;
+    for (int i = 0; i < 1000 && got.size() < data.size(); ++i) {
+        feed(p.b, data, off);
+        p.run();
+        drain(p.a, got);
+    }
+    EXPECT_EQ(got, data);
+    EXPECT_TRUE(p.faults.empty());
+}
