@@ -256,6 +256,19 @@ TEST(SdpStreamZcopy, ReadExactlyNeverLendsAndBcopyPeerFillsByData) {
     }
 }
 
+// Both ways at once with lending readers: SinkAvails and SrcAvails cross
+// in both directions (9.5.1 decides each crossing) and nothing hangs.
+TEST(SdpStreamZcopy, BothWaysAtOnceWithLentBuffers) {
+    ZcopyRun r{.n = 16u << 20,
+               .write_chunk = 256 * 1024,
+               .read_buf = 300 * 1024,
+               .client = {},
+               .server = {},
+               .lend = true};
+    zcopy_transfer(r, sdp::Mechanism::zcopy, sdp::Mechanism::zcopy, true);
+    EXPECT_GT(r.client.sink_avail_sent + r.server.sink_avail_sent, 0u);
+}
+
 TEST(SdpStreamZcopy, BothWaysAtOnce) {
     ZcopyRun r{.n = 16u << 20,
                .write_chunk = 256 * 1024,
