@@ -410,3 +410,39 @@ TEST(SdpEngineWriteZcopy, ViolationsResetTheConnection) {
         EXPECT_TRUE(p.llp_down);
     }
 }
+
+// 9.4 / 9.5.1 step 1, the receiving side of a Transaction: a SinkAvail with
+// ULP payload. Its payload is data for this direction (delivered, and it
+// completes our own outstanding SinkAvail, not counted in NonDiscards); the
+// SinkAvail itself, current, is filled by the next large write.
+TEST(SdpEngineWriteZcopy, TransactionSinkAvailWithPayload) {
+    ZPair p;
+    Bytes own(100000);
+    ASSERT_TRUE(p.b.post_sink(own));  // b lends a buffer for a's data
+    p.run();
+    Bytes reply(100000);
+    auto region = p.qa.register_region(reply, e::Access::remote_write);
+    ASSERT_TRUE(region);
+    const Bytes command = pattern(200, 14);
+    p.inject(w::SinkAvail{.len = static_cast<std::uint32_t>(reply.size()),
+                          .stag = region->stag,
+                          .va = region->to,
+                          .non_discards = 0,
+                          .payload = command});
+    EXPECT_EQ(p.b.state(), e::State::established);
+    EXPECT_FALSE(p.b.sink_pending()) << "the payload completed b's SinkAvail";
+    EXPECT_EQ(p.b.stats().sink_avail_completed_by_data, 1u);
+    EXPECT_EQ(p.b.stats().sink_avail_received, 1u);
+    Bytes got;
+    p.read_b(got);
+    EXPECT_EQ(got, command);
+    const Bytes answer = pattern(60000, 15);
+    ASSERT_EQ(p.b.write(answer), answer.size());
+    std::size_t writes = 0;
+    for (const auto& pk : p.qb.outbound)
+        writes += pk.write ? 1 : 0;
+    EXPECT_GE(writes, 1u);
+    ASSERT_FALSE(p.qb.outbound.empty());
+    EXPECT_EQ(w::mid_of(decoded(p.qb.outbound.back()).body), w::Mid::rdma_wr_compl);
+    EXPECT_EQ(p.qb.outbound.back().invalidate, region->stag);
+}
