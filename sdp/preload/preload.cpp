@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "sdp/preload/bridge.hpp"
+#include "sdp/preload/handoff.hpp"
 #include "sdp/preload/listener.hpp"
 #include "sdp/preload/state.hpp"
 
@@ -600,6 +601,7 @@ void fork_child() {
     fds().mutex().unlock();
     Bridge::fork_child();
     state_fork_child();
+    heir_after_fork();  // connections of the parent's may come here (13.1.1)
 }
 
 __attribute__((constructor)) void preload_init() {
@@ -615,6 +617,8 @@ __attribute__((destructor)) void preload_fini() {
     for (const auto& l : fds().listeners()) {
         l->close();
     }
+    // Connections a child still holds move to it (13.1.1); the others close.
+    hand_off_at_exit(settings().exit_linger);
     Bridge::finish_all(settings().exit_linger);
     write_stats();
 }

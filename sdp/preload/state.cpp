@@ -265,6 +265,27 @@ void FdTable::after_fork_child() {
     }
 }
 
+std::vector<std::shared_ptr<Entry>> FdTable::entries_of(dev_t dev, ino_t ino) {
+    std::vector<std::shared_ptr<Entry>> out;
+    std::lock_guard lk(mu_);
+    for (const auto& [fd, e] : map_) {
+        if (e->kind == Entry::Kind::sdp && e->dev == dev && e->ino == ino) {
+            out.push_back(e);
+        }
+    }
+    return out;
+}
+
+bool FdTable::any_sdp() {
+    std::lock_guard lk(mu_);
+    for (const auto& [fd, e] : map_) {
+        if (e->kind == Entry::Kind::sdp) {
+            return true;
+        }
+    }
+    return false;
+}
+
 std::vector<int> FdTable::internal_in(unsigned first, unsigned last) {
     std::vector<int> out;
     std::lock_guard lk(mu_);
@@ -366,13 +387,9 @@ void state_fork_child() {
     silent_hosts().mu.unlock();
     stats_mutex().unlock();
     g_forked_child = true;
-    Counters& c = counters();
-    for (auto* a : {&c.connect_sdp, &c.connect_tcp_rule, &c.connect_fallback, &c.connect_failed,
-                    &c.listen_sdp, &c.listen_tcp_rule, &c.register_failed, &c.accept_sdp,
-                    &c.accept_tcp, &c.accept_tcp_refused, &c.bridges_active, &c.bridges_reset,
-                    &c.bytes_to_peer, &c.bytes_from_peer, &c.oob_to_peer, &c.oob_from_peer}) {
-        a->store(0);
-    }
+#define SDP_PRELOAD_COUNTER_RESET(name) counters().name.store(0);
+    SDP_PRELOAD_COUNTERS(SDP_PRELOAD_COUNTER_RESET)
+#undef SDP_PRELOAD_COUNTER_RESET
 }
 
 void write_stats() {
@@ -388,27 +405,14 @@ void write_stats() {
     } restore{saved_errno};
     std::lock_guard lk(stats_mutex());
     const Counters& c = counters();
-    const nlohmann::json j = {
+    nlohmann::json j = {
         {"pid", ::getpid()},
         {"program", settings().program},
         {"rules", settings().rules_broken ? "broken" : "ok"},
-        {"connect_sdp", c.connect_sdp.load()},
-        {"connect_tcp_rule", c.connect_tcp_rule.load()},
-        {"connect_fallback", c.connect_fallback.load()},
-        {"connect_failed", c.connect_failed.load()},
-        {"listen_sdp", c.listen_sdp.load()},
-        {"listen_tcp_rule", c.listen_tcp_rule.load()},
-        {"register_failed", c.register_failed.load()},
-        {"accept_sdp", c.accept_sdp.load()},
-        {"accept_tcp", c.accept_tcp.load()},
-        {"accept_tcp_refused", c.accept_tcp_refused.load()},
-        {"bridges_active", c.bridges_active.load()},
-        {"bridges_reset", c.bridges_reset.load()},
-        {"bytes_to_peer", c.bytes_to_peer.load()},
-        {"bytes_from_peer", c.bytes_from_peer.load()},
-        {"oob_to_peer", c.oob_to_peer.load()},
-        {"oob_from_peer", c.oob_from_peer.load()},
     };
+#define SDP_PRELOAD_COUNTER_JSON(name) j[#name] = c.name.load();
+    SDP_PRELOAD_COUNTERS(SDP_PRELOAD_COUNTER_JSON)
+#undef SDP_PRELOAD_COUNTER_JSON
     // "%p" in the path becomes the process id (several processes may share
     // the variable); the file is replaced atomically.
     std::string final_path = path;

@@ -117,6 +117,11 @@ class FdTable {
     // library's (sockets, socketpair ends and listeners of the parent's
     // bridges, which live on in the parent only).
     void after_fork_child();
+    // The entries of the program's descriptors of one open file (a
+    // connection handed over from the parent, docs/preload.md).
+    std::vector<std::shared_ptr<Entry>> entries_of(dev_t dev, ino_t ino);
+    // Some descriptor is an SDP connection.
+    bool any_sdp();
     // The library's own descriptors in [first, last], ascending.
     std::vector<int> internal_in(unsigned first, unsigned last);
     // Every listener (process exit).
@@ -157,12 +162,35 @@ const Settings& settings();
 // Logging to stderr (or SDP_PRELOAD_LOG_FILE): level 1 error, 2 info, 3 debug.
 void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// Counters (docs/preload.md, "Counters"), written to SDP_PRELOAD_STATS.
+// Counters (docs/preload.md, "Counters"), written to SDP_PRELOAD_STATS; one
+// list for the struct, the reset in a forked child and the JSON.
+// clang-format off
+#define SDP_PRELOAD_COUNTERS(X) \
+    X(connect_sdp) \
+    X(connect_tcp_rule) \
+    X(connect_fallback) \
+    X(connect_failed) \
+    X(listen_sdp) \
+    X(listen_tcp_rule) \
+    X(register_failed) \
+    X(accept_sdp) \
+    X(accept_tcp) \
+    X(accept_tcp_refused) \
+    X(bridges_active) \
+    X(bridges_reset) \
+    X(bytes_to_peer) \
+    X(bytes_from_peer) \
+    X(oob_to_peer) \
+    X(oob_from_peer) \
+    X(handoffs_out) \
+    X(handoffs_in) \
+    X(handoffs_failed) \
+    X(sdp_resumes)
+// clang-format on
 struct Counters {
-    std::atomic<std::uint64_t> connect_sdp{0}, connect_tcp_rule{0}, connect_fallback{0},
-        connect_failed{0}, listen_sdp{0}, listen_tcp_rule{0}, register_failed{0}, accept_sdp{0},
-        accept_tcp{0}, accept_tcp_refused{0}, bridges_active{0}, bridges_reset{0}, bytes_to_peer{0},
-        bytes_from_peer{0}, oob_to_peer{0}, oob_from_peer{0};
+#define SDP_PRELOAD_COUNTER_FIELD(name) std::atomic<std::uint64_t> name{0};
+    SDP_PRELOAD_COUNTERS(SDP_PRELOAD_COUNTER_FIELD)
+#undef SDP_PRELOAD_COUNTER_FIELD
 };
 Counters& counters();
 void write_stats();

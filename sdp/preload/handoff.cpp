@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "sdp/preload/handoff.hpp"
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sdp/preload/bridge.hpp"
+#include "sdp/preload/state.hpp"
+
+namespace sdp::preload {
+namespace {
+
+enum class Msg : std::uint32_t { offer = 1, port = 2, state = 3, done = 4 };
+// A Handoff carries the unread and unsent bytes: at most the stream's
+// buffers and the bridge's chunks, far below this.
+constexpr std::uint32_t kMaxFrame = 96u << 20;
+constexpr auto kIoTimeout = std::chrono::seconds(10);
+
+socklen_t heir_address(pid_t pid, sockaddr_un& sa) {
+    std::memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    const std::string name = "sdp-preload-heir." + std::to_string(pid);
+    std::memcpy(sa.sun_path + 1, name.data(), name.size());  // abstract: leading NUL
+    return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+void set_timeouts(int fd) {
+    timeval tv{};
+    tv.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(kIoTimeout).count();
+    real().setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    real().setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+bool send_all(int fd, const std::uint8_t* p, std::size_t n) {
+    while (n > 0) {
+        const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) {
+            continue;
+        }
+        if (k <= 0) {
+            return false;
+        }
+        p += k;
+        n -= static_cast<std::size_t>(k);
+    }
+    return true;
+}
+
+bool recv_all(int fd, std::uint8_t* p, std::size_t n) {
+    while (n > 0) {
+        const ssize_t k = ::recv(fd, p, n, 0);
+        if (k < 0 && errno == EINTR) {
+            continue;
+        }
+        if (k <= 0) {
+            return false;
+        }
+        p += k;
+        n -= static_cast<std::size_t>(k);
+    }
+    return true;
+}
+
+// A frame: type and length (host order: both ends are this library on one
+// host), then the body. `pass` goes along with the header (SCM_RIGHTS).
+bool send_frame(int fd, Msg type, std::span<const std::uint8_t> body, int pass = -1) {
+    std::uint32_t hdr[2] = {static_cast<std::uint32_t>(type),
+                            static_cast<std::uint32_t>(body.size())};
+    iovec iov{hdr, sizeof hdr};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+    if (pass >= 0) {
+        m.msg_control = ctl;
+        m.msg_controllen = sizeof ctl;
+        cmsghdr* c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(c), &pass, sizeof(int));
+    }
+    ssize_t k;
+    do {
+        k = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+    } while (k < 0 && errno == EINTR);
+    if (k != static_cast<ssize_t>(sizeof hdr)) {
+        return false;
+    }
+    return send_all(fd, body.data(), body.size());
+}
+
+// Receives a frame of `want`; a descriptor that came along goes to *passed
+// (tracked as the library's), else -1.
+std::optional<std::vector<std::uint8_t>> recv_frame(int fd, Msg want, int* passed = nullptr) {
+    if (passed != nullptr) {
+        *passed = -1;
+    }
+    std::uint32_t hdr[2] = {};
+    iovec iov{hdr, sizeof hdr};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof ctl;
+    ssize_t k;
+    do {
+        k = ::recvmsg(fd, &m, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    } while (k < 0 && errno == EINTR);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+            c->cmsg_len == CMSG_LEN(sizeof(int))) {
+            int got = -1;
+            std::memcpy(&got, CMSG_DATA(c), sizeof got);
+            track_internal(got);
+            if (passed != nullptr) {
+                *passed = got;
+            } else {
+                close_internal(got);  // not expected here
+            }
+        }
+    }
+    if (k != static_cast<ssize_t>(sizeof hdr) || hdr[0] != static_cast<std::uint32_t>(want) ||
+        hdr[1] > kMaxFrame) {
+        return std::nullopt;
+    }
+    std::vector<std::uint8_t> body(hdr[1]);
+    if (!recv_all(fd, body.data(), body.size())) {
+        return std::nullopt;
+    }
+    return body;
+}
+
+template <typename T>
+std::span<const std::uint8_t> bytes_of(const T& v) {
+    return {reinterpret_cast<const std::uint8_t*>(&v), sizeof v};
+}
+
+// --- the heir: a forked child that may take its parent's connections -------
+
+struct Offer {
+    std::uint64_t dev = 0;
+    std::uint64_t ino = 0;
+};
+
+// A listening TCP socket on the connection's local address, any port
+// (13.1.1 step 1), or -1.
+int listen_near(const Entry& e, std::uint16_t& port) {
+    auto local = endpoint_of(reinterpret_cast<const sockaddr*>(&e.local), e.local_len);
+    if (!local) {
+        return -1;
+    }
+    local->port = 0;
+    sockaddr_storage ss{};
+    const int family = local->address.is_v4() ? AF_INET : AF_INET6;
+    const socklen_t len = sockaddr_of(*local, family, ss);
+    const int fd = real().socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    track_internal(fd);
+    sockaddr_storage got{};
+    socklen_t got_len = sizeof got;
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&ss), len) != 0 || real().listen(fd, 8) != 0 ||
+        real().getsockname(fd, reinterpret_cast<sockaddr*>(&got), &got_len) != 0) {
+        close_internal(fd);
+        return -1;
+    }
+    auto bound = endpoint_of(reinterpret_cast<const sockaddr*>(&got), got_len);
+    port = bound ? bound->port : 0;
+    return fd;
+}
+
+// One offer from the parent, answered.
+void serve_offer(int c) {
+    ucred cred{};
+    socklen_t cl = sizeof cred;
+    if (real().getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != ::geteuid()) {
+        log(1, "hand-over: refused a peer of uid %u", static_cast<unsigned>(cred.uid));
+        return;
+    }
+    set_timeouts(c);
+    auto offer_bytes = recv_frame(c, Msg::offer);
+    if (!offer_bytes || offer_bytes->size() != sizeof(Offer)) {
+        return;
+    }
+    Offer o;
+    std::memcpy(&o, offer_bytes->data(), sizeof o);
+    auto entries = fds().entries_of(static_cast<dev_t>(o.dev), static_cast<ino_t>(o.ino));
+    std::uint16_t port = 0;
+    int lfd = -1;
+    if (!entries.empty() && !entries.front()->bridge) {
+        lfd = listen_near(*entries.front(), port);
+    }
+    if (!send_frame(c, Msg::port, bytes_of(port)) || lfd < 0) {
+        close_internal(lfd);
+        return;
+    }
+    int pump = -1;
+    auto state = recv_frame(c, Msg::state, &pump);
+    std::optional<Handoff> h = state ? Handoff::decode(*state) : std::nullopt;
+    std::uint8_t ok = 0;
+    if (h && pump >= 0) {
+        Stream s;
+        if (auto ec = s.take_over(lfd, *h, stream_options(entries.front().get()))) {
+            log(1, "hand-over: taking the connection with %s over failed: %s",
+                h->peer.to_string().c_str(), ec.message().c_str());
+        } else if (auto b = Bridge::adopt(std::move(s), pump, static_cast<dev_t>(o.dev),
+                                          static_cast<ino_t>(o.ino))) {
+            pump = -1;  // the bridge's now
+            for (const auto& e :
+                 fds().entries_of(static_cast<dev_t>(o.dev), static_cast<ino_t>(o.ino))) {
+                std::lock_guard lk(fds().mutex());
+                e->bridge = b;
+            }
+            b->start();
+            ok = 1;
+            ++counters().handoffs_in;
+            log(2, "hand-over: took the connection with %s over from the parent",
+                h->peer.to_string().c_str());
+        }
+    } else {
+        log(1, "hand-over: the parent's state was malformed");
+    }
+    if (ok == 0) {
+        ++counters().handoffs_failed;
+    }
+    close_internal(pump);  // on failure: the program reads end of stream
+    close_internal(lfd);
+    write_stats();
+    send_frame(c, Msg::done, bytes_of(ok));
+}
+
+void heir_loop(int lfd) {
+    mark_internal_thread();
+    for (;;) {
+        const int c = real().accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) {
+                continue;
+            }
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                continue;
+            }
+            return;  // EBADF/EINVAL: closed (never, short of a bug)
+        }
+        track_internal(c);
+        serve_offer(c);
+        close_internal(c);
+    }
+}
+
+// --- the parent -------------------------------------------------------------
+
+// This process's children (every thread's), from /proc.
+std::vector<pid_t> children() {
+    std::vector<pid_t> out;
+    DIR* d = ::opendir("/proc/self/task");
+    if (d == nullptr) {
+        return out;
+    }
+    while (const dirent* t = ::readdir(d)) {
+        if (t->d_name[0] == '.') {
+            continue;
+        }
+        std::ifstream f(std::string("/proc/self/task/") + t->d_name + "/children");
+        pid_t pid = 0;
+        while (f >> pid) {
+            out.push_back(pid);
+        }
+    }
+    ::closedir(d);
+    return out;
+}
+
+// `pid` has the open file (a socket) of inode `ino` among its descriptors.
+bool holds(pid_t pid, ino_t ino) {
+    const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+    const std::string want = "socket:[" + std::to_string(ino) + "]";
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) {
+        return false;
+    }
+    bool found = false;
+    char target[64];
+    while (const dirent* f = ::readdir(d)) {
+        if (f->d_name[0] == '.') {
+            continue;
+        }
+        const ssize_t n = ::readlinkat(::dirfd(d), f->d_name, target, sizeof target);
+        if (n > 0 && want.compare(0, std::string::npos, target, static_cast<std::size_t>(n)) == 0) {
+            found = true;
+            break;
+        }
+    }
+    ::closedir(d);
+    return found;
+}
+
+int connect_heir(pid_t pid) {
+    const int fd = real().socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    track_internal(fd);
+    sockaddr_un sa;
+    const socklen_t len = heir_address(pid, sa);
+    if (real().connect(fd, reinterpret_cast<const sockaddr*>(&sa), len) != 0) {
+        close_internal(fd);
+        return -1;
+    }
+    set_timeouts(fd);
+    return fd;
+}
+
+// Offers b's connection to the heir on c; true when it took it over.
+bool offer(int c, Bridge& b) {
+    const Offer o{static_cast<std::uint64_t>(b.app_dev()), static_cast<std::uint64_t>(b.app_ino())};
+    std::uint16_t port = 0;
+    auto reply = send_frame(c, Msg::offer, bytes_of(o)) ? recv_frame(c, Msg::port) : std::nullopt;
+    if (!reply || reply->size() != sizeof port) {
+        return false;
+    }
+    std::memcpy(&port, reply->data(), sizeof port);
+    if (port == 0) {
+        return false;  // that child does not hold it after all
+    }
+    int pump = -1;
+    std::error_code ec;
+    auto h = b.hand_off(port, &pump, ec);
+    if (!h) {
+        log(2, "hand-over: not possible: %s", ec.message().c_str());
+        return false;  // the heir's listener goes when this connection closes
+    }
+    const bool sent = send_frame(c, Msg::state, h->encode(), pump);
+    close_internal(pump);
+    auto done = sent ? recv_frame(c, Msg::done) : std::nullopt;
+    const bool ok = done && done->size() == 1 && (*done)[0] == 1;
+    if (!ok) {
+        ++counters().handoffs_failed;
+        log(1, "hand-over: the child did not take the connection with %s over",
+            h->peer.to_string().c_str());
+    }
+    return ok;
+}
+
+}  // namespace
+
+void heir_after_fork() {
+    if (!fds().any_sdp()) {
+        return;  // nothing inherited: no thread
+    }
+    const int lfd = real().socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0) {
+        return;
+    }
+    track_internal(lfd);
+    sockaddr_un sa;
+    const socklen_t len = heir_address(::getpid(), sa);
+    if (::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), len) != 0 ||
+        real().listen(lfd, 16) != 0) {
+        log(1, "hand-over: no heir service: %s", std::strerror(errno));
+        close_internal(lfd);
+        return;
+    }
+    SignalsBlocked quiet;
+    std::thread([lfd] { heir_loop(lfd); }).detach();
+}
+
+void hand_off_at_exit(std::chrono::milliseconds budget) {
+    InternalScope in;
+    const auto deadline = std::chrono::steady_clock::now() + budget;
+    for (const auto& b : Bridge::live()) {
+        // A child that holds the descriptor: its heir service may still be
+        // starting (a fork just now), so connecting is retried briefly.
+        for (pid_t pid : children()) {
+            if (!holds(pid, b->app_ino())) {
+                continue;
+            }
+            int c = -1;
+            const auto give_up = std::min(
+                deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
+            while ((c = connect_heir(pid)) < 0 && std::chrono::steady_clock::now() < give_up) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+            if (c < 0) {
+                log(2, "hand-over: child %d holds the connection but takes none (exec'd?)",
+                    static_cast<int>(pid));
+                continue;
+            }
+            const bool taken = offer(c, *b);
+            close_internal(c);
+            if (taken) {
+                log(2, "hand-over: connection passed to child %d", static_cast<int>(pid));
+                break;
+            }
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+            break;
+        }
+    }
+    write_stats();
+}
+
+}  // namespace sdp::preload
