@@ -24,6 +24,9 @@
 #               stale entry after close_range() (flags_check.py)
 #   exit        a program that writes and exits without close(): every byte
 #               arrives, then end of stream (not a reset)
+#   handoff     a client that forks and exits: its connection moves to the
+#               child (socket duplication initiated by the library, 13.1.1),
+#               and every byte still arrives, both ways
 #   keepalive   SO_KEEPALIVE/TCP_KEEPIDLE/INTVL/CNT set by a program reach the
 #               SDP connection's TCP socket (14.3): a peer whose link is cut
 #               (two network namespaces) is detected within the keepalive time
@@ -306,6 +309,30 @@ forking)
   expect_stat "$work/srv.json" accept_sdp 6
   grep -c "^served [0-9]* local $port\$" "$work/srv.log" | grep -qx 6 \
     || die "server log (getsockname of accepted sockets = the listening port): $(cat "$work/srv.log")"
+  ;;
+handoff)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/echo_once.py" 127.0.0.1 "$port"
+  head -c 1500000 /dev/urandom > "$work/in"
+  # The parent sends 200 kB (echoed back into its unread buffers), forks
+  # and exits; the child sends the rest and reads everything.
+  SDP_PRELOAD_STATS="$work/cli.%p.json" SDP_PRELOAD_LOG=info timeout 60 "$run" \
+    "$py" "$here/handoff_client.py" 127.0.0.1 "$port" "$work/in" "$work/out" 200000 \
+    2> "$work/cli.err" || die "client parent failed"
+  for ((i = 0; i < 300; i++)); do [ -e "$work/out.done" ] && break; sleep 0.1; done
+  [ -e "$work/out.done" ] || die "the child did not finish"
+  same "$work/in" "$work/out" "echo across the hand-over"
+  wait "$srv" || die "echo server failed"
+  # The parent handed its connection over, the child took it, and the
+  # server's side (the Remote Peer) reconnected once (13.1.1 step 4).
+  out_files=$(grep -l '"handoffs_out":1' "$work"/cli.*.json | wc -l)
+  in_files=$(grep -l '"handoffs_in":1' "$work"/cli.*.json | wc -l)
+  [ "$out_files" = 1 ] && [ "$in_files" = 1 ] \
+    || die "hand-over counters: $(cat "$work"/cli.*.json)"
+  expect_stat "$work/srv.json" sdp_resumes 1
+  expect_stat "$work/srv.json" accept_sdp 1
+  grep -q "hand-over: took the connection" "$work/cli.err" || die "no hand-over in the log"
   ;;
 oob)
   start_pmd
