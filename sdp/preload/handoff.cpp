@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -22,16 +23,19 @@
 namespace sdp::preload {
 namespace {
 
-enum class Msg : std::uint32_t { offer = 1, port = 2, state = 3, done = 4 };
+enum class Msg : std::uint32_t { offer = 1, port = 2, state = 3, done = 4, claim = 5, claimed = 6 };
+constexpr const char* kHeir = "heir";
+constexpr const char* kClaims = "claims";
 // A Handoff carries the unread and unsent bytes: at most the stream's
 // buffers and the bridge's chunks, far below this.
 constexpr std::uint32_t kMaxFrame = 96u << 20;
 constexpr auto kIoTimeout = std::chrono::seconds(10);
 
-socklen_t heir_address(pid_t pid, sockaddr_un& sa) {
+// The abstract AF_UNIX name of a process's service: "sdp-preload-WHAT.PID".
+socklen_t service_address(const char* what, pid_t pid, sockaddr_un& sa) {
     std::memset(&sa, 0, sizeof sa);
     sa.sun_family = AF_UNIX;
-    const std::string name = "sdp-preload-heir." + std::to_string(pid);
+    const std::string name = std::string("sdp-preload-") + what + "." + std::to_string(pid);
     std::memcpy(sa.sun_path + 1, name.data(), name.size());  // abstract: leading NUL
     return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
 }
@@ -186,13 +190,6 @@ int listen_near(const Entry& e, std::uint16_t& port) {
 
 // One offer from the parent, answered.
 void serve_offer(int c) {
-    ucred cred{};
-    socklen_t cl = sizeof cred;
-    if (real().getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != ::geteuid()) {
-        log(1, "hand-over: refused a peer of uid %u", static_cast<unsigned>(cred.uid));
-        return;
-    }
-    set_timeouts(c);
     auto offer_bytes = recv_frame(c, Msg::offer);
     if (!offer_bytes || offer_bytes->size() != sizeof(Offer)) {
         return;
@@ -244,7 +241,8 @@ void serve_offer(int c) {
     send_frame(c, Msg::done, bytes_of(ok));
 }
 
-void heir_loop(int lfd) {
+// A service's thread: one request at a time, from processes of our uid.
+void service_loop(int lfd, void (*serve)(int)) {
     mark_internal_thread();
     for (;;) {
         const int c = real().accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
@@ -259,9 +257,81 @@ void heir_loop(int lfd) {
             return;  // EBADF/EINVAL: closed (never, short of a bug)
         }
         track_internal(c);
-        serve_offer(c);
+        ucred cred{};
+        socklen_t cl = sizeof cred;
+        if (real().getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
+            cred.uid == ::geteuid()) {
+            set_timeouts(c);
+            serve(c);
+        } else {
+            log(1, "refused a peer of uid %u on the library's socket",
+                static_cast<unsigned>(cred.uid));
+        }
         close_internal(c);
     }
+}
+
+// Starts `what`'s service for this process unless it runs already (a
+// forked child starts its own: the parent's thread is not there).
+void start_service(const char* what, std::atomic<pid_t>& running_for, void (*serve)(int)) {
+    const pid_t me = ::getpid();
+    if (running_for.exchange(me) == me) {
+        return;
+    }
+    const int lfd = real().socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0) {
+        return;
+    }
+    track_internal(lfd);
+    sockaddr_un sa;
+    const socklen_t len = service_address(what, me, sa);
+    if (::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), len) != 0 ||
+        real().listen(lfd, 64) != 0) {
+        log(1, "no %s service: %s", what, std::strerror(errno));
+        close_internal(lfd);
+        return;
+    }
+    SignalsBlocked quiet;
+    std::thread([lfd, serve] { service_loop(lfd, serve); }).detach();
+}
+
+std::atomic<pid_t> g_heir_for{0};
+std::atomic<pid_t> g_claims_for{0};
+
+void start_heir() {
+    start_service(kHeir, g_heir_for, serve_offer);
+}
+
+// --- claims: a pre-fork server's worker asks for a doorbell's connection ----
+
+void serve_claim(int c) {
+    auto req = recv_frame(c, Msg::claim);
+    std::optional<pm::Endpoint> bound, from;
+    if (req) {
+        const std::string text(req->begin(), req->end());
+        const auto sp = text.find(' ');
+        if (sp != std::string::npos) {
+            bound = pm::Endpoint::parse(text.substr(0, sp));
+            from = pm::Endpoint::parse(text.substr(sp + 1));
+        }
+    }
+    std::optional<Listener::Claimed> got;
+    if (bound && from) {
+        for (const auto& l : fds().listeners()) {
+            if (l->bound() == *bound && (got = l->claim(*from))) {
+                break;
+            }
+        }
+    }
+    if (!got) {
+        send_frame(c, Msg::claimed, {});
+        return;
+    }
+    const std::string text = got->peer.to_string() + " " + got->local.to_string();
+    send_frame(c, Msg::claimed,
+               std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()),
+               got->app_fd);
+    close_internal(got->app_fd);  // the worker's copy is the program's now
 }
 
 // --- the parent -------------------------------------------------------------
@@ -311,14 +381,14 @@ bool holds(pid_t pid, ino_t ino) {
     return found;
 }
 
-int connect_heir(pid_t pid) {
+int connect_service(const char* what, pid_t pid) {
     const int fd = real().socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return -1;
     }
     track_internal(fd);
     sockaddr_un sa;
-    const socklen_t len = heir_address(pid, sa);
+    const socklen_t len = service_address(what, pid, sa);
     if (real().connect(fd, reinterpret_cast<const sockaddr*>(&sa), len) != 0) {
         close_internal(fd);
         return -1;
@@ -361,24 +431,49 @@ bool offer(int c, Bridge& b) {
 }  // namespace
 
 void heir_after_fork() {
-    if (!fds().any_sdp()) {
-        return;  // nothing inherited: no thread
+    if (fds().any_sdp()) {
+        start_heir();  // else no thread: nothing inherited
     }
-    const int lfd = real().socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (lfd < 0) {
-        return;
+}
+
+void claims_after_fork() {
+    if (!fds().listeners().empty()) {
+        start_service(kClaims, g_claims_for, serve_claim);
     }
-    track_internal(lfd);
-    sockaddr_un sa;
-    const socklen_t len = heir_address(::getpid(), sa);
-    if (::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), len) != 0 ||
-        real().listen(lfd, 16) != 0) {
-        log(1, "hand-over: no heir service: %s", std::strerror(errno));
-        close_internal(lfd);
-        return;
+}
+
+std::optional<Listener::Claimed> claim_from_owner(pid_t owner, const pm::Endpoint& bound,
+                                                  const pm::Endpoint& from) {
+    if (owner <= 0 || from.address != Listener::doorbell_target(bound).address) {
+        return std::nullopt;  // not from where the owner's doorbells come
     }
-    SignalsBlocked quiet;
-    std::thread([lfd] { heir_loop(lfd); }).detach();
+    InternalScope in;
+    const int c = connect_service(kClaims, owner);
+    if (c < 0) {
+        return std::nullopt;  // the owner is gone: a plain connection
+    }
+    const std::string text = bound.to_string() + " " + from.to_string();
+    int app_fd = -1;
+    auto reply =
+        send_frame(c, Msg::claim,
+                   std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()))
+            ? recv_frame(c, Msg::claimed, &app_fd)
+            : std::nullopt;
+    close_internal(c);
+    std::optional<Listener::Claimed> out;
+    if (reply && app_fd >= 0) {
+        const std::string r(reply->begin(), reply->end());
+        const auto sp = r.find(' ');
+        auto peer = sp == std::string::npos ? std::nullopt : pm::Endpoint::parse(r.substr(0, sp));
+        auto local = sp == std::string::npos ? std::nullopt : pm::Endpoint::parse(r.substr(sp + 1));
+        if (peer && local) {
+            out = Listener::Claimed{app_fd, nullptr, *peer, *local};
+            app_fd = -1;
+            start_heir();  // the owner may hand the connection here at its exit
+        }
+    }
+    close_internal(app_fd);
+    return out;
 }
 
 void hand_off_at_exit(std::chrono::milliseconds budget) {
@@ -394,7 +489,8 @@ void hand_off_at_exit(std::chrono::milliseconds budget) {
             int c = -1;
             const auto give_up = std::min(
                 deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
-            while ((c = connect_heir(pid)) < 0 && std::chrono::steady_clock::now() < give_up) {
+            while ((c = connect_service(kHeir, pid)) < 0 &&
+                   std::chrono::steady_clock::now() < give_up) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(10));
             }
             if (c < 0) {

@@ -20,9 +20,23 @@
 //        child: Stream::take_over() (steps 6, 7), a bridge over it
 //     <- DONE   1 taken over, 0 failed
 // See docs/preload.md, "Descriptors that move to another process".
+//
+// Pre-fork servers (claims): a worker that accept()s on a listening socket
+// its parent listen()ed on may get a doorbell of the parent's Listener. It
+// asks the parent over "sdp-preload-claims.<pid>" for the connection behind
+// it and gets the program's end of its bridge (SCM_RIGHTS); the bridge runs
+// on in the parent, as for a descriptor inherited by fork().
+//     -> CLAIM  the listening address and the doorbell's address
+//     <- CLAIMED  found or not, the SDP peer and local addresses, the fd
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
+#include <optional>
+
+#include "pmclient/address.hpp"
+#include "sdp/preload/listener.hpp"
 
 namespace sdp::preload {
 
@@ -32,5 +46,14 @@ void heir_after_fork();
 // Process exit: connections whose descriptor a child still holds are
 // handed over (within `budget`); the rest end as before.
 void hand_off_at_exit(std::chrono::milliseconds budget);
+
+// fork() parent: starts the claims service when this process has listeners
+// (a child may accept their doorbells).
+void claims_after_fork();
+// A worker accepted a connection from `from` on a socket listening on
+// `bound` that `owner` listen()ed on: the SDP connection behind it if it is
+// a doorbell of the owner's (bridge empty: it runs in the owner).
+std::optional<Listener::Claimed> claim_from_owner(pid_t owner, const pm::Endpoint& bound,
+                                                  const pm::Endpoint& from);
 
 }  // namespace sdp::preload

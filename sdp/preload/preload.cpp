@@ -248,7 +248,7 @@ SDP_EXPORT int listen(int fd, int backlog) {
         log(3, "listen %s: TCP (rule line %d)", bound->to_string().c_str(), d.line);
     } else {
         SignalsBlocked quiet;  // the listener's thread takes no signal of the program
-        l = Listener::open(*bound, d.use == Use::sdp);
+        l = Listener::open(*bound);
     }
     if (!l) {
         fds().take(fd);
@@ -257,6 +257,7 @@ SDP_EXPORT int listen(int fd, int backlog) {
         std::lock_guard lk(fds().mutex());
         e->kind = Entry::Kind::listener;
         e->bound = bound;
+        e->sdp_only = d.use == Use::sdp;
         e->listener = std::move(l);
     }
     write_stats();
@@ -266,7 +267,7 @@ SDP_EXPORT int listen(int fd, int backlog) {
 
 SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
     auto e = internal_call() ? nullptr : entry_of(fd, Entry::Kind::listener);
-    if (!e || !e->listener) {
+    if (!e || (!e->listener && e->owner == 0)) {
         const int r = real().accept4(fd, addr, len, flags);
         if (r >= 0 && internal_call()) {
             track_internal(r);
@@ -281,7 +282,14 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
             return nfd;
         }
         auto from = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl);
-        auto c = from ? e->listener->claim(*from) : std::nullopt;
+        // A doorbell: the connection behind it is this process's Listener's,
+        // or (a pre-fork server's worker) its owner's.
+        std::optional<Listener::Claimed> c;
+        if (from && e->listener) {
+            c = e->listener->claim(*from);
+        } else if (from && e->bound) {
+            c = claim_from_owner(e->owner, *e->bound, *from);
+        }
         if (c) {
             InternalScope in;
             if (!install(nfd, c->app_fd, (flags & SOCK_CLOEXEC) != 0,
@@ -311,7 +319,7 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
             write_stats();
             return nfd;
         }
-        if (e->listener->sdp_only()) {
+        if (e->sdp_only) {
             // `use sdp server`: TCP connections are refused (closed).
             ++counters().accept_tcp_refused;
             write_stats();
@@ -593,6 +601,7 @@ void fork_prepare() {
 }
 void fork_parent() {
     fds().mutex().unlock();
+    claims_after_fork();  // the child may accept doorbells of our listeners
     Bridge::fork_parent();
     state_fork_parent();
 }

@@ -258,8 +258,10 @@ void FdTable::after_fork_child() {
             leak->push_back(std::move(e.bridge));
         }
         if (e.listener) {
+            // The parent takes its SDP connections; a doorbell this process
+            // accepts is claimed from there (handoff.hpp).
             leak->push_back(std::move(e.listener));
-            e.kind = Entry::Kind::candidate;  // the parent takes its SDP connections
+            e.owner = ::getppid();
         }
         ++it;
     }

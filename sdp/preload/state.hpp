@@ -92,6 +92,10 @@ struct Entry {
     sockaddr_storage peer{};
     socklen_t peer_len = 0;
     std::optional<pm::Endpoint> bound;  // listener: the listening address
+    bool sdp_only = false;              // listener: `use sdp server` (TCP clients refused)
+    // listener inherited by fork() (a pre-fork server's worker): the process
+    // whose Listener takes its SDP connections (handoff.hpp, claims).
+    pid_t owner = 0;
     // The open file the entry describes (fstat), so that an entry never
     // answers for another file that got the same number after a close the
     // library did not see (close_range, fclose, a raw system call).

@@ -24,6 +24,8 @@
 #               stale entry after close_range() (flags_check.py)
 #   exit        a program that writes and exits without close(): every byte
 #               arrives, then end of stream (not a reset)
+#   prefork     a pre-fork server (workers accept on the parent's listening
+#               socket): every SDP connection reaches a worker
 #   handoff     a client that forks and exits: its connection moves to the
 #               child (socket duplication initiated by the library, 13.1.1),
 #               and every byte still arrives, both ways
@@ -57,7 +59,7 @@ cleanup() {
   local p
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$work"
+  [ -n "${KEEP_WORK:-}" ] && echo "kept $work" >&2 || rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
@@ -207,6 +209,29 @@ nc_send() {
 }
 # serve CMD...: CMD preloaded in the background as "srv" (srv.log, srv.err,
 # srv.json; its pid in $srv), once its SDP listener is up.
+# echo_clients WHAT: six preloaded clients at once against the echo server
+# on $port, each over SDP, each echo compared.
+echo_clients() {
+  local n cpids=()
+  for n in 1 2 3 4 5 6; do
+    head -c $((150000 + n * 1000)) /dev/urandom > "$work/in$n"
+    preload "cli$n" "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in$n" "$work/out$n" \
+      2> "$work/cli$n.err" &
+    cpids+=($!)
+  done
+  for n in 1 2 3 4 5 6; do
+    wait "${cpids[$((n - 1))]}" || die "client $n failed"
+    same "$work/in$n" "$work/out$n" "$1, client $n"
+    expect_stat "$work/cli$n.json" connect_sdp 1
+  done
+}
+# sum_stat KEY FILE...: a counter summed over several processes' files.
+sum_stat() {
+  local key=$1
+  shift
+  "$py" -c 'import json,sys; print(sum(json.load(open(f))[sys.argv[1]] for f in sys.argv[2:]))' \
+    "$key" "$@" 2>/dev/null
+}
 serve() {
   preload srv "$@" > "$work/srv.log" 2> "$work/srv.err" &
   srv=$!
@@ -292,23 +317,32 @@ forking)
   start_pmd
   port=$(pick_port)
   serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
-  cpids=()
-  for n in 1 2 3 4 5 6; do
-    head -c $((150000 + n * 1000)) /dev/urandom > "$work/in$n"
-    preload "cli$n" "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in$n" "$work/out$n" \
-      2> "$work/cli$n.err" &
-    cpids+=($!)
-  done
-  for n in 1 2 3 4 5 6; do
-    wait "${cpids[$((n - 1))]}" || die "client $n failed"
-    same "$work/in$n" "$work/out$n" "forking server, client $n"
-    expect_stat "$work/cli$n.json" connect_sdp 1
-  done
+  echo_clients "forking server"
   # The forking server's parent took all six over SDP; each child served one.
   for ((i = 0; i < 50; i++)); do [ "$(stat_of "$work/srv.json" accept_sdp)" = 6 ] && break; sleep 0.1; done
   expect_stat "$work/srv.json" accept_sdp 6
   grep -c "^served [0-9]* local $port\$" "$work/srv.log" | grep -qx 6 \
     || die "server log (getsockname of accepted sockets = the listening port): $(cat "$work/srv.log")"
+  ;;
+prefork)
+  start_pmd
+  port=$(pick_port)
+  # The parent listens (its Listener takes the SDP connections), three
+  # workers accept: each doorbell a worker accepts is claimed from the
+  # parent, the worker gets the connection's descriptor.
+  preload "srv.%p" "$py" "$here/prefork_echo.py" 127.0.0.1 "$port" 3 \
+    > "$work/srv.log" 2> "$work/srv.err" &
+  pids+=($!)
+  wait_sdp_listener "$work/srv.err"
+  echo_clients "pre-fork server"
+  for ((i = 0; i < 50; i++)); do
+    [ "$(sum_stat accept_sdp "$work"/srv.*.json)" = 6 ] && break
+    sleep 0.1
+  done
+  [ "$(sum_stat accept_sdp "$work"/srv.*.json)" = 6 ] \
+    || die "workers' accept_sdp: $(cat "$work"/srv.*.json)"
+  [ "$(sum_stat accept_tcp "$work"/srv.*.json)" = 0 ] || die "a doorbell was taken for TCP"
+  [ "$(grep -c '^served' "$work/srv.log")" = 6 ] || die "server log: $(cat "$work/srv.log")"
   ;;
 handoff)
   start_pmd
