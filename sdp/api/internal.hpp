@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -59,6 +60,10 @@ struct Stream::Impl {
     std::unique_ptr<detail::ProviderChannel> other;  // SDP over rdma-core
     int tcp_fd = -1;                                 // TCP fallback path
     bool tcp_wr_shut = false;
+    // Why the last hand_off() could not be done (describe()); guarded:
+    // other threads may be in calls on the stream meanwhile.
+    mutable std::mutex note_mu;
+    std::string note;
 
     Impl() = default;
     Impl(const Impl&) = delete;
@@ -131,6 +136,15 @@ class RdmaConnector {
     virtual std::unique_ptr<ProviderChannel> start(std::error_code& ec, std::string& why) = 0;
 };
 std::unique_ptr<RdmaConnector> make_rdma_connector(const StreamOptions& o);
+
+// The Accepting Peer's startup on an accepted TCP socket (soft provider),
+// the one path of Acceptor::accept and Stream::take_over: owns `cfd`,
+// SoftChannel::handshake with `co`, then so.keepalive. nullptr with ec and
+// `why` on failure (never throws). carry: socket duplication (13.1.1 steps
+// 6-7), the state handed over by the Local Peer.
+std::unique_ptr<Stream::Impl> accept_soft(int cfd, const StreamOptions& so,
+                                          const io::ChannelOptions& co, std::error_code& ec,
+                                          std::string& why, const engine::Carry* carry = nullptr);
 
 // Registration of an acceptor with the local sdp-pmd (control socket).
 // With `keep` (on-demand, opts.on_demand set) the control connection is

@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -835,18 +837,289 @@ StreamStats Stream::stats() const {
     return st;
 }
 
+namespace {
+
+std::string describe_impl(const Stream::Impl& im) {
+    if (im.other) {
+        return "sdp to " + im.info.peer.to_string() + " (" + im.other->describe() + ")";
+    }
+    if (!im.sdp) {
+        return "tcp to " + im.info.peer.to_string();
+    }
+    return "sdp to " + im.info.peer.to_string() + " (mss " + std::to_string(im.sdp->mss()) +
+           ", crc " + (im.sdp->crc() ? "on" : "off") + "; " + im.sdp->describe() + ")";
+}
+
+}  // namespace
+
 std::string Stream::describe() const {
     if (!impl_) {
         return "not connected";
     }
-    if (impl_->other) {
-        return "sdp to " + impl_->info.peer.to_string() + " (" + impl_->other->describe() + ")";
+    std::string note;
+    {
+        std::lock_guard lk(impl_->note_mu);
+        note = impl_->note;
     }
+    return note.empty() ? describe_impl(*impl_) : describe_impl(*impl_) + "; " + note;
+}
+
+// --- Socket duplication initiated here (13.1.1, Local Peer) -----------------
+
+namespace {
+
+// Handoff's byte format (version 1), big-endian:
+//   "SDPH" version:u8 flags:u8 (bit 0 write_shut) ird:u16 ord:u16
+//   recv_buf_size:u32 peer local unread_len:u32 unsent_len:u32 unread unsent
+// where an endpoint is family:u8 (4 or 6), 4 or 16 address bytes, port:u16.
+// Nothing may follow; the two lengths together are at most kHandoffMaxData.
+constexpr std::uint8_t kHandoffMagic[4] = {'S', 'D', 'P', 'H'};
+constexpr std::uint8_t kHandoffVersion = 1;
+constexpr std::size_t kHandoffMaxData = 64u * 1024 * 1024;
+
+void put_u16(std::vector<std::uint8_t>& b, std::uint16_t v) {
+    b.push_back(static_cast<std::uint8_t>(v >> 8));
+    b.push_back(static_cast<std::uint8_t>(v));
+}
+
+void put_u32(std::vector<std::uint8_t>& b, std::uint32_t v) {
+    put_u16(b, static_cast<std::uint16_t>(v >> 16));
+    put_u16(b, static_cast<std::uint16_t>(v));
+}
+
+void put_endpoint(std::vector<std::uint8_t>& b, const pm::Endpoint& e) {
+    const bool v4 = e.address.is_v4();
+    b.push_back(v4 ? 4 : 6);
+    const auto& a = e.address.bytes();
+    b.insert(b.end(), a.begin(), a.begin() + (v4 ? 4 : 16));
+    put_u16(b, e.port);
+}
+
+// Reads from the front of `in`; every get fails (false) past its end.
+struct Reader {
+    std::span<const std::uint8_t> in;
+    bool take(std::size_t n, std::span<const std::uint8_t>& out) {
+        if (in.size() < n) {
+            return false;
+        }
+        out = in.first(n);
+        in = in.subspan(n);
+        return true;
+    }
+    bool u8(std::uint8_t& v) {
+        std::span<const std::uint8_t> s;
+        if (!take(1, s)) {
+            return false;
+        }
+        v = s[0];
+        return true;
+    }
+    bool u16(std::uint16_t& v) {
+        std::span<const std::uint8_t> s;
+        if (!take(2, s)) {
+            return false;
+        }
+        v = static_cast<std::uint16_t>((s[0] << 8) | s[1]);
+        return true;
+    }
+    bool u32(std::uint32_t& v) {
+        std::uint16_t hi = 0;
+        std::uint16_t lo = 0;
+        if (!u16(hi) || !u16(lo)) {
+            return false;
+        }
+        v = (static_cast<std::uint32_t>(hi) << 16) | lo;
+        return true;
+    }
+    bool endpoint(pm::Endpoint& e) {
+        std::uint8_t fam = 0;
+        std::span<const std::uint8_t> a;
+        if (!u8(fam) || (fam != 4 && fam != 6) || !take(fam == 4 ? 4 : 16, a)) {
+            return false;
+        }
+        if (fam == 4) {
+            e.address = pm::IpAddress::v4({a[0], a[1], a[2], a[3]});
+        } else {
+            std::array<std::uint8_t, 16> b{};
+            std::copy(a.begin(), a.end(), b.begin());
+            e.address = pm::IpAddress::v6(b);
+        }
+        return u16(e.port);
+    }
+};
+
+std::error_code errc(std::errc e) {
+    return std::make_error_code(e);
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> Handoff::encode() const {
+    std::vector<std::uint8_t> b;
+    b.reserve(64 + unread.size() + unsent.size());
+    b.insert(b.end(), std::begin(kHandoffMagic), std::end(kHandoffMagic));
+    b.push_back(kHandoffVersion);
+    b.push_back(write_shut ? 1 : 0);
+    put_u16(b, ird);
+    put_u16(b, ord);
+    put_u32(b, recv_buf_size);
+    put_endpoint(b, peer);
+    put_endpoint(b, local);
+    put_u32(b, static_cast<std::uint32_t>(unread.size()));
+    put_u32(b, static_cast<std::uint32_t>(unsent.size()));
+    b.insert(b.end(), unread.begin(), unread.end());
+    b.insert(b.end(), unsent.begin(), unsent.end());
+    return b;
+}
+
+std::optional<Handoff> Handoff::decode(std::span<const std::uint8_t> bytes) {
+    Reader r{bytes};
+    std::span<const std::uint8_t> magic;
+    std::uint8_t version = 0;
+    std::uint8_t flags = 0;
+    Handoff h;
+    std::uint32_t n_unread = 0;
+    std::uint32_t n_unsent = 0;
+    if (!r.take(4, magic) || !std::equal(magic.begin(), magic.end(), std::begin(kHandoffMagic)) ||
+        !r.u8(version) || version != kHandoffVersion || !r.u8(flags) || (flags & ~1u) != 0 ||
+        !r.u16(h.ird) || !r.u16(h.ord) || !r.u32(h.recv_buf_size) || !r.endpoint(h.peer) ||
+        !r.endpoint(h.local) || !r.u32(n_unread) || !r.u32(n_unsent)) {
+        return std::nullopt;
+    }
+    const std::uint64_t total = std::uint64_t{n_unread} + n_unsent;
+    if (h.ird == 0 || h.ord == 0 || h.peer.port == 0 || total > kHandoffMaxData ||
+        r.in.size() != total) {
+        return std::nullopt;
+    }
+    h.write_shut = (flags & 1u) != 0;
+    h.unread.assign(r.in.begin(), r.in.begin() + n_unread);
+    h.unsent.assign(r.in.begin() + n_unread, r.in.end());
+    return h;
+}
+
+std::optional<Handoff> Stream::hand_off(std::uint16_t new_port, std::error_code& ec) {
+    ec.clear();
+    if (!impl_) {
+        ec = errc(std::errc::not_connected);
+        return std::nullopt;
+    }
+    auto note = [&](std::string why) {
+        std::lock_guard lk(impl_->note_mu);
+        impl_->note = std::move(why);
+    };
     if (!impl_->sdp) {
-        return "tcp to " + impl_->info.peer.to_string();
+        note(impl_->other ? "hand_off: socket duplication initiated here (13.1.1) is not "
+                            "implemented on the rdma provider; use the soft provider"
+                          : "hand_off: a plain TCP stream (no SDP) cannot be duplicated with "
+                            "SuspComm (13.1.1); hand the socket itself over instead");
+        ec = errc(std::errc::operation_not_supported);
+        return std::nullopt;
     }
-    return "sdp to " + impl_->info.peer.to_string() + " (mss " + std::to_string(impl_->sdp->mss()) +
-           ", crc " + (impl_->sdp->crc() ? "on" : "off") + "; " + impl_->sdp->describe() + ")";
+    auto h = impl_->sdp->hand_off(new_port, ec);
+    if (!h) {
+        note("hand_off: " + ec.message());
+        return std::nullopt;
+    }
+    note("handed off (13.1.1): SuspComm to port " + std::to_string(new_port) + " acknowledged");
+    Handoff out;
+    out.peer = impl_->info.peer;
+    if (h->addr_len > 0) {
+        out.peer = detail::from_sockaddr(h->peer);
+        out.local = detail::from_sockaddr(h->local);
+    }
+    out.unread = std::move(h->carry.unread);
+    out.unsent = std::move(h->carry.unsent);
+    out.write_shut = h->carry.write_shut;
+    out.recv_buf_size = h->carry.recv_buf_size;
+    out.ird = h->carry.ird;
+    out.ord = h->carry.ord;
+    return out;
+}
+
+std::error_code Stream::take_over(int listen_fd, const Handoff& h, const StreamOptions& opts) {
+    if (impl_) {
+        return errc(std::errc::already_connected);
+    }
+    ConnectInfo info;
+    info.peer = h.peer;
+    info.provider = "soft";
+    if (opts.iwarp_provider != Provider::soft) {
+        info.reason =
+            "take_over: socket duplication (13.1.1) is implemented on the soft provider only";
+        return fail(errc(std::errc::operation_not_supported), std::move(info));
+    }
+    const auto deadline = io::Clock::now() + opts.handshake_timeout;
+    std::uint64_t strangers = 0;
+    auto strangers_note = [&] {
+        return strangers == 0 ? std::string()
+                              : "; " + std::to_string(strangers) +
+                                    " connection(s) from other addresses closed (13.1.1 step 1)";
+    };
+    // Step 1: only the Remote Peer's address and old TCP port may connect.
+    // (The Hello carries no addresses: the TCP connection's are checked.)
+    int cfd = -1;
+    while (cfd < 0) {
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(deadline - io::Clock::now()).count();
+        if (left <= 0) {
+            info.reason = "take_over: no connection from " + h.peer.to_string() + " in time" +
+                          strangers_note();
+            return fail(errc(std::errc::timed_out), std::move(info));
+        }
+        pollfd p{listen_fd, POLLIN, 0};
+        const int r = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 60'000)));
+        if (r < 0 && errno != EINTR) {
+            info.reason = std::string("take_over: poll: ") + std::strerror(errno);
+            return fail(errno_code(errno), std::move(info));
+        }
+        if (r <= 0) {
+            continue;
+        }
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ||
+                errno == ECONNABORTED) {
+                continue;
+            }
+            info.reason = std::string("take_over: accept: ") + std::strerror(errno);
+            return fail(errno_code(errno), std::move(info));
+        }
+        const pm::Endpoint from = detail::from_sockaddr(ss);
+        if (from.address.unmapped() != h.peer.address.unmapped() || from.port != h.peer.port) {
+            ::close(fd);
+            ++strangers;
+            continue;
+        }
+        cfd = fd;
+    }
+    // Steps 6-7: the Accepting Peer's startup with the old private buffer
+    // size, the carried bytes first.
+    StreamOptions so = opts;
+    so.recv_buf_size = h.recv_buf_size;
+    so.handshake_timeout =
+        std::max(std::chrono::milliseconds(1),
+                 std::chrono::ceil<std::chrono::milliseconds>(deadline - io::Clock::now()));
+    io::ChannelOptions co = channel_options(so);
+    co.session.engine.ird = h.ird;
+    co.session.engine.ord = h.ord;
+    engine::Carry carry;
+    carry.unread = h.unread;
+    carry.unsent = h.unsent;
+    carry.write_shut = h.write_shut;
+    std::error_code ec;
+    std::string why;
+    auto im = detail::accept_soft(cfd, so, co, ec, why, &carry);
+    if (!im) {
+        info.reason = "take_over: " + why + strangers_note();
+        return fail(ec ? ec : errc(std::errc::protocol_error), std::move(info));
+    }
+    im->opts = opts;
+    im->info.used = Transport::sdp;
+    im->info.peer = h.peer;
+    im->info.reason = strangers_note().empty() ? std::string() : strangers_note().substr(2);
+    return opened(std::move(im));
 }
 
 }  // namespace sdp

@@ -278,9 +278,12 @@ class Stream {
     //
     // In the Controlling Address Space (steps 2 and 5): waits for In-Process
     // transfers, sends SuspComm with `new_port`, waits (handshake_timeout)
-    // for the SuspCommAck and lets the LLP close. The stream is closed
-    // afterwards and its state comes back. A read_some()/write() blocked in
-    // another thread returns operation_canceled. Errors:
+    // for the SuspCommAck and lets the LLP close. The state comes back and
+    // the stream is done: a read_some()/write() blocked in another thread
+    // returns operation_canceled (write: with the count it queued, which is
+    // sent or in `unsent`), and so does every later call; close() releases
+    // it without error (the descriptor stays open until then). Urgent data
+    // is flattened into `unread` (docs/sdp.md). Errors:
     // operation_not_supported (TCP fallback, rdma provider), not_connected,
     // invalid_argument (port 0, a close has begun), timed_out (no SuspCommAck:
     // the stream is reset), connection_reset.
