@@ -357,6 +357,10 @@ TEST(SdpHandoff, RefusedOnTcpWithoutConnectionAndForPortZero) {
     h.peer = c.r.info().peer;
     EXPECT_EQ(b.take_over(l.fd(), h, ro), std::errc::operation_not_supported);
     EXPECT_FALSE(b.info().reason.empty());
+    h.recv_buf_size = 0;  // not a Private Buffer size
+    EXPECT_EQ(b.take_over(l.fd(), h, stream_options()), std::errc::invalid_argument);
+    h.recv_buf_size = 1u << 30;
+    EXPECT_EQ(b.take_over(l.fd(), h, stream_options()), std::errc::invalid_argument);
 }
 
 // What the preload library does: A (this process) hands off, a forked child
