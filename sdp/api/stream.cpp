@@ -19,6 +19,7 @@
 #include "internal.hpp"
 #include "libpmclient/src/connect_core/blocking_connect.hpp"
 #include "sdp/io/channel.hpp"
+#include "sdp/wire/message.hpp"
 
 #if SDPPM_HAVE_RDMA
 #include "rdma_channel.hpp"
@@ -876,6 +877,8 @@ namespace {
 constexpr std::uint8_t kHandoffMagic[4] = {'S', 'D', 'P', 'H'};
 constexpr std::uint8_t kHandoffVersion = 1;
 constexpr std::size_t kHandoffMaxData = 64u * 1024 * 1024;
+// The largest receive Private Buffer take_over() accepts from a Handoff.
+constexpr std::uint32_t kHandoffMaxBuffer = 16u * 1024 * 1024;
 
 void put_u16(std::vector<std::uint8_t>& b, std::uint16_t v) {
     b.push_back(static_cast<std::uint8_t>(v >> 8));
@@ -1047,6 +1050,11 @@ std::error_code Stream::take_over(int listen_fd, const Handoff& h, const StreamO
         info.reason =
             "take_over: socket duplication (13.1.1) is implemented on the soft provider only";
         return fail(errc(std::errc::operation_not_supported), std::move(info));
+    }
+    if (h.recv_buf_size < wire::kMinPrivateBufferSize || h.recv_buf_size > kHandoffMaxBuffer ||
+        h.ird == 0 || h.ord == 0 || h.unread.size() + h.unsent.size() > kHandoffMaxData) {
+        info.reason = "take_over: the Handoff's buffer size, IRD/ORD or data size is out of range";
+        return fail(errc(std::errc::invalid_argument), std::move(info));
     }
     const auto deadline = io::Clock::now() + opts.handshake_timeout;
     std::uint64_t strangers = 0;

@@ -808,8 +808,17 @@ std::optional<HandOver> SoftChannel::hand_off(std::uint16_t new_port, std::error
     // either way.
     drive(
         lk, [&] { return core_.rd_eof(); }, deadline);
+    auto carry = c.hand_over();
+    if (!carry) {
+        // A message after the SuspCommAck (suspended_message) reset it.
+        ec = core_.state_error(false);
+        wake_poller();
+        cv_.notify_all();
+        kick_helper();
+        return std::nullopt;
+    }
     HandOver h;
-    h.carry = std::move(*c.hand_over());  // local_done: always a value
+    h.carry = std::move(*carry);
     h.local = local_addr_;
     h.peer = peer_addr_;
     h.addr_len = addr_len_;

@@ -294,7 +294,11 @@ class Stream {
     // a connection from any other address or port is closed (step 1). Runs
     // the Accepting Peer's startup with h.recv_buf_size; then read_some()
     // returns h.unread first, h.unsent goes out first (and DisConn if
-    // h.write_shut). Bounded by opts.handshake_timeout.
+    // h.write_shut). Bounded by opts.handshake_timeout. Errors (reason in
+    // info()): timed_out (no connection from h.peer, or its startup),
+    // invalid_argument (h.recv_buf_size outside [kMinPrivateBufferSize,
+    // 16 MiB], IRD/ORD 0), operation_not_supported (provider not soft),
+    // already_connected (this stream is open), the startup's errors.
     std::error_code take_over(int listen_fd, const Handoff& h, const StreamOptions& opts = {});
 
     struct Impl;

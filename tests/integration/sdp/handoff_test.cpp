@@ -32,8 +32,9 @@ using namespace std::chrono_literals;
 constexpr std::uint32_t kRSeed = 31;  // R -> A/B
 constexpr std::uint32_t kASeed = 32;  // A/B -> R
 
-sdp::StreamOptions stream_options() {
+sdp::StreamOptions stream_options(sdp::Mechanism m = sdp::Mechanism::bcopy) {
     sdp::StreamOptions o;
+    o.mechanism = m;
     o.io_timeout = 60s;
     o.handshake_timeout = 10s;
     o.linger = 5s;
@@ -82,9 +83,10 @@ struct Connected {
     sdp::Stream a;
     bool ok = false;
 
-    explicit Connected(std::chrono::milliseconds handshake = 10s) {
+    explicit Connected(std::chrono::milliseconds handshake = 10s,
+                       sdp::Mechanism m = sdp::Mechanism::bcopy) {
         sdp::AcceptorOptions ao;
-        ao.stream = stream_options();
+        ao.stream = stream_options(m);
         ao.stream.handshake_timeout = handshake;
         if (auto ec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao)) {
             ADD_FAILURE() << "acceptor: " << ec.message();
@@ -92,7 +94,7 @@ struct Connected {
         }
         std::error_code aec;
         std::thread t([&] { aec = acc.accept(a, 10s); });
-        const auto ec = r.connect_sdp(acc.local_endpoint(), stream_options());
+        const auto ec = r.connect_sdp(acc.local_endpoint(), stream_options(m));
         t.join();
         ok = !ec && !aec;
         if (!ok) {
@@ -109,11 +111,12 @@ struct TakerPlan {
     std::uint64_t r_total = 0;   // all R writes
     std::uint64_t a_done = 0;    // bytes A's write() took before it was cancelled
     std::uint64_t a_total = 0;   // the stream R must read
+    sdp::Mechanism mechanism = sdp::Mechanism::bcopy;
 };
 
 int run_taker(int lfd, const sdp::Handoff& h, const TakerPlan& plan, std::string& why) {
     sdp::Stream b;
-    if (auto ec = b.take_over(lfd, h, stream_options())) {
+    if (auto ec = b.take_over(lfd, h, stream_options(plan.mechanism))) {
         why = "take_over: " + ec.message() + " " + b.info().reason;
         return 1;
     }
@@ -160,11 +163,13 @@ struct RReader {
 
 }  // namespace
 
+namespace {
+
 // 13.1.1 steps 1-8 with the Local Peer here: 300 KB unread at A, 2 MiB being
 // written by A (part unsent), a stranger connecting to L first (closed,
 // step 1), the Handoff through encode()/decode(), and B going on.
-TEST(SdpHandoff, Section13_1_1_LocalPeerHandsOverToAnotherStream) {
-    Connected c;
+void hand_over_scenario(sdp::Mechanism m) {
+    Connected c(10s, m);
     ASSERT_TRUE(c.ok);
     sdptest::TcpListener l;
     ASSERT_TRUE(l.ok());
@@ -173,7 +178,11 @@ TEST(SdpHandoff, Section13_1_1_LocalPeerHandsOverToAnotherStream) {
     constexpr std::uint64_t kAWrite = 2 * 1024 * 1024;
     constexpr std::uint64_t kATotal = kAWrite + 1024 * 1024;
     std::error_code ec;
-    ASSERT_EQ(write_pattern(c.r, 0, kRBefore, kRSeed, ec), kRBefore) << ec.message();
+    // R's first bytes (zero copy: R's write returns only once they are read
+    // or the advertisement is cancelled by the SuspComm).
+    std::error_code r0ec;
+    std::size_t r0 = 0;
+    std::thread r_first([&] { r0 = write_pattern(c.r, 0, kRBefore, kRSeed, r0ec); });
 
     // A writes 2 MiB; R does not read yet: the writer blocks.
     std::error_code wec;
@@ -187,9 +196,13 @@ TEST(SdpHandoff, Section13_1_1_LocalPeerHandsOverToAnotherStream) {
     rr.start(c.r, kATotal);
     auto h = c.a.hand_off(l.port(), ec);
     writer.join();
+    r_first.join();
     ASSERT_TRUE(h) << ec.message() << " " << c.a.describe();
+    ASSERT_EQ(r0, kRBefore) << r0ec.message();
     EXPECT_EQ(wec, std::errc::operation_canceled) << wec.message() << " wrote " << a_done;
-    EXPECT_EQ(h->unread.size(), kRBefore) << "A read nothing";
+    if (m == sdp::Mechanism::bcopy) {
+        EXPECT_EQ(h->unread.size(), kRBefore) << "A read nothing";
+    }
     {
         sockaddr_storage ss{};
         socklen_t len = sizeof ss;
@@ -211,7 +224,7 @@ TEST(SdpHandoff, Section13_1_1_LocalPeerHandsOverToAnotherStream) {
     const auto bytes = h->encode();
     auto back = sdp::Handoff::decode(bytes);
     ASSERT_TRUE(back);
-    TakerPlan plan{kRBefore, kRTotal, a_done, kATotal};
+    TakerPlan plan{kRBefore, kRTotal, a_done, kATotal, m};
     int b_rc = -1;
     std::string b_why;
     std::thread b([&] { b_rc = run_taker(l.fd(), *back, plan, b_why); });
@@ -237,6 +250,19 @@ TEST(SdpHandoff, Section13_1_1_LocalPeerHandsOverToAnotherStream) {
     char x;
     EXPECT_LE(::recv(stranger, &x, 1, 0), 0);
     ::close(stranger);
+}
+
+}  // namespace
+
+TEST(SdpHandoff, Section13_1_1_LocalPeerHandsOverToAnotherStream) {
+    hand_over_scenario(sdp::Mechanism::bcopy);
+}
+
+// The same with Read Zcopy (9.2) both ways: A's advertised write is
+// cancelled (SrcAvailCancel) before the SuspComm and its rest carried as
+// unsent; R's advertisement is dropped by the transition and resent.
+TEST(SdpHandoff, Section13_1_1_HandOverWithZeroCopyStreams) {
+    hand_over_scenario(sdp::Mechanism::zcopy);
 }
 
 // A read_some() blocked in another thread returns operation_canceled when
@@ -331,6 +357,10 @@ TEST(SdpHandoff, RefusedOnTcpWithoutConnectionAndForPortZero) {
     h.peer = c.r.info().peer;
     EXPECT_EQ(b.take_over(l.fd(), h, ro), std::errc::operation_not_supported);
     EXPECT_FALSE(b.info().reason.empty());
+    h.recv_buf_size = 0;  // not a Private Buffer size
+    EXPECT_EQ(b.take_over(l.fd(), h, stream_options()), std::errc::invalid_argument);
+    h.recv_buf_size = 1u << 30;
+    EXPECT_EQ(b.take_over(l.fd(), h, stream_options()), std::errc::invalid_argument);
 }
 
 // What the preload library does: A (this process) hands off, a forked child
