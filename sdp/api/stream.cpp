@@ -962,7 +962,7 @@ std::vector<std::uint8_t> Handoff::encode() const {
     b.reserve(64 + unread.size() + unsent.size());
     b.insert(b.end(), std::begin(kHandoffMagic), std::end(kHandoffMagic));
     b.push_back(kHandoffVersion);
-    b.push_back(write_shut ? 1 : 0);
+    b.push_back(static_cast<std::uint8_t>((write_shut ? 1 : 0) | (peer_accepted ? 2 : 0)));
     put_u16(b, ird);
     put_u16(b, ord);
     put_u32(b, recv_buf_size);
@@ -984,7 +984,7 @@ std::optional<Handoff> Handoff::decode(std::span<const std::uint8_t> bytes) {
     std::uint32_t n_unread = 0;
     std::uint32_t n_unsent = 0;
     if (!r.take(4, magic) || !std::equal(magic.begin(), magic.end(), std::begin(kHandoffMagic)) ||
-        !r.u8(version) || version != kHandoffVersion || !r.u8(flags) || (flags & ~1u) != 0 ||
+        !r.u8(version) || version != kHandoffVersion || !r.u8(flags) || (flags & ~3u) != 0 ||
         !r.u16(h.ird) || !r.u16(h.ord) || !r.u32(h.recv_buf_size) || !r.endpoint(h.peer) ||
         !r.endpoint(h.local) || !r.u32(n_unread) || !r.u32(n_unsent)) {
         return std::nullopt;
@@ -995,6 +995,7 @@ std::optional<Handoff> Handoff::decode(std::span<const std::uint8_t> bytes) {
         return std::nullopt;
     }
     h.write_shut = (flags & 1u) != 0;
+    h.peer_accepted = (flags & 2u) != 0;
     h.unread.assign(r.in.begin(), r.in.begin() + n_unread);
     h.unsent.assign(r.in.begin() + n_unread, r.in.end());
     return h;
@@ -1036,6 +1037,7 @@ std::optional<Handoff> Stream::hand_off(std::uint16_t new_port, std::error_code&
     out.recv_buf_size = h->carry.recv_buf_size;
     out.ird = h->carry.ird;
     out.ord = h->carry.ord;
+    out.peer_accepted = h->peer_accepted;
     return out;
 }
 
@@ -1061,26 +1063,62 @@ std::error_code Stream::take_over(int listen_fd, const Handoff& h, const StreamO
     auto strangers_note = [&] {
         return strangers == 0 ? std::string()
                               : "; " + std::to_string(strangers) +
-                                    " connection(s) from other addresses closed (13.1.1 step 1)";
+                                    " other connection(s) closed (13.1.1 step 1)";
     };
-    // Step 1: only the Remote Peer's address and old TCP port may connect.
-    // (The Hello carries no addresses: the TCP connection's are checked.)
+    // Step 1: only the Remote Peer's address and old TCP port may connect;
+    // its address only, when it was the Accepting Peer (its old port is its
+    // listener's: it reconnects from another). The Hello carries no
+    // addresses: the TCP connection's are checked. Of the connections that
+    // pass, the first to send (the MPA Request) is taken, so a silent one
+    // from the same address cannot hold the take-over up.
+    constexpr std::size_t kMaxCandidates = 16;
+    std::vector<int> cands;
+    auto drop_all = [&] {
+        for (int fd : cands) {
+            ::close(fd);
+        }
+        cands.clear();
+    };
     int cfd = -1;
     while (cfd < 0) {
         const auto left =
             std::chrono::ceil<std::chrono::milliseconds>(deadline - io::Clock::now()).count();
         if (left <= 0) {
+            drop_all();
             info.reason = "take_over: no connection from " + h.peer.to_string() + " in time" +
                           strangers_note();
             return fail(errc(std::errc::timed_out), std::move(info));
         }
-        pollfd p{listen_fd, POLLIN, 0};
-        const int r = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 60'000)));
+        std::vector<pollfd> p{{listen_fd, POLLIN, 0}};
+        for (int fd : cands) {
+            p.push_back({fd, POLLIN, 0});
+        }
+        const int r =
+            ::poll(p.data(), p.size(), static_cast<int>(std::min<std::int64_t>(left, 60'000)));
         if (r < 0 && errno != EINTR) {
-            info.reason = std::string("take_over: poll: ") + std::strerror(errno);
-            return fail(errno_code(errno), std::move(info));
+            const int err = errno;
+            drop_all();
+            info.reason = std::string("take_over: poll: ") + std::strerror(err);
+            return fail(errno_code(err), std::move(info));
         }
         if (r <= 0) {
+            continue;
+        }
+        for (std::size_t k = p.size() - 1; k >= 1 && cfd < 0; --k) {
+            if (p[k].revents == 0) {
+                continue;
+            }
+            char b;
+            const int fd = cands[k - 1];
+            cands.erase(cands.begin() + static_cast<std::ptrdiff_t>(k - 1));
+            if (::recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+                cfd = fd;
+            } else {
+                ::close(fd);  // closed without a word
+                ++strangers;
+            }
+        }
+        if (cfd >= 0 || (p[0].revents & POLLIN) == 0) {
             continue;
         }
         sockaddr_storage ss{};
@@ -1091,17 +1129,26 @@ std::error_code Stream::take_over(int listen_fd, const Handoff& h, const StreamO
                 errno == ECONNABORTED) {
                 continue;
             }
-            info.reason = std::string("take_over: accept: ") + std::strerror(errno);
-            return fail(errno_code(errno), std::move(info));
+            const int err = errno;
+            drop_all();
+            info.reason = std::string("take_over: accept: ") + std::strerror(err);
+            return fail(errno_code(err), std::move(info));
         }
         const pm::Endpoint from = detail::from_sockaddr(ss);
-        if (from.address.unmapped() != h.peer.address.unmapped() || from.port != h.peer.port) {
+        if (from.address.unmapped() != h.peer.address.unmapped() ||
+            (from.port != h.peer.port && !h.peer_accepted)) {
             ::close(fd);
             ++strangers;
             continue;
         }
-        cfd = fd;
+        if (cands.size() == kMaxCandidates) {
+            ::close(cands.front());  // the oldest silent one
+            cands.erase(cands.begin());
+            ++strangers;
+        }
+        cands.push_back(fd);
     }
+    drop_all();  // silent ones from the peer's address: not the peer
     // Steps 6-7: the Accepting Peer's startup with the old private buffer
     // size, the carried bytes first.
     StreamOptions so = opts;

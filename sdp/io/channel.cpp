@@ -387,6 +387,8 @@ void SoftChannel::resume_locked(std::unique_lock<std::mutex>& lk) {
     const socklen_t plen = addr_len_;
     const bool named = addr_len_ > 0;
     int on = 1;
+    // An Accepting Peer's old port is its listener's: see below.
+    const bool was_acceptor = core_.sdp().role() == engine::Role::accepting;
     ::shutdown(fd_, SHUT_RDWR);
     if (!core_.restart()) {
         core_.resume_failed("the engine could not restart");
@@ -412,8 +414,19 @@ void SoftChannel::resume_locked(std::unique_lock<std::mutex>& lk) {
         return;
     }
     ::setsockopt(nfd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    // Step 1 / 5: the same source address and port as the prior connection.
-    if (::bind(nfd, reinterpret_cast<sockaddr*>(&local), llen) != 0) {
+    // Step 1 / 5: the same source address and port as the prior connection;
+    // an Accepting Peer whose port still has its listener (EADDRINUSE) uses
+    // another port of the same address (docs/protocol-notes.md, 13.1.1).
+    bool bound = ::bind(nfd, reinterpret_cast<sockaddr*>(&local), llen) == 0;
+    if (!bound && errno == EADDRINUSE && was_acceptor) {
+        if (local.ss_family == AF_INET) {
+            reinterpret_cast<sockaddr_in*>(&local)->sin_port = 0;
+        } else {
+            reinterpret_cast<sockaddr_in6*>(&local)->sin6_port = 0;
+        }
+        bound = ::bind(nfd, reinterpret_cast<sockaddr*>(&local), llen) == 0;
+    }
+    if (!bound) {
         const int err = errno;
         ::close(nfd);
         fail(std::string("bind to the old source port: ") + std::strerror(err));
@@ -822,6 +835,7 @@ std::optional<HandOver> SoftChannel::hand_off(std::uint16_t new_port, std::error
     h.local = local_addr_;
     h.peer = peer_addr_;
     h.addr_len = addr_len_;
+    h.peer_accepted = c.role() == engine::Role::connecting;
     service_locked();  // the FIN the engine asked for, if the LLP was up
     ::shutdown(fd_, SHUT_RDWR);
     core_.stop_input();

@@ -103,7 +103,8 @@ struct HandOver {
     engine::Carry carry;
     sockaddr_storage local{};  // the old connection's addresses
     sockaddr_storage peer{};
-    socklen_t addr_len = 0;  // 0: unknown
+    socklen_t addr_len = 0;      // 0: unknown
+    bool peer_accepted = false;  // the Remote Peer was the Accepting Peer
 };
 
 class SoftChannel {

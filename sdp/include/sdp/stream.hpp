@@ -175,8 +175,12 @@ struct Handoff {
     std::vector<std::uint8_t> unread;  // received, not yet read (step 5)
     std::vector<std::uint8_t> unsent;  // written, not yet sent: goes first
     bool write_shut = false;           // shutdown_write() came: DisConn after `unsent`
-    std::uint32_t recv_buf_size = 0;   // the local receive Private Buffer size (step 5)
-    std::uint16_t ird = 1;             // step 5
+    // The Remote Peer was the Accepting Peer: its old port is its listener's,
+    // so it may reconnect from another port of its address (only the address
+    // is checked then; docs/protocol-notes.md, 13.1.1).
+    bool peer_accepted = false;
+    std::uint32_t recv_buf_size = 0;  // the local receive Private Buffer size (step 5)
+    std::uint16_t ird = 1;            // step 5
     std::uint16_t ord = 1;
 
     [[nodiscard]] std::vector<std::uint8_t> encode() const;

@@ -168,9 +168,13 @@ namespace {
 // 13.1.1 steps 1-8 with the Local Peer here: 300 KB unread at A, 2 MiB being
 // written by A (part unsent), a stranger connecting to L first (closed,
 // step 1), the Handoff through encode()/decode(), and B going on.
-void hand_over_scenario(sdp::Mechanism m) {
+void hand_over_scenario(sdp::Mechanism m, bool connector_hands_off = false) {
     Connected c(10s, m);
     ASSERT_TRUE(c.ok);
+    // The Local Peer A and the Remote Peer R: the accepted stream and the
+    // one that connected, or (connector_hands_off) the other way round.
+    sdp::Stream& a = connector_hands_off ? c.r : c.a;
+    sdp::Stream& r = connector_hands_off ? c.a : c.r;
     sdptest::TcpListener l;
     ASSERT_TRUE(l.ok());
     constexpr std::uint64_t kRBefore = 300 * 1000;
@@ -182,44 +186,48 @@ void hand_over_scenario(sdp::Mechanism m) {
     // or the advertisement is cancelled by the SuspComm).
     std::error_code r0ec;
     std::size_t r0 = 0;
-    std::thread r_first([&] { r0 = write_pattern(c.r, 0, kRBefore, kRSeed, r0ec); });
+    std::thread r_first([&] { r0 = write_pattern(r, 0, kRBefore, kRSeed, r0ec); });
 
     // A writes 2 MiB; R does not read yet: the writer blocks.
     std::error_code wec;
     std::size_t a_done = 0;
-    std::thread writer([&] { a_done = write_pattern(c.a, 0, kAWrite, kASeed, wec); });
+    std::thread writer([&] { a_done = write_pattern(a, 0, kAWrite, kASeed, wec); });
     std::this_thread::sleep_for(300ms);
     const int stranger = sdptest::tcp_connect(l.endpoint());
     ASSERT_GE(stranger, 0);
 
     RReader rr;
-    rr.start(c.r, kATotal);
-    auto h = c.a.hand_off(l.port(), ec);
+    rr.start(r, kATotal);
+    // R's address before the hand-off (an accepted R reconnects from
+    // another port, on the same descriptor).
+    sockaddr_storage r_old{};
+    socklen_t r_old_len = sizeof r_old;
+    ASSERT_EQ(::getsockname(r.native_handle(), reinterpret_cast<sockaddr*>(&r_old), &r_old_len), 0);
+    auto h = a.hand_off(l.port(), ec);
     writer.join();
     r_first.join();
-    ASSERT_TRUE(h) << ec.message() << " " << c.a.describe();
+    ASSERT_TRUE(h) << ec.message() << " " << a.describe();
     ASSERT_EQ(r0, kRBefore) << r0ec.message();
     EXPECT_EQ(wec, std::errc::operation_canceled) << wec.message() << " wrote " << a_done;
     if (m == sdp::Mechanism::bcopy) {
         EXPECT_EQ(h->unread.size(), kRBefore) << "A read nothing";
     }
-    {
-        sockaddr_storage ss{};
-        socklen_t len = sizeof ss;
-        ASSERT_EQ(::getsockname(c.r.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len), 0);
-        EXPECT_EQ(h->peer, pm::from_sockaddr(ss)) << "R's address and old source port";
-    }
+    EXPECT_EQ(h->peer, pm::from_sockaddr(r_old)) << "R's address and old source port";
     EXPECT_EQ(h->local.address, *pm::IpAddress::parse("127.0.0.1"));
     EXPECT_GT(h->recv_buf_size, 0u);
+    // An accepted Remote Peer reconnects from another port (its old one is
+    // its listener's): the Handoff says so, and take_over() checks only its
+    // address (docs/protocol-notes.md, 13.1.1).
+    EXPECT_EQ(h->peer_accepted, connector_hands_off);
     std::printf("handed over: %zu unread, %zu unsent, A's write took %zu\n", h->unread.size(),
                 h->unsent.size(), a_done);
     // A is done: every call fails with operation_canceled.
     std::uint8_t one = 0;
-    EXPECT_EQ(c.a.read_some(std::span(&one, 1), ec), 0u);
+    EXPECT_EQ(a.read_some(std::span(&one, 1), ec), 0u);
     EXPECT_EQ(ec, std::errc::operation_canceled);
-    EXPECT_EQ(c.a.write(std::span(&one, 1), ec), 0u);
+    EXPECT_EQ(a.write(std::span(&one, 1), ec), 0u);
     EXPECT_EQ(ec, std::errc::operation_canceled);
-    EXPECT_FALSE(c.a.hand_off(l.port(), ec));
+    EXPECT_FALSE(a.hand_off(l.port(), ec));
 
     const auto bytes = h->encode();
     auto back = sdp::Handoff::decode(bytes);
@@ -230,19 +238,20 @@ void hand_over_scenario(sdp::Mechanism m) {
     std::thread b([&] { b_rc = run_taker(l.fd(), *back, plan, b_why); });
 
     // R goes on writing while the new connection comes up.
-    EXPECT_EQ(write_pattern(c.r, kRBefore, kRTotal, kRSeed, ec), kRTotal - kRBefore)
-        << ec.message() << " " << c.r.describe();
-    EXPECT_FALSE(c.r.shutdown_write());
+    EXPECT_EQ(write_pattern(r, kRBefore, kRTotal, kRSeed, ec), kRTotal - kRBefore)
+        << ec.message() << " " << r.describe();
+    EXPECT_FALSE(r.shutdown_write());
     b.join();
     rr.th.join();
     EXPECT_EQ(b_rc, 0) << b_why;
-    EXPECT_FALSE(rr.ec) << rr.ec.message() << " " << c.r.describe();
+    EXPECT_FALSE(rr.ec) << rr.ec.message() << " " << r.describe();
     EXPECT_EQ(rr.got, kATotal);
     EXPECT_TRUE(rr.ok) << "bytes to R lost, duplicated or reordered";
-    EXPECT_EQ(c.r.stats().resumes, 1u);
-    EXPECT_EQ(c.r.stats().susp_comm_received, 1u);
-    EXPECT_FALSE(c.r.close());
-    EXPECT_FALSE(c.a.close());
+    EXPECT_EQ(r.stats().resumes, 1u) << r.describe();
+    EXPECT_EQ(r.stats().susp_comm_received, 1u);
+    const auto rcl = r.close();
+    EXPECT_FALSE(rcl) << rcl.message() << " " << r.describe();
+    EXPECT_FALSE(a.close());
 
     // The stranger was closed (step 1).
     pollfd p{stranger, POLLIN, 0};
@@ -263,6 +272,12 @@ TEST(SdpHandoff, Section13_1_1_LocalPeerHandsOverToAnotherStream) {
 // unsent; R's advertisement is dropped by the transition and resent.
 TEST(SdpHandoff, Section13_1_1_HandOverWithZeroCopyStreams) {
     hand_over_scenario(sdp::Mechanism::zcopy);
+}
+
+// The side that connected hands off; the Remote Peer is the accepted stream,
+// whose old port is still its Acceptor's.
+TEST(SdpHandoff, Section13_1_1_ConnectingSideHandsOver) {
+    hand_over_scenario(sdp::Mechanism::bcopy, true);
 }
 
 // A read_some() blocked in another thread returns operation_canceled when

@@ -21,6 +21,7 @@ sdp::Handoff sample(bool v6) {
     for (int i = 0; i < 1000; ++i)
         h.unsent.push_back(static_cast<std::uint8_t>(i * 13 + 1));
     h.write_shut = true;
+    h.peer_accepted = v6;  // both values of the flag
     h.recv_buf_size = 64 * 1024;
     h.ird = 4;
     h.ord = 2;
@@ -33,6 +34,7 @@ void expect_same(const sdp::Handoff& a, const sdp::Handoff& b) {
     EXPECT_EQ(a.unread, b.unread);
     EXPECT_EQ(a.unsent, b.unsent);
     EXPECT_EQ(a.write_shut, b.write_shut);
+    EXPECT_EQ(a.peer_accepted, b.peer_accepted);
     EXPECT_EQ(a.recv_buf_size, b.recv_buf_size);
     EXPECT_EQ(a.ird, b.ird);
     EXPECT_EQ(a.ord, b.ord);
@@ -74,8 +76,10 @@ TEST(SdpHandoffCodec, BadFieldsRejected) {
     };
     EXPECT_TRUE(bad(0, 'X'));   // magic
     EXPECT_TRUE(bad(4, 2));     // version
-    EXPECT_TRUE(bad(5, 0x80));  // unknown flag
-    EXPECT_TRUE(bad(14, 5));    // peer family
+    EXPECT_TRUE(bad(5, 0x80));  // unknown flags
+    EXPECT_TRUE(bad(5, 0x04));
+    EXPECT_FALSE(bad(5, 0x03));  // write_shut and peer_accepted
+    EXPECT_TRUE(bad(14, 5));     // peer family
     // Lengths beyond 64 MiB, or not matching what follows.
     const std::size_t lens = good.size() - 300 - 1000 - 8;
     auto b = good;
