@@ -2,6 +2,7 @@
 // Internals shared by stream.cpp and acceptor.cpp (not installed).
 #pragma once
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -51,6 +52,36 @@ class ProviderChannel {
     [[nodiscard]] virtual engine::Stats stats() const = 0;
 };
 
+// A stream's plain TCP path (the fallback, connect_tcp): the socket calls
+// themselves behind the calls the SDP channels have, so that Stream picks
+// the path in one place (Stream::Impl::on_path).
+class TcpPath {
+  public:
+    int fd = -1;
+    bool wr_shut = false;
+    std::chrono::milliseconds io_timeout{};  // bounds read_some(stop_at_urgent)
+
+    TcpPath() = default;
+    TcpPath(const TcpPath&) = delete;
+    TcpPath& operator=(const TcpPath&) = delete;
+    ~TcpPath() {
+        if (fd >= 0) {
+            ::close(fd);
+        }
+    }
+    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec, bool stop_at_urgent);
+    std::error_code send_oob(std::uint8_t byte);
+    std::uint8_t read_oob(std::error_code& ec);
+    bool at_mark();
+    bool urgent_pending();
+    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec);
+    void shutdown_write(std::error_code& ec);
+    void close(std::chrono::milliseconds linger, std::error_code& ec);  // the Impl closes fd
+    void abort();
+    short pump() { return POLLIN; }
+    [[nodiscard]] int native_handle() const { return fd; }
+};
+
 }  // namespace detail
 
 struct Stream::Impl {
@@ -58,8 +89,7 @@ struct Stream::Impl {
     ConnectInfo info;
     std::unique_ptr<io::SoftChannel> sdp;            // SDP over the soft provider
     std::unique_ptr<detail::ProviderChannel> other;  // SDP over rdma-core
-    int tcp_fd = -1;                                 // TCP fallback path
-    bool tcp_wr_shut = false;
+    detail::TcpPath tcp;                             // else: plain TCP
     // Why the last hand_off() could not be done (describe()); guarded:
     // other threads may be in calls on the stream meanwhile.
     mutable std::mutex note_mu;
@@ -68,10 +98,18 @@ struct Stream::Impl {
     Impl() = default;
     Impl(const Impl&) = delete;
     Impl& operator=(const Impl&) = delete;
-    ~Impl() {
-        if (tcp_fd >= 0) {
-            ::close(tcp_fd);
+
+    // f(path) on the path that carries the stream: the soft channel, the
+    // other provider's, or TCP (their calls have the same names and types).
+    template <class F>
+    decltype(auto) on_path(F&& f) {
+        if (sdp) {
+            return f(*sdp);
         }
+        if (other) {
+            return f(*other);
+        }
+        return f(tcp);
     }
 };
 

@@ -248,7 +248,7 @@ std::error_code Stream::opened(std::unique_ptr<Impl> im) {
         im->other->abort();
         return fail(std::make_error_code(std::errc::operation_not_supported), std::move(fi));
     }
-    const int fd = im->sdp ? im->sdp->native_handle() : im->tcp_fd;
+    const int fd = im->on_path([](auto& p) { return p.native_handle(); });
     if (fd >= 0 && o.keepalive.enabled) {
         if (auto ec = detail::apply_keepalive(fd, o.keepalive)) {
             ConnectInfo fi = im->info;
@@ -259,8 +259,8 @@ std::error_code Stream::opened(std::unique_ptr<Impl> im) {
             return fail(ec, std::move(fi));
         }
     }
-    if (im->tcp_fd >= 0 && o.oob_inline) {
-        (void)detail::tcp_set_oob_inline(im->tcp_fd, true);
+    if (im->tcp.fd >= 0 && o.oob_inline) {
+        (void)detail::tcp_set_oob_inline(im->tcp.fd, true);
     }
     impl_ = std::move(im);
     return {};
@@ -282,7 +282,8 @@ std::error_code Stream::connect_tcp(const pm::Endpoint& address, const StreamOpt
     io::set_nodelay(fd);
     io::set_nonblocking(fd, false);
     detail::set_io_timeout(fd, opts.io_timeout);
-    im->tcp_fd = fd;
+    im->tcp.fd = fd;
+    im->tcp.io_timeout = opts.io_timeout;
     im->info.used = Transport::tcp;
     im->info.peer = address;
     im->info.provider = "tcp";
@@ -461,7 +462,8 @@ std::error_code Stream::connect(const pm::Endpoint& conventional, const StreamOp
         io::set_nodelay(fd);
         io::set_nonblocking(fd, false);
         detail::set_io_timeout(fd, opts.io_timeout);
-        im->tcp_fd = fd;
+        im->tcp.fd = fd;
+        im->tcp.io_timeout = opts.io_timeout;
         im->info.used = Transport::tcp;
         return opened(std::move(im));
     }
@@ -570,19 +572,19 @@ std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
         ec = std::make_error_code(std::errc::not_connected);
         return 0;
     }
-    if (impl_->sdp) {
-        return impl_->sdp->read_some(buf, ec, stop_at_urgent);
-    }
-    if (impl_->other) {
-        return impl_->other->read_some(buf, ec, stop_at_urgent);
-    }
-    const int fd = impl_->tcp_fd;
+    return impl_->on_path([&](auto& p) { return p.read_some(buf, ec, stop_at_urgent); });
+}
+
+namespace detail {
+
+std::size_t TcpPath::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
+                               bool stop_at_urgent) {
     if (!stop_at_urgent || buf.empty()) {
         return tcp_recv(fd, buf, 0, ec);
     }
     // The kernel skips an out-of-line urgent byte at the read position
     // unless a signal is pending: wait with poll() and look before reading.
-    const auto t = impl_->opts.io_timeout;
+    const auto t = io_timeout;
     const auto deadline = std::chrono::steady_clock::now() + t;
     while (true) {
         if (tcp_at_urgent(fd)) {
@@ -612,22 +614,68 @@ std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
     }
 }
 
+}  // namespace detail
+
 std::error_code Stream::send_oob(std::uint8_t byte) {
     if (!impl_) {
         return std::make_error_code(std::errc::not_connected);
     }
-    if (impl_->sdp) {
-        return impl_->sdp->send_oob(byte);
-    }
-    if (impl_->other) {
-        return impl_->other->send_oob(byte);
-    }
-    auto ec = detail::tcp_send_oob(impl_->tcp_fd, byte);
+    return impl_->on_path([&](auto& p) { return p.send_oob(byte); });
+}
+
+namespace detail {
+
+std::error_code TcpPath::send_oob(std::uint8_t byte) {
+    auto ec = tcp_send_oob(fd, byte);
     if (ec == std::errc::resource_unavailable_try_again) {
         return std::make_error_code(std::errc::timed_out);  // SO_SNDTIMEO, as write()
     }
     return ec;
 }
+
+std::uint8_t TcpPath::read_oob(std::error_code& ec) {
+    return tcp_read_oob(fd, ec);
+}
+
+bool TcpPath::at_mark() {
+    return tcp_at_mark(fd);
+}
+
+bool TcpPath::urgent_pending() {
+    return tcp_urgent_pending(fd);
+}
+
+std::size_t TcpPath::write(std::span<const std::uint8_t> buf, std::error_code& ec) {
+    std::size_t done = 0;
+    while (done < buf.size()) {
+        ssize_t n = ::send(fd, buf.data() + done, buf.size() - done, MSG_NOSIGNAL);
+        if (n > 0) {
+            done += static_cast<std::size_t>(n);
+        } else if (n < 0 && errno != EINTR) {
+            ec = (errno == EAGAIN || errno == EWOULDBLOCK)
+                     ? std::make_error_code(std::errc::timed_out)
+                     : errno_code(errno);
+            break;
+        }
+    }
+    return done;
+}
+
+void TcpPath::shutdown_write(std::error_code& ec) {
+    if (!wr_shut && ::shutdown(fd, SHUT_WR) != 0) {
+        ec = errno_code(errno);
+        return;
+    }
+    wr_shut = true;
+}
+
+void TcpPath::close(std::chrono::milliseconds, std::error_code&) {}
+
+void TcpPath::abort() {
+    io::reset_connection(fd);
+}
+
+}  // namespace detail
 
 std::uint8_t Stream::read_oob(std::error_code& ec) {
     ec.clear();
@@ -635,39 +683,15 @@ std::uint8_t Stream::read_oob(std::error_code& ec) {
         ec = std::make_error_code(std::errc::not_connected);
         return 0;
     }
-    if (impl_->sdp) {
-        return impl_->sdp->read_oob(ec);
-    }
-    if (impl_->other) {
-        return impl_->other->read_oob(ec);
-    }
-    return detail::tcp_read_oob(impl_->tcp_fd, ec);
+    return impl_->on_path([&](auto& p) { return p.read_oob(ec); });
 }
 
 bool Stream::at_mark() const {
-    if (!impl_) {
-        return false;
-    }
-    if (impl_->sdp) {
-        return impl_->sdp->at_mark();
-    }
-    if (impl_->other) {
-        return impl_->other->at_mark();
-    }
-    return tcp_at_mark(impl_->tcp_fd);
+    return impl_ && impl_->on_path([](auto& p) { return p.at_mark(); });
 }
 
 bool Stream::urgent_pending() const {
-    if (!impl_) {
-        return false;
-    }
-    if (impl_->sdp) {
-        return impl_->sdp->urgent_pending();
-    }
-    if (impl_->other) {
-        return impl_->other->urgent_pending();
-    }
-    return detail::tcp_urgent_pending(impl_->tcp_fd);
+    return impl_ && impl_->on_path([](auto& p) { return p.urgent_pending(); });
 }
 
 std::error_code Stream::set_oob_inline(bool on) {
@@ -675,15 +699,15 @@ std::error_code Stream::set_oob_inline(bool on) {
         return std::make_error_code(std::errc::not_connected);
     }
     impl_->opts.oob_inline = on;
-    if (impl_->sdp) {
-        impl_->sdp->set_oob_inline(on);
-        return {};
+    if (!impl_->sdp && !impl_->other) {
+        return detail::tcp_set_oob_inline(impl_->tcp.fd, on);  // SO_OOBINLINE can fail
     }
-    if (impl_->other) {
-        impl_->other->set_oob_inline(on);
-        return {};
-    }
-    return detail::tcp_set_oob_inline(impl_->tcp_fd, on);
+    impl_->on_path([&](auto& p) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(p)>, detail::TcpPath>) {
+            p.set_oob_inline(on);
+        }
+    });
+    return {};
 }
 
 std::error_code Stream::set_keepalive(const Keepalive& k) {
@@ -693,8 +717,7 @@ std::error_code Stream::set_keepalive(const Keepalive& k) {
     if (impl_->other) {
         return std::make_error_code(std::errc::operation_not_supported);
     }
-    const int fd = impl_->sdp ? impl_->sdp->native_handle() : impl_->tcp_fd;
-    auto ec = detail::apply_keepalive(fd, k);
+    auto ec = detail::apply_keepalive(native_handle(), k);
     if (!ec) {
         impl_->opts.keepalive = k;
     }
@@ -719,25 +742,7 @@ std::size_t Stream::write(std::span<const std::uint8_t> buf, std::error_code& ec
         ec = std::make_error_code(std::errc::not_connected);
         return 0;
     }
-    if (impl_->sdp) {
-        return impl_->sdp->write(buf, ec);
-    }
-    if (impl_->other) {
-        return impl_->other->write(buf, ec);
-    }
-    std::size_t done = 0;
-    while (done < buf.size()) {
-        ssize_t n = ::send(impl_->tcp_fd, buf.data() + done, buf.size() - done, MSG_NOSIGNAL);
-        if (n > 0) {
-            done += static_cast<std::size_t>(n);
-        } else if (n < 0 && errno != EINTR) {
-            ec = (errno == EAGAIN || errno == EWOULDBLOCK)
-                     ? std::make_error_code(std::errc::timed_out)
-                     : errno_code(errno);
-            break;
-        }
-    }
-    return done;
+    return impl_->on_path([&](auto& p) { return p.write(buf, ec); });
 }
 
 std::error_code Stream::shutdown_write() {
@@ -745,19 +750,8 @@ std::error_code Stream::shutdown_write() {
         return std::make_error_code(std::errc::not_connected);
     }
     std::error_code ec;
-    if (impl_->sdp) {
-        impl_->sdp->shutdown_write(ec);
-        return ec;
-    }
-    if (impl_->other) {
-        impl_->other->shutdown_write(ec);
-        return ec;
-    }
-    if (!impl_->tcp_wr_shut && ::shutdown(impl_->tcp_fd, SHUT_WR) != 0) {
-        return errno_code(errno);
-    }
-    impl_->tcp_wr_shut = true;
-    return {};
+    impl_->on_path([&](auto& p) { p.shutdown_write(ec); });
+    return ec;
 }
 
 std::error_code Stream::close() {
@@ -765,11 +759,7 @@ std::error_code Stream::close() {
         return {};
     }
     std::error_code ec;
-    if (impl_->sdp) {
-        impl_->sdp->close(impl_->opts.linger, ec);
-    } else if (impl_->other) {
-        impl_->other->close(impl_->opts.linger, ec);
-    }
+    impl_->on_path([&](auto& p) { p.close(impl_->opts.linger, ec); });
     impl_.reset();
     return ec;
 }
@@ -778,13 +768,7 @@ void Stream::abort() {
     if (!impl_) {
         return;
     }
-    if (impl_->sdp) {
-        impl_->sdp->abort();
-    } else if (impl_->other) {
-        impl_->other->abort();
-    } else {
-        io::reset_connection(impl_->tcp_fd);
-    }
+    impl_->on_path([](auto& p) { p.abort(); });
     impl_.reset();
 }
 
@@ -801,23 +785,11 @@ const ConnectInfo& Stream::info() const {
 }
 
 int Stream::native_handle() const {
-    if (!impl_) {
-        return -1;
-    }
-    if (impl_->other) {
-        return impl_->other->native_handle();
-    }
-    return impl_->sdp ? impl_->sdp->native_handle() : impl_->tcp_fd;
+    return impl_ ? impl_->on_path([](auto& p) { return p.native_handle(); }) : -1;
 }
 
 short Stream::pump() {
-    if (!impl_) {
-        return 0;
-    }
-    if (impl_->other) {
-        return impl_->other->pump();
-    }
-    return impl_->sdp ? impl_->sdp->pump() : static_cast<short>(POLLIN);
+    return impl_ ? impl_->on_path([](auto& p) { return p.pump(); }) : short{0};
 }
 
 StreamStats Stream::stats() const {
@@ -870,7 +842,7 @@ std::string Stream::describe() const {
 namespace {
 
 // Handoff's byte format (version 1), big-endian:
-//   "SDPH" version:u8 flags:u8 (bit 0 write_shut) ird:u16 ord:u16
+//   "SDPH" version:u8 flags:u8 (bit 0 write_shut, bit 1 peer_accepted) ird:u16 ord:u16
 //   recv_buf_size:u32 peer local unread_len:u32 unsent_len:u32 unread unsent
 // where an endpoint is family:u8 (4 or 6), 4 or 16 address bytes, port:u16.
 // Nothing may follow; the two lengths together are at most kHandoffMaxData.
