@@ -64,6 +64,7 @@ std::shared_ptr<Bridge> Bridge::create(Stream stream, int* app_fd) {
         errno = e;
         return nullptr;
     }
+    b->local_ = local_of(stream.native_handle()).value_or(pm::Endpoint{});
     b->stream_ = std::move(stream);
     *app_fd = sp[0];
     return b;
@@ -74,6 +75,7 @@ std::shared_ptr<Bridge> Bridge::adopt(Stream stream, int pump_fd, dev_t app_dev,
     if (!b->init(pump_fd, app_dev, app_ino)) {
         return nullptr;
     }
+    b->local_ = local_of(stream.native_handle()).value_or(pm::Endpoint{});
     b->stream_ = std::move(stream);
     return b;
 }

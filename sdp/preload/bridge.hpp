@@ -6,6 +6,7 @@
 // end and the sdp::Stream (docs/preload.md, "How it works").
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -46,6 +47,12 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // other processes (a forked child) may hold too.
     [[nodiscard]] dev_t app_dev() const { return app_dev_; }
     [[nodiscard]] ino_t app_ino() const { return app_ino_; }
+    // The connection's local address (the heir listens there, step 1).
+    [[nodiscard]] const pm::Endpoint& local() const { return local_; }
+    // The program passed the descriptor to another process (SCM_RIGHTS):
+    // at exit, holders are looked for beyond this process's children.
+    void mark_passed() { passed_ = true; }
+    [[nodiscard]] bool passed() const { return passed_; }
     // Hands the connection over: Stream::hand_off(port), then both threads
     // stop where they are, and the bytes they held join the state (what the
     // receive side had taken from the stream goes before its unread bytes,
@@ -101,6 +108,8 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     int rx_wake_fd_ = -1;  // eventfd: a hand-off (the receive side waits for the program)
     dev_t app_dev_ = 0;
     ino_t app_ino_ = 0;
+    pm::Endpoint local_;
+    std::atomic<bool> passed_{false};
     std::mutex mu_;
     std::condition_variable cv_;
     End rx_ = End::running;

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -155,6 +156,7 @@ std::span<const std::uint8_t> bytes_of(const T& v) {
 
 // --- the heir: a forked child that may take its parent's connections -------
 
+// OFFER's body: this, then the connection's local address as text.
 struct Offer {
     std::uint64_t dev = 0;
     std::uint64_t ino = 0;
@@ -162,15 +164,11 @@ struct Offer {
 
 // A listening TCP socket on the connection's local address, any port
 // (13.1.1 step 1), or -1.
-int listen_near(const Entry& e, std::uint16_t& port) {
-    auto local = endpoint_of(reinterpret_cast<const sockaddr*>(&e.local), e.local_len);
-    if (!local) {
-        return -1;
-    }
-    local->port = 0;
+int listen_near(pm::Endpoint local, std::uint16_t& port) {
+    local.port = 0;
     sockaddr_storage ss{};
-    const int family = local->address.is_v4() ? AF_INET : AF_INET6;
-    const socklen_t len = sockaddr_of(*local, family, ss);
+    const int family = local.address.is_v4() ? AF_INET : AF_INET6;
+    const socklen_t len = sockaddr_of(local, family, ss);
     const int fd = real().socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return -1;
@@ -188,19 +186,59 @@ int listen_near(const Entry& e, std::uint16_t& port) {
     return fd;
 }
 
+// The names of a /proc directory that are numbers (pids, descriptors).
+std::vector<long> numbered_entries(const char* dir) {
+    std::vector<long> out;
+    DIR* d = ::opendir(dir);
+    if (d == nullptr) {
+        return out;
+    }
+    while (const dirent* f = ::readdir(d)) {
+        char* end = nullptr;
+        const long n = std::strtol(f->d_name, &end, 10);
+        if (end != f->d_name && *end == '\0' && n >= 0) {
+            out.push_back(n);
+        }
+    }
+    ::closedir(d);
+    return out;
+}
+
+// This process's descriptors of the open file (dev, ino) that the library
+// does not know (received by SCM_RIGHTS).
+std::vector<int> untracked_fds_of(dev_t dev, ino_t ino) {
+    std::vector<int> out;
+    for (long n : numbered_entries("/proc/self/fd")) {
+        const int fd = static_cast<int>(n);
+        struct stat st {};
+        if (!fds().tracked(fd) && ::fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino) {
+            out.push_back(fd);
+        }
+    }
+    return out;
+}
+
 // One offer from the parent, answered.
 void serve_offer(int c) {
     auto offer_bytes = recv_frame(c, Msg::offer);
-    if (!offer_bytes || offer_bytes->size() != sizeof(Offer)) {
+    if (!offer_bytes || offer_bytes->size() <= sizeof(Offer) || offer_bytes->size() > 256) {
         return;
     }
     Offer o;
     std::memcpy(&o, offer_bytes->data(), sizeof o);
-    auto entries = fds().entries_of(static_cast<dev_t>(o.dev), static_cast<ino_t>(o.ino));
+    const auto local =
+        pm::Endpoint::parse(std::string(offer_bytes->begin() + sizeof o, offer_bytes->end()));
+    const auto dev = static_cast<dev_t>(o.dev);
+    const auto ino = static_cast<ino_t>(o.ino);
+    // Inherited by fork() (the library knows it), or received by
+    // SCM_RIGHTS (it does not: an entry is made once the connection is ours).
+    auto entries = fds().entries_of(dev, ino);
+    const std::vector<int> received =
+        entries.empty() ? untracked_fds_of(dev, ino) : std::vector<int>{};
     std::uint16_t port = 0;
     int lfd = -1;
-    if (!entries.empty() && !entries.front()->bridge) {
-        lfd = listen_near(*entries.front(), port);
+    if (local && ((!entries.empty() && !entries.front()->bridge) || !received.empty())) {
+        lfd = listen_near(*local, port);
     }
     if (!send_frame(c, Msg::port, bytes_of(port)) || lfd < 0) {
         close_internal(lfd);
@@ -208,29 +246,45 @@ void serve_offer(int c) {
     }
     int pump = -1;
     auto state = recv_frame(c, Msg::state, &pump);
+    if (!state && pump < 0) {
+        // The other process could not suspend the connection (a close had
+        // begun, say): it keeps it, nothing is lost.
+        log(2, "hand-over: the other process kept the connection");
+        close_internal(lfd);
+        return;
+    }
     std::optional<Handoff> h = state ? Handoff::decode(*state) : std::nullopt;
     std::uint8_t ok = 0;
     if (h && pump >= 0) {
         Stream s;
-        if (auto ec = s.take_over(lfd, *h, stream_options(entries.front().get()))) {
+        if (auto ec = s.take_over(
+                lfd, *h, stream_options(entries.empty() ? nullptr : entries.front().get()))) {
             log(1, "hand-over: taking the connection with %s over failed: %s",
                 h->peer.to_string().c_str(), ec.message().c_str());
         } else if (auto b = Bridge::adopt(std::move(s), pump, static_cast<dev_t>(o.dev),
                                           static_cast<ino_t>(o.ino))) {
             pump = -1;  // the bridge's now
-            for (const auto& e :
-                 fds().entries_of(static_cast<dev_t>(o.dev), static_cast<ino_t>(o.ino))) {
+            for (const auto& e : fds().entries_of(dev, ino)) {
                 std::lock_guard lk(fds().mutex());
                 e->bridge = b;
+            }
+            for (int fd : received) {
+                // getsockname()/getpeername() answer as for any SDP socket.
+                auto e = std::make_shared<Entry>();
+                e->kind = Entry::Kind::sdp;
+                e->family = h->local.address.is_v4() ? AF_INET : AF_INET6;
+                e->local_len = sockaddr_of(h->local, e->family, e->local);
+                e->peer_len = sockaddr_of(h->peer, e->family, e->peer);
+                e->bridge = b;
+                fds().put(fd, e);
             }
             b->start();
             ok = 1;
             ++counters().handoffs_in;
-            log(2, "hand-over: took the connection with %s over from the parent",
-                h->peer.to_string().c_str());
+            log(2, "hand-over: took the connection with %s over", h->peer.to_string().c_str());
         }
     } else {
-        log(1, "hand-over: the parent's state was malformed");
+        log(1, "hand-over: the other process's state was malformed");
     }
     if (ok == 0) {
         ++counters().handoffs_failed;
@@ -339,21 +393,22 @@ void serve_claim(int c) {
 // This process's children (every thread's), from /proc.
 std::vector<pid_t> children() {
     std::vector<pid_t> out;
-    DIR* d = ::opendir("/proc/self/task");
-    if (d == nullptr) {
-        return out;
-    }
-    while (const dirent* t = ::readdir(d)) {
-        if (t->d_name[0] == '.') {
-            continue;
-        }
-        std::ifstream f(std::string("/proc/self/task/") + t->d_name + "/children");
+    for (long tid : numbered_entries("/proc/self/task")) {
+        std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/children");
         pid_t pid = 0;
         while (f >> pid) {
             out.push_back(pid);
         }
     }
-    ::closedir(d);
+    return out;
+}
+
+// Every process (/proc), for a descriptor passed with SCM_RIGHTS.
+std::vector<pid_t> processes() {
+    std::vector<pid_t> out;
+    for (long pid : numbered_entries("/proc")) {
+        out.push_back(static_cast<pid_t>(pid));
+    }
     return out;
 }
 
@@ -400,8 +455,12 @@ int connect_service(const char* what, pid_t pid) {
 // Offers b's connection to the heir on c; true when it took it over.
 bool offer(int c, Bridge& b) {
     const Offer o{static_cast<std::uint64_t>(b.app_dev()), static_cast<std::uint64_t>(b.app_ino())};
+    std::vector<std::uint8_t> body(sizeof o);
+    std::memcpy(body.data(), &o, sizeof o);
+    const std::string local = b.local().to_string();
+    body.insert(body.end(), local.begin(), local.end());
     std::uint16_t port = 0;
-    auto reply = send_frame(c, Msg::offer, bytes_of(o)) ? recv_frame(c, Msg::port) : std::nullopt;
+    auto reply = send_frame(c, Msg::offer, body) ? recv_frame(c, Msg::port) : std::nullopt;
     if (!reply || reply->size() != sizeof port) {
         return false;
     }
@@ -476,16 +535,27 @@ std::optional<Listener::Claimed> claim_from_owner(pid_t owner, const pm::Endpoin
     return out;
 }
 
+void heir_after_receive() {
+    start_heir();
+}
+
 void hand_off_at_exit(std::chrono::milliseconds budget) {
     InternalScope in;
     const auto deadline = std::chrono::steady_clock::now() + budget;
     for (const auto& b : Bridge::live()) {
-        // A child that holds the descriptor: its heir service may still be
-        // starting (a fork just now), so connecting is retried briefly.
-        for (pid_t pid : children()) {
-            if (!holds(pid, b->app_ino())) {
+        // The children first; every other process too if the program passed
+        // the descriptor (SCM_RIGHTS).
+        std::vector<pid_t> cands = children();
+        if (b->passed()) {
+            const auto all = processes();
+            cands.insert(cands.end(), all.begin(), all.end());
+        }
+        for (pid_t pid : cands) {
+            if (pid == ::getpid() || !holds(pid, b->app_ino())) {
                 continue;
             }
+            // Its heir service may still be starting (a fork or a receive
+            // just now): connecting is retried briefly.
             int c = -1;
             const auto give_up = std::min(
                 deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
@@ -494,14 +564,14 @@ void hand_off_at_exit(std::chrono::milliseconds budget) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(10));
             }
             if (c < 0) {
-                log(2, "hand-over: child %d holds the connection but takes none (exec'd?)",
+                log(2, "hand-over: process %d holds the connection but takes none (exec'd?)",
                     static_cast<int>(pid));
                 continue;
             }
             const bool taken = offer(c, *b);
             close_internal(c);
             if (taken) {
-                log(2, "hand-over: connection passed to child %d", static_cast<int>(pid));
+                log(2, "hand-over: connection passed to process %d", static_cast<int>(pid));
                 break;
             }
         }

@@ -47,6 +47,9 @@ void heir_after_fork();
 // handed over (within `budget`); the rest end as before.
 void hand_off_at_exit(std::chrono::milliseconds budget);
 
+// A descriptor came by SCM_RIGHTS: starts the heir service (it may be an
+// SDP connection whose maker hands it over at exit).
+void heir_after_receive();
 // fork() parent: starts the claims service when this process has listeners
 // (a child may accept their doorbells).
 void claims_after_fork();

@@ -75,6 +75,25 @@ void copy_entry(int from, int to) {
     }
 }
 
+// The descriptors an SCM_RIGHTS message carries.
+std::vector<int> rights_of(const msghdr* m) {
+    std::vector<int> out;
+    for (const cmsghdr* c = CMSG_FIRSTHDR(m); c != nullptr;
+         c = CMSG_NXTHDR(const_cast<msghdr*>(m), const_cast<cmsghdr*>(c))) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+            c->cmsg_len < CMSG_LEN(0)) {
+            continue;
+        }
+        const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t k = 0; k < n; ++k) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof fd);
+            out.push_back(fd);
+        }
+    }
+    return out;
+}
+
 int errno_of(std::error_code ec) {
     if (ec.category() == std::generic_category() || ec.category() == std::system_category()) {
         return ec.value() != 0 ? ec.value() : ECONNREFUSED;
@@ -550,6 +569,30 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
     }
     // Other TCP options (TCP_USER_TIMEOUT...) apply to the LLP socket.
     return e->bridge ? e->bridge->llp_setsockopt(level, name, val, len) : 0;
+}
+
+// Descriptor passing (SCM_RIGHTS): a process that passes an SDP descriptor
+// looks for its holders at exit beyond its children; one that receives
+// descriptors starts its heir service (handoff.hpp).
+SDP_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {
+    if (m != nullptr && m->msg_controllen > 0 && !internal_call()) {
+        for (int passed : rights_of(m)) {
+            if (auto e = entry_of(passed, Entry::Kind::sdp); e && e->bridge) {
+                e->bridge->mark_passed();
+            }
+        }
+    }
+    return real().sendmsg(fd, m, flags);
+}
+
+SDP_EXPORT ssize_t recvmsg(int fd, msghdr* m, int flags) {
+    const ssize_t r = real().recvmsg(fd, m, flags);
+    if (r >= 0 && m != nullptr && m->msg_controllen > 0 && !internal_call() &&
+        !rights_of(m).empty()) {
+        InternalScope in;
+        heir_after_receive();
+    }
+    return r;
 }
 
 SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {

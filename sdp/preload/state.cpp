@@ -148,6 +148,8 @@ const Real& real() {
         SDP_PRELOAD_RESOLVE(getpeername);
         SDP_PRELOAD_RESOLVE(getsockopt);
         SDP_PRELOAD_RESOLVE(setsockopt);
+        SDP_PRELOAD_RESOLVE(sendmsg);
+        SDP_PRELOAD_RESOLVE(recvmsg);
 #undef SDP_PRELOAD_RESOLVE
         if (x.fcntl64 == nullptr) {
             x.fcntl64 = x.fcntl;

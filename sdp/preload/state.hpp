@@ -40,6 +40,8 @@ struct Real {
     int (*getpeername)(int, sockaddr*, socklen_t*);
     int (*getsockopt)(int, int, int, void*, socklen_t*);
     int (*setsockopt)(int, int, int, const void*, socklen_t);
+    ssize_t (*sendmsg)(int, const msghdr*, int);
+    ssize_t (*recvmsg)(int, msghdr*, int);
 };
 const Real& real();
 

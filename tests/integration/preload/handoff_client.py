@@ -10,8 +10,8 @@
 import os
 import socket
 import sys
-import threading
-import time
+
+import handover_common
 
 host, port, src, dst, first = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 data = open(src, "rb").read()
@@ -21,25 +21,8 @@ parent = os.getpid()
 if os.fork() != 0:
     sys.exit(0)  # exit(3): the library's exit handler runs
 
-deadline = time.monotonic() + 20
-while os.getppid() == parent and time.monotonic() < deadline:
-    time.sleep(0.01)
-got = bytearray()
-
-
-def reader():
-    while True:
-        b = s.recv(65536)
-        if not b:
-            return
-        got.extend(b)
-
-
-t = threading.Thread(target=reader)
-t.start()
-s.sendall(data[first:])
-s.shutdown(socket.SHUT_WR)
-t.join(30)
+handover_common.wait_until(lambda: os.getppid() != parent)
+got = handover_common.finish_echo(s, data[first:])
 with open(dst, "wb") as f:
     f.write(got)
 s.close()

@@ -24,6 +24,8 @@
 #               stale entry after close_range() (flags_check.py)
 #   exit        a program that writes and exits without close(): every byte
 #               arrives, then end of stream (not a reset)
+#   fd_handover an SDP descriptor passed to an unrelated process whose maker
+#               then exits: the connection moves to the receiver (13.1.1)
 #   prefork     a pre-fork server (workers accept on the parent's listening
 #               socket): every SDP connection reaches a worker
 #   handoff     a client that forks and exits: its connection moves to the
@@ -323,6 +325,28 @@ forking)
   expect_stat "$work/srv.json" accept_sdp 6
   grep -c "^served [0-9]* local $port\$" "$work/srv.log" | grep -qx 6 \
     || die "server log (getsockname of accepted sockets = the listening port): $(cat "$work/srv.log")"
+  ;;
+fd_handover)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/echo_once.py" 127.0.0.1 "$port"
+  head -c 1200000 /dev/urandom > "$work/in"
+  # Two unrelated processes (not parent and child): the maker passes the
+  # descriptor over a unix socket and exits.
+  SDP_PRELOAD_STATS="$work/rcv.json" SDP_PRELOAD_LOG=info timeout 60 "$run" \
+    "$py" "$here/fd_handover.py" recv "$work/pass.sock" "$work/in" "$work/result" \
+    2> "$work/rcv.err" &
+  rcv=$!
+  pids+=("$rcv")
+  for ((i = 0; i < 100; i++)); do [ -S "$work/pass.sock" ] && break; sleep 0.1; done
+  preload snd "$py" "$here/fd_handover.py" send "$work/pass.sock" 127.0.0.1 "$port" 150000 \
+    "$work/in" 2> "$work/snd.err" || die "sender failed"
+  wait "$rcv" || die "receiver failed"
+  [ "$(cat "$work/result")" = "same 1200000" ] || die "receiver: $(cat "$work/result")"
+  wait "$srv" || die "echo server failed"
+  expect_stat "$work/snd.json" handoffs_out 1
+  expect_stat "$work/rcv.json" handoffs_in 1
+  expect_stat "$work/srv.json" sdp_resumes 1
   ;;
 prefork)
   start_pmd
