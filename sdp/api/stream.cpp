@@ -19,6 +19,7 @@
 #include "internal.hpp"
 #include "libpmclient/src/connect_core/blocking_connect.hpp"
 #include "sdp/io/channel.hpp"
+#include "sdp/iwarp/mpa.hpp"
 #include "sdp/wire/message.hpp"
 
 #if SDPPM_HAVE_RDMA
@@ -1041,15 +1042,36 @@ std::error_code Stream::take_over(int listen_fd, const Handoff& h, const StreamO
     // its address only, when it was the Accepting Peer (its old port is its
     // listener's: it reconnects from another). The Hello carries no
     // addresses: the TCP connection's are checked. Of the connections that
-    // pass, the first to send (the MPA Request) is taken, so a silent one
-    // from the same address cannot hold the take-over up.
+    // pass, the first whose bytes are an MPA Request's key is taken; one
+    // that stays silent cannot hold the take-over up, one that sends
+    // anything else is closed.
     constexpr std::size_t kMaxCandidates = 16;
+    const auto key = iwarp::kMpaRequestKey;
     std::vector<int> cands;
     auto drop_all = [&] {
         for (int fd : cands) {
             ::close(fd);
         }
         cands.clear();
+    };
+    bool partial = false;  // a candidate sent part of the key so far
+    // A candidate's first bytes: 1 the whole key, 0 a part of it so far
+    // (or nothing), -1 something else or closed.
+    auto starts_mpa = [&](int fd) {
+        char b[32];
+        const ssize_t n = ::recv(fd, b, key.size(), MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0) {
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        }
+        if (n == 0 ||
+            key.compare(0, static_cast<std::size_t>(n), b, static_cast<std::size_t>(n)) != 0) {
+            return -1;
+        }
+        if (static_cast<std::size_t>(n) < key.size()) {
+            partial = true;  // bytes of the key so far: look again soon
+            return 0;
+        }
+        return 1;
     };
     int cfd = -1;
     while (cfd < 0) {
@@ -1063,34 +1085,32 @@ std::error_code Stream::take_over(int listen_fd, const Handoff& h, const StreamO
         }
         std::vector<pollfd> p{{listen_fd, POLLIN, 0}};
         for (int fd : cands) {
-            p.push_back({fd, POLLIN, 0});
+            p.push_back({fd, static_cast<short>(partial ? 0 : POLLIN), 0});
         }
-        const int r =
-            ::poll(p.data(), p.size(), static_cast<int>(std::min<std::int64_t>(left, 60'000)));
+        const int r = ::poll(p.data(), p.size(),
+                             static_cast<int>(std::min<std::int64_t>(left, partial ? 10 : 60'000)));
         if (r < 0 && errno != EINTR) {
             const int err = errno;
             drop_all();
             info.reason = std::string("take_over: poll: ") + std::strerror(err);
             return fail(errno_code(err), std::move(info));
         }
-        if (r <= 0) {
-            continue;
-        }
-        for (std::size_t k = p.size() - 1; k >= 1 && cfd < 0; --k) {
-            if (p[k].revents == 0) {
+        partial = false;
+        for (std::size_t k = cands.size(); k-- > 0 && cfd < 0;) {
+            const int v = starts_mpa(cands[k]);
+            if (v == 0) {
                 continue;
             }
-            char b;
-            const int fd = cands[k - 1];
-            cands.erase(cands.begin() + static_cast<std::ptrdiff_t>(k - 1));
-            if (::recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1) {
+            const int fd = cands[k];
+            cands.erase(cands.begin() + static_cast<std::ptrdiff_t>(k));
+            if (v == 1) {
                 cfd = fd;
             } else {
-                ::close(fd);  // closed without a word
+                ::close(fd);  // closed, or not an MPA peer
                 ++strangers;
             }
         }
-        if (cfd >= 0 || (p[0].revents & POLLIN) == 0) {
+        if (cfd >= 0 || r <= 0 || (p[0].revents & POLLIN) == 0) {
             continue;
         }
         sockaddr_storage ss{};

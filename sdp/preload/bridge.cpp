@@ -73,6 +73,7 @@ std::shared_ptr<Bridge> Bridge::create(Stream stream, int* app_fd) {
 std::shared_ptr<Bridge> Bridge::adopt(Stream stream, int pump_fd, dev_t app_dev, ino_t app_ino) {
     std::shared_ptr<Bridge> b(new Bridge);
     if (!b->init(pump_fd, app_dev, app_ino)) {
+        b->pump_fd_ = -1;  // still the caller's
         return nullptr;
     }
     b->local_ = local_of(stream.native_handle()).value_or(pm::Endpoint{});
@@ -195,6 +196,9 @@ std::optional<Handoff> Bridge::hand_off(std::uint16_t port, int* pump_fd, std::e
         }
         handing_ = Handing::running;
     }
+    // An urgent byte not read yet goes along as data (the Handoff keeps no
+    // mark; out of line it would be dropped).
+    stream_.set_oob_inline(true);
     auto h = stream_.hand_off(port, ec);
     std::unique_lock lk(mu_);
     const bool unchanged =

@@ -63,7 +63,8 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // operation_not_supported, not_connected), or the connection is lost.
     std::optional<Handoff> hand_off(std::uint16_t port, int* pump_fd, std::error_code& ec);
     // The process that takes a connection over: a bridge over the stream
-    // and the socketpair end that came with it (tracked already). start().
+    // and the socketpair end that came with it (tracked already; still the
+    // caller's if this fails). start().
     static std::shared_ptr<Bridge> adopt(Stream stream, int pump_fd, dev_t app_dev, ino_t app_ino);
     // The bridges running in this process.
     static std::vector<std::shared_ptr<Bridge>> live();

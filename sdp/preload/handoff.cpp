@@ -9,11 +9,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,7 +32,9 @@ constexpr const char* kClaims = "claims";
 // A Handoff carries the unread and unsent bytes: at most the stream's
 // buffers and the bridge's chunks, far below this.
 constexpr std::uint32_t kMaxFrame = 96u << 20;
-constexpr auto kIoTimeout = std::chrono::seconds(10);
+constexpr std::chrono::milliseconds kIoTimeout{10000};
+// A worker's accept() waits at most this for its parent's answer.
+constexpr std::chrono::milliseconds kClaimTimeout{2000};
 
 // The abstract AF_UNIX name of a process's service: "sdp-preload-WHAT.PID".
 socklen_t service_address(const char* what, pid_t pid, sockaddr_un& sa) {
@@ -41,11 +45,36 @@ socklen_t service_address(const char* what, pid_t pid, sockaddr_un& sa) {
     return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
 }
 
-void set_timeouts(int fd) {
+void set_timeouts(int fd, std::chrono::milliseconds t = kIoTimeout) {
+    t = std::max(t, std::chrono::milliseconds(1));
     timeval tv{};
-    tv.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(kIoTimeout).count();
+    tv.tv_sec = static_cast<time_t>(t.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((t.count() % 1000) * 1000);
     real().setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     real().setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+// The parent of a process (/proc/PID/stat), or 0.
+pid_t parent_of(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(f, line);
+    const auto close = line.rfind(')');  // the name may hold spaces and ')'
+    if (close == std::string::npos) {
+        return 0;
+    }
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    return static_cast<pid_t>(ppid);
+}
+
+// Who may talk to our services: processes of our user, and our parent or
+// our children whatever their user (a pre-fork master running as root and
+// its workers that dropped privileges; a parent and its setuid child).
+bool trusted(const ucred& cred) {
+    return cred.uid == ::geteuid() || cred.pid == ::getppid() || parent_of(cred.pid) == ::getpid();
 }
 
 bool send_all(int fd, const std::uint8_t* p, std::size_t n) {
@@ -313,13 +342,12 @@ void service_loop(int lfd, void (*serve)(int)) {
         track_internal(c);
         ucred cred{};
         socklen_t cl = sizeof cred;
-        if (real().getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
-            cred.uid == ::geteuid()) {
+        if (real().getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && trusted(cred)) {
             set_timeouts(c);
             serve(c);
         } else {
-            log(1, "refused a peer of uid %u on the library's socket",
-                static_cast<unsigned>(cred.uid));
+            log(1, "refused process %d (uid %u) on the library's socket",
+                static_cast<int>(cred.pid), static_cast<unsigned>(cred.uid));
         }
         close_internal(c);
     }
@@ -333,20 +361,27 @@ void start_service(const char* what, std::atomic<pid_t>& running_for, void (*ser
         return;
     }
     const int lfd = real().socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (lfd < 0) {
-        return;
+    if (lfd >= 0) {
+        track_internal(lfd);
     }
-    track_internal(lfd);
     sockaddr_un sa;
     const socklen_t len = service_address(what, me, sa);
-    if (::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), len) != 0 ||
+    if (lfd < 0 || ::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), len) != 0 ||
         real().listen(lfd, 64) != 0) {
         log(1, "no %s service: %s", what, std::strerror(errno));
         close_internal(lfd);
+        running_for = 0;  // tried again at the next occasion
         return;
     }
     SignalsBlocked quiet;
-    std::thread([lfd, serve] { service_loop(lfd, serve); }).detach();
+    try {
+        std::thread([lfd, serve] { service_loop(lfd, serve); }).detach();
+    } catch (const std::system_error& e) {
+        // Called from fork() handlers and recvmsg(): never throw into them.
+        log(1, "no %s service: %s", what, e.what());
+        close_internal(lfd);
+        running_for = 0;
+    }
 }
 
 std::atomic<pid_t> g_heir_for{0};
@@ -436,7 +471,10 @@ bool holds(pid_t pid, ino_t ino) {
     return found;
 }
 
-int connect_service(const char* what, pid_t pid) {
+// Connects to `pid`'s service. Abstract names have no permissions: the
+// socket must be served by that very process (SO_PEERCRED), or anyone in
+// the network namespace who bound the name first could pose as it.
+int connect_service(const char* what, pid_t pid, std::chrono::milliseconds timeout) {
     const int fd = real().socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return -1;
@@ -444,11 +482,18 @@ int connect_service(const char* what, pid_t pid) {
     track_internal(fd);
     sockaddr_un sa;
     const socklen_t len = service_address(what, pid, sa);
-    if (real().connect(fd, reinterpret_cast<const sockaddr*>(&sa), len) != 0) {
+    ucred cred{};
+    socklen_t cl = sizeof cred;
+    if (real().connect(fd, reinterpret_cast<const sockaddr*>(&sa), len) != 0 ||
+        real().getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.pid != pid) {
+        if (cred.pid != 0 && cred.pid != pid) {
+            log(1, "the %s socket of process %d is served by process %d: not used", what,
+                static_cast<int>(pid), static_cast<int>(cred.pid));
+        }
         close_internal(fd);
         return -1;
     }
-    set_timeouts(fd);
+    set_timeouts(fd, timeout);
     return fd;
 }
 
@@ -475,6 +520,8 @@ bool offer(int c, Bridge& b) {
         log(2, "hand-over: not possible: %s", ec.message().c_str());
         return false;  // the heir's listener goes when this connection closes
     }
+    log(2, "hand-over: SuspComm acknowledged; %zu unread and %zu unsent bytes go along",
+        h->unread.size(), h->unsent.size());
     const bool sent = send_frame(c, Msg::state, h->encode(), pump);
     close_internal(pump);
     auto done = sent ? recv_frame(c, Msg::done) : std::nullopt;
@@ -507,7 +554,7 @@ std::optional<Listener::Claimed> claim_from_owner(pid_t owner, const pm::Endpoin
         return std::nullopt;  // not from where the owner's doorbells come
     }
     InternalScope in;
-    const int c = connect_service(kClaims, owner);
+    const int c = connect_service(kClaims, owner, kClaimTimeout);
     if (c < 0) {
         return std::nullopt;  // the owner is gone: a plain connection
     }
@@ -559,7 +606,11 @@ void hand_off_at_exit(std::chrono::milliseconds budget) {
             int c = -1;
             const auto give_up = std::min(
                 deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
-            while ((c = connect_service(kHeir, pid)) < 0 &&
+            const auto left = [&] {
+                return std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now());
+            };
+            while ((c = connect_service(kHeir, pid, std::min(kIoTimeout, left()))) < 0 &&
                    std::chrono::steady_clock::now() < give_up) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(10));
             }

@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <new>
 
 #include "sdp/preload/bridge.hpp"
 #include "sdp/preload/handoff.hpp"
@@ -571,6 +572,39 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
     return e->bridge ? e->bridge->llp_setsockopt(level, name, val, len) : 0;
 }
 
+// Threads the library's code starts (the SDP channel's helper, the
+// acceptor's handshakes, the resolver) are the library's: their socket calls
+// (a socket duplication's reconnect, say) must not be taken for the
+// program's. A thread started from inside the library is marked so.
+namespace {
+struct ThreadStart {
+    void* (*fn)(void*);
+    void* arg;
+};
+void* internal_thread_start(void* p) {
+    const ThreadStart ts = *static_cast<ThreadStart*>(p);
+    delete static_cast<ThreadStart*>(p);
+    mark_internal_thread();
+    return ts.fn(ts.arg);
+}
+}  // namespace
+
+SDP_EXPORT int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*),
+                              void* arg) {
+    if (!internal_call()) {
+        return real().pthread_create(t, attr, fn, arg);
+    }
+    auto* ts = new (std::nothrow) ThreadStart{fn, arg};
+    if (ts == nullptr) {
+        return EAGAIN;
+    }
+    const int r = real().pthread_create(t, attr, internal_thread_start, ts);
+    if (r != 0) {
+        delete ts;
+    }
+    return r;
+}
+
 // Descriptor passing (SCM_RIGHTS): a process that passes an SDP descriptor
 // looks for its holders at exit beyond its children; one that receives
 // descriptors starts its heir service (handoff.hpp).
@@ -637,7 +671,12 @@ SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len
 
 namespace {
 
+// The process that calls fork() (getppid() in the child could already be
+// a reaper).
+pid_t g_forking = 0;
+
 void fork_prepare() {
+    g_forking = ::getpid();
     state_fork_prepare();
     Bridge::fork_prepare();
     fds().mutex().lock();
@@ -649,7 +688,7 @@ void fork_parent() {
     state_fork_parent();
 }
 void fork_child() {
-    fds().after_fork_child();
+    fds().after_fork_child(g_forking);
     fds().mutex().unlock();
     Bridge::fork_child();
     state_fork_child();

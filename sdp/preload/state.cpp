@@ -150,6 +150,7 @@ const Real& real() {
         SDP_PRELOAD_RESOLVE(setsockopt);
         SDP_PRELOAD_RESOLVE(sendmsg);
         SDP_PRELOAD_RESOLVE(recvmsg);
+        SDP_PRELOAD_RESOLVE(pthread_create);
 #undef SDP_PRELOAD_RESOLVE
         if (x.fcntl64 == nullptr) {
             x.fcntl64 = x.fcntl;
@@ -243,7 +244,7 @@ std::shared_ptr<Entry> FdTable::take(int fd) {
     return e;
 }
 
-void FdTable::after_fork_child() {
+void FdTable::after_fork_child(pid_t parent) {
     // Called with mu_ held by this (the only) thread since the prepare
     // handler. Only plain containers and close(2) here.
     auto* leak = new std::vector<std::shared_ptr<void>>;
@@ -263,7 +264,7 @@ void FdTable::after_fork_child() {
             // The parent takes its SDP connections; a doorbell this process
             // accepts is claimed from there (handoff.hpp).
             leak->push_back(std::move(e.listener));
-            e.owner = ::getppid();
+            e.owner = parent;
         }
         ++it;
     }

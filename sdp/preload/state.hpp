@@ -4,6 +4,7 @@
 // works"). Only preload.cpp, bridge.cpp and listener.cpp include this.
 #pragma once
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 
@@ -42,6 +43,7 @@ struct Real {
     int (*setsockopt)(int, int, int, const void*, socklen_t);
     ssize_t (*sendmsg)(int, const msghdr*, int);
     ssize_t (*recvmsg)(int, msghdr*, int);
+    int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
 };
 const Real& real();
 
@@ -122,7 +124,8 @@ class FdTable {
     // fork(): the child keeps the program's descriptors and closes the
     // library's (sockets, socketpair ends and listeners of the parent's
     // bridges, which live on in the parent only).
-    void after_fork_child();
+    // `parent`: the process that called fork() (its listeners' owner).
+    void after_fork_child(pid_t parent);
     // The entries of the program's descriptors of one open file (a
     // connection handed over from the parent, docs/preload.md).
     std::vector<std::shared_ptr<Entry>> entries_of(dev_t dev, ino_t ino);

@@ -13,13 +13,16 @@ def wait_until(gone, seconds=20):
         time.sleep(0.01)
 
 
-def finish_echo(s, rest):
+def finish_echo(s, rest, wait=None):
     """Sends `rest`, shuts down writing and returns everything the echo
     server sends back until end of stream (read meanwhile, so that neither
-    side blocks)."""
+    side blocks for good). With wait: reading, and the shutdown after the
+    writes, begin only once wait() returned."""
     got = bytearray()
 
     def reader():
+        if wait is not None:
+            wait()
         while True:
             b = s.recv(65536)
             if not b:
@@ -29,6 +32,8 @@ def finish_echo(s, rest):
     t = threading.Thread(target=reader)
     t.start()
     s.sendall(rest)
+    if wait is not None:
+        wait()
     s.shutdown(socket.SHUT_WR)
     t.join(30)
     return bytes(got)

@@ -372,7 +372,9 @@ handoff)
   start_pmd
   port=$(pick_port)
   serve "$py" "$here/echo_once.py" 127.0.0.1 "$port"
-  head -c 1500000 /dev/urandom > "$work/in"
+  # More than the socketpairs and streams hold: the hand-over finds both
+  # directions stalled.
+  head -c 32000000 /dev/urandom > "$work/in"
   # The parent sends 200 kB (echoed back into its unread buffers), forks
   # and exits; the child sends the rest and reads everything.
   SDP_PRELOAD_STATS="$work/cli.%p.json" SDP_PRELOAD_LOG=info timeout 60 "$run" \
@@ -391,6 +393,16 @@ handoff)
   expect_stat "$work/srv.json" sdp_resumes 1
   expect_stat "$work/srv.json" accept_sdp 1
   grep -q "hand-over: took the connection" "$work/cli.err" || die "no hand-over in the log"
+  # The stalled streams carried bytes over (13.1.1 step 5).
+  carried=$(sed -n 's/.*SuspComm acknowledged; \([0-9]*\) unread and \([0-9]*\) unsent.*/\1 \2/p' \
+    "$work/cli.err")
+  read -r unread unsent <<< "$carried"
+  [ "${unread:-0}" -gt 0 ] && [ "${unsent:-0}" -gt 0 ] \
+    || die "the hand-over carried no unread or no unsent bytes: '$carried'"
+  for f in "$work"/cli.*.json "$work/srv.json"; do
+    expect_stat "$f" handoffs_failed 0
+    expect_stat "$f" bridges_reset 0
+  done
   ;;
 oob)
   start_pmd

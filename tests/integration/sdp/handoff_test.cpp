@@ -195,6 +195,13 @@ void hand_over_scenario(sdp::Mechanism m, bool connector_hands_off = false) {
     std::this_thread::sleep_for(300ms);
     const int stranger = sdptest::tcp_connect(l.endpoint());
     ASSERT_GE(stranger, 0);
+    // One that talks first, and not MPA: closed too, even when only the
+    // address is checked (connector_hands_off), before the real peer comes.
+    const int chatty = sdptest::tcp_connect(l.endpoint());
+    ASSERT_GE(chatty, 0);
+    const char not_mpa[] = "GET / HTTP/1.0\r\n\r\n";
+    ASSERT_EQ(::send(chatty, not_mpa, sizeof not_mpa - 1, MSG_NOSIGNAL),
+              static_cast<ssize_t>(sizeof not_mpa - 1));
 
     RReader rr;
     rr.start(r, kATotal);
@@ -253,12 +260,14 @@ void hand_over_scenario(sdp::Mechanism m, bool connector_hands_off = false) {
     EXPECT_FALSE(rcl) << rcl.message() << " " << r.describe();
     EXPECT_FALSE(a.close());
 
-    // The stranger was closed (step 1).
-    pollfd p{stranger, POLLIN, 0};
-    ASSERT_EQ(::poll(&p, 1, 5000), 1);
-    char x;
-    EXPECT_LE(::recv(stranger, &x, 1, 0), 0);
-    ::close(stranger);
+    // The strangers were closed (step 1).
+    for (int fd : {stranger, chatty}) {
+        pollfd p{fd, POLLIN, 0};
+        ASSERT_EQ(::poll(&p, 1, 5000), 1);
+        char x;
+        EXPECT_LE(::recv(fd, &x, 1, 0), 0);
+        ::close(fd);
+    }
 }
 
 }  // namespace
@@ -436,7 +445,7 @@ TEST(SdpHandoff, Section13_1_1_HandOffAcrossFork) {
     if (!c.ok) {
         ::close(pipefd[1]);
         reap();
-        return;
+        FAIL() << "the connection for the fork test could not be set up";
     }
     std::error_code ec;
     ASSERT_EQ(write_pattern(c.r, 0, kRBefore, kRSeed, ec), kRBefore);
