@@ -359,14 +359,22 @@ prefork)
   pids+=($!)
   wait_sdp_listener "$work/srv.err"
   echo_clients "pre-fork server"
+  # A plain TCP client from the doorbells' own address: a worker asks the
+  # parent, which has no such doorbell, and gets it as TCP.
+  head -c 100000 /dev/urandom > "$work/in_tcp"
+  "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in_tcp" "$work/out_tcp" \
+    2> "$work/tcp.err" || die "plain TCP client failed"
+  same "$work/in_tcp" "$work/out_tcp" "pre-fork server, plain TCP client"
   for ((i = 0; i < 50; i++)); do
-    [ "$(sum_stat accept_sdp "$work"/srv.*.json)" = 6 ] && break
+    [ "$(sum_stat accept_sdp "$work"/srv.*.json)" = 6 ] \
+      && [ "$(sum_stat accept_tcp "$work"/srv.*.json)" = 1 ] && break
     sleep 0.1
   done
   [ "$(sum_stat accept_sdp "$work"/srv.*.json)" = 6 ] \
     || die "workers' accept_sdp: $(cat "$work"/srv.*.json)"
-  [ "$(sum_stat accept_tcp "$work"/srv.*.json)" = 0 ] || die "a doorbell was taken for TCP"
-  [ "$(grep -c '^served' "$work/srv.log")" = 6 ] || die "server log: $(cat "$work/srv.log")"
+  [ "$(sum_stat accept_tcp "$work"/srv.*.json)" = 1 ] \
+    || die "workers' accept_tcp (one plain client, no doorbell): $(cat "$work"/srv.*.json)"
+  [ "$(grep -c '^served' "$work/srv.log")" = 7 ] || die "server log: $(cat "$work/srv.log")"
   ;;
 handoff)
   start_pmd
