@@ -106,8 +106,8 @@ int errno_of(std::error_code ec) {
 // socket (14.3, Stream::set_keepalive); also for accepted connections,
 // which inherit the listening socket's options as on TCP.
 void apply_keepalive(const Entry& e) {
-    if (e.bridge && e.keepalive) {
-        e.bridge->set_keepalive(keepalive_of(e));
+    if (auto b = bridge_of(e); b && e.keepalive) {
+        b->set_keepalive(keepalive_of(e));
     }
 }
 
@@ -558,18 +558,20 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
         if (level == IPPROTO_TCP && name == TCP_NODELAY) {
             return 0;  // SDP frames its own messages
         }
-        if (!e->bridge) {
+        const auto b = bridge_of(*e);
+        if (!b) {
             return 0;  // a forked child: the connection is its parent's
         }
         // 14.3: keepalive is the TCP keepalive timer of the LLP.
-        if (auto ec = e->bridge->set_keepalive(keepalive_of(*e))) {
+        if (auto ec = b->set_keepalive(keepalive_of(*e))) {
             errno = ec.category() == std::generic_category() ? ec.value() : EOPNOTSUPP;
             return -1;  // the rdma provider: rdma_cm has no keepalive
         }
         return 0;
     }
     // Other TCP options (TCP_USER_TIMEOUT...) apply to the LLP socket.
-    return e->bridge ? e->bridge->llp_setsockopt(level, name, val, len) : 0;
+    const auto b = bridge_of(*e);
+    return b ? b->llp_setsockopt(level, name, val, len) : 0;
 }
 
 // Threads the library's code starts (the SDP channel's helper, the
@@ -611,8 +613,9 @@ SDP_EXPORT int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*
 SDP_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {
     if (m != nullptr && m->msg_controllen > 0 && !internal_call()) {
         for (int passed : rights_of(m)) {
-            if (auto e = entry_of(passed, Entry::Kind::sdp); e && e->bridge) {
-                e->bridge->mark_passed();
+            const auto e = entry_of(passed, Entry::Kind::sdp);
+            if (const auto b = e ? bridge_of(*e) : nullptr) {
+                b->mark_passed();
             }
         }
     }
@@ -660,8 +663,9 @@ SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len
                 break;
         }
     }
-    if (e->bridge && (level == IPPROTO_TCP || level == IPPROTO_IP || level == IPPROTO_IPV6)) {
-        return e->bridge->llp_getsockopt(level, name, val, len);  // TCP_INFO, TCP_MAXSEG, IP_TOS...
+    const auto b = bridge_of(*e);
+    if (b && (level == IPPROTO_TCP || level == IPPROTO_IP || level == IPPROTO_IPV6)) {
+        return b->llp_getsockopt(level, name, val, len);  // TCP_INFO, TCP_MAXSEG, IP_TOS...
     }
     errno = ENOPROTOOPT;
     return -1;

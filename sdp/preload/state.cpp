@@ -315,6 +315,11 @@ std::vector<std::shared_ptr<Listener>> FdTable::listeners() {
     return out;
 }
 
+std::shared_ptr<Bridge> bridge_of(const Entry& e) {
+    std::lock_guard lk(fds().mutex());
+    return e.bridge;
+}
+
 FdTable& fds() {
     static auto* t = new FdTable;  // never destroyed: used until the last close()
     return *t;

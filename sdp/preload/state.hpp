@@ -105,7 +105,9 @@ struct Entry {
     // library did not see (close_range, fclose, a raw system call).
     dev_t dev = 0;
     ino_t ino = 0;
-    std::shared_ptr<Bridge> bridge;  // sdp, in the process that runs it
+    // sdp, in the process that runs it. Read it with bridge_of(): the heir
+    // thread sets it when a connection is taken over (handoff.hpp).
+    std::shared_ptr<Bridge> bridge;
     std::shared_ptr<Listener> listener;
 };
 
@@ -143,6 +145,8 @@ class FdTable {
     std::unordered_map<int, std::shared_ptr<Entry>> map_;
 };
 FdTable& fds();
+// An entry's bridge, read under the table's lock.
+std::shared_ptr<Bridge> bridge_of(const Entry& e);
 
 // Remembers a descriptor the library made (closed in a forked child).
 void track_internal(int fd);
