@@ -1097,7 +1097,10 @@ std::error_code Stream::take_over(int listen_fd, const Handoff& h, const StreamO
         }
         partial = false;
         for (std::size_t k = cands.size(); k-- > 0 && cfd < 0;) {
-            const int v = starts_mpa(cands[k]);
+            int v = starts_mpa(cands[k]);
+            if (v == 0 && (p[k + 1].revents & (POLLERR | POLLHUP)) != 0) {
+                v = -1;  // gone with the key incomplete: not the peer (and no spin)
+            }
             if (v == 0) {
                 continue;
             }

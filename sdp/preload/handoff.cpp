@@ -74,7 +74,15 @@ pid_t parent_of(pid_t pid) {
 // our children whatever their user (a pre-fork master running as root and
 // its workers that dropped privileges; a parent and its setuid child).
 bool trusted(const ucred& cred) {
-    return cred.uid == ::geteuid() || cred.pid == ::getppid() || parent_of(cred.pid) == ::getpid();
+    if (cred.uid == ::geteuid()) {
+        return true;
+    }
+    // Pid 0: a peer (or parent) outside our pid namespace; never kin.
+    if (cred.pid <= 0) {
+        return false;
+    }
+    const pid_t parent = ::getppid();
+    return (parent > 0 && cred.pid == parent) || parent_of(cred.pid) == ::getpid();
 }
 
 bool send_all(int fd, const std::uint8_t* p, std::size_t n) {
@@ -293,19 +301,24 @@ void serve_offer(int c) {
         } else if (auto b = Bridge::adopt(std::move(s), pump, static_cast<dev_t>(o.dev),
                                           static_cast<ino_t>(o.ino))) {
             pump = -1;  // the bridge's now
+            if (!received.empty()) {
+                b->mark_passed();  // the maker may have passed it elsewhere too
+            }
             for (const auto& e : fds().entries_of(dev, ino)) {
                 std::lock_guard lk(fds().mutex());
                 e->bridge = b;
             }
             for (int fd : received) {
-                // getsockname()/getpeername() answer as for any SDP socket.
+                // getsockname()/getpeername() answer as for any SDP socket;
+                // only if the number still is that file (the program may
+                // have closed it and got another meanwhile).
                 auto e = std::make_shared<Entry>();
                 e->kind = Entry::Kind::sdp;
                 e->family = h->local.address.is_v4() ? AF_INET : AF_INET6;
                 e->local_len = sockaddr_of(h->local, e->family, e->local);
                 e->peer_len = sockaddr_of(h->peer, e->family, e->peer);
                 e->bridge = b;
-                fds().put(fd, e);
+                fds().put_if_file(fd, e, dev, ino);
             }
             b->start();
             ok = 1;
@@ -368,9 +381,9 @@ void start_service(const char* what, std::atomic<pid_t>& running_for, void (*ser
     const socklen_t len = service_address(what, me, sa);
     if (lfd < 0 || ::bind(lfd, reinterpret_cast<const sockaddr*>(&sa), len) != 0 ||
         real().listen(lfd, 64) != 0) {
+        // (Its name taken: not tried again, nor logged again, in this process.)
         log(1, "no %s service: %s", what, std::strerror(errno));
         close_internal(lfd);
-        running_for = 0;  // tried again at the next occasion
         return;
     }
     SignalsBlocked quiet;
@@ -484,6 +497,7 @@ int connect_service(const char* what, pid_t pid, std::chrono::milliseconds timeo
     const socklen_t len = service_address(what, pid, sa);
     ucred cred{};
     socklen_t cl = sizeof cred;
+    set_timeouts(fd, timeout);  // connect() too (a full backlog)
     if (real().connect(fd, reinterpret_cast<const sockaddr*>(&sa), len) != 0 ||
         real().getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.pid != pid) {
         if (cred.pid != 0 && cred.pid != pid) {
@@ -493,7 +507,6 @@ int connect_service(const char* what, pid_t pid, std::chrono::milliseconds timeo
         close_internal(fd);
         return -1;
     }
-    set_timeouts(fd, timeout);
     return fd;
 }
 
@@ -522,13 +535,16 @@ bool offer(int c, Bridge& b) {
     }
     log(2, "hand-over: SuspComm acknowledged; %zu unread and %zu unsent bytes go along",
         h->unread.size(), h->unsent.size());
+    // Past the point of no return (the stream is suspended): the state must
+    // get there, whatever is left of the exit budget.
+    set_timeouts(c, kIoTimeout);
     const bool sent = send_frame(c, Msg::state, h->encode(), pump);
     close_internal(pump);
     auto done = sent ? recv_frame(c, Msg::done) : std::nullopt;
     const bool ok = done && done->size() == 1 && (*done)[0] == 1;
     if (!ok) {
         ++counters().handoffs_failed;
-        log(1, "hand-over: the child did not take the connection with %s over",
+        log(1, "hand-over: the other process did not take the connection with %s over",
             h->peer.to_string().c_str());
     }
     return ok;
@@ -536,9 +552,12 @@ bool offer(int c, Bridge& b) {
 
 }  // namespace
 
-void heir_after_fork() {
-    if (fds().any_sdp()) {
-        start_heir();  // else no thread: nothing inherited
+void heir_after_fork(pid_t parent) {
+    // Inherited SDP descriptors, or the parent's heir service ran (it may
+    // hold received descriptors the library does not know yet): else no
+    // thread.
+    if (fds().any_sdp() || g_heir_for.load() == parent) {
+        start_heir();
     }
 }
 
@@ -554,6 +573,7 @@ std::optional<Listener::Claimed> claim_from_owner(pid_t owner, const pm::Endpoin
         return std::nullopt;  // not from where the owner's doorbells come
     }
     InternalScope in;
+    SignalsBlocked quiet;  // a handler must not run inside the library's scope
     const int c = connect_service(kClaims, owner, kClaimTimeout);
     if (c < 0) {
         return std::nullopt;  // the owner is gone: a plain connection
@@ -588,16 +608,36 @@ void heir_after_receive() {
 
 void hand_off_at_exit(std::chrono::milliseconds budget) {
     InternalScope in;
+    SignalsBlocked quiet;
     const auto deadline = std::chrono::steady_clock::now() + budget;
+    const auto left = [&] {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+    };
+    // A hand-over is begun only with time for its exchanges (a suspended
+    // connection whose state cannot be delivered would be lost; not
+    // beginning it leaves the connection to close as before).
+    constexpr std::chrono::milliseconds kMinLeft{500};
+    const auto kids = children();
+    std::vector<pid_t> everyone;  // listed once, for passed descriptors
     for (const auto& b : Bridge::live()) {
         // The children first; every other process too if the program passed
         // the descriptor (SCM_RIGHTS).
-        std::vector<pid_t> cands = children();
+        std::vector<pid_t> cands = kids;
         if (b->passed()) {
-            const auto all = processes();
-            cands.insert(cands.end(), all.begin(), all.end());
+            if (everyone.empty()) {
+                everyone = processes();
+            }
+            for (pid_t pid : everyone) {
+                if (std::find(kids.begin(), kids.end(), pid) == kids.end()) {
+                    cands.push_back(pid);
+                }
+            }
         }
         for (pid_t pid : cands) {
+            if (left() < kMinLeft) {
+                break;
+            }
             if (pid == ::getpid() || !holds(pid, b->app_ino())) {
                 continue;
             }
@@ -606,10 +646,6 @@ void hand_off_at_exit(std::chrono::milliseconds budget) {
             int c = -1;
             const auto give_up = std::min(
                 deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
-            const auto left = [&] {
-                return std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now());
-            };
             while ((c = connect_service(kHeir, pid, std::min(kIoTimeout, left()))) < 0 &&
                    std::chrono::steady_clock::now() < give_up) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -625,9 +661,6 @@ void hand_off_at_exit(std::chrono::milliseconds budget) {
                 log(2, "hand-over: connection passed to process %d", static_cast<int>(pid));
                 break;
             }
-        }
-        if (std::chrono::steady_clock::now() >= deadline) {
-            break;
         }
     }
     write_stats();

@@ -40,9 +40,10 @@
 
 namespace sdp::preload {
 
-// fork() child: starts the heir service when this process inherited SDP
-// connections whose bridges run in its parent.
-void heir_after_fork();
+// fork() child of `parent`: starts the heir service when this process
+// inherited SDP connections whose bridges run in its parent (or the
+// parent's heir service ran: received descriptors come along too).
+void heir_after_fork(pid_t parent);
 // Process exit: connections whose descriptor a child still holds are
 // handed over (within `budget`); the rest end as before.
 void hand_off_at_exit(std::chrono::milliseconds budget);

@@ -76,13 +76,21 @@ void copy_entry(int from, int to) {
     }
 }
 
-// The descriptors an SCM_RIGHTS message carries.
+// The descriptors an SCM_RIGHTS message carries (a malformed control
+// buffer of the program's is read only within its bounds).
 std::vector<int> rights_of(const msghdr* m) {
     std::vector<int> out;
+    if (m->msg_control == nullptr) {
+        return out;
+    }
+    const auto* end = static_cast<const unsigned char*>(m->msg_control) + m->msg_controllen;
     for (const cmsghdr* c = CMSG_FIRSTHDR(m); c != nullptr;
          c = CMSG_NXTHDR(const_cast<msghdr*>(m), const_cast<cmsghdr*>(c))) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-            c->cmsg_len < CMSG_LEN(0)) {
+        const auto room = static_cast<std::size_t>(end - reinterpret_cast<const unsigned char*>(c));
+        if (c->cmsg_len < CMSG_LEN(0) || c->cmsg_len > room) {
+            break;
+        }
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
             continue;
         }
         const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -624,11 +632,26 @@ SDP_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {
 
 SDP_EXPORT ssize_t recvmsg(int fd, msghdr* m, int flags) {
     const ssize_t r = real().recvmsg(fd, m, flags);
-    if (r >= 0 && m != nullptr && m->msg_controllen > 0 && !internal_call() &&
-        !rights_of(m).empty()) {
-        InternalScope in;
-        heir_after_receive();
+    if (r < 0 || m == nullptr || m->msg_controllen == 0 || internal_call()) {
+        return r;
     }
+    // Only a stream socket of AF_UNIX can be an SDP connection's descriptor
+    // (D-Bus, Wayland and the like pass memfds and other files).
+    const int saved = errno;
+    for (int got : rights_of(m)) {
+        int domain = 0;
+        int type = 0;
+        socklen_t dl = sizeof domain;
+        socklen_t tl = sizeof type;
+        if (real().getsockopt(got, SOL_SOCKET, SO_DOMAIN, &domain, &dl) == 0 && domain == AF_UNIX &&
+            real().getsockopt(got, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM) {
+            InternalScope in;
+            SignalsBlocked quiet;
+            heir_after_receive();
+            break;
+        }
+    }
+    errno = saved;
     return r;
 }
 
@@ -696,7 +719,7 @@ void fork_child() {
     fds().mutex().unlock();
     Bridge::fork_child();
     state_fork_child();
-    heir_after_fork();  // connections of the parent's may come here (13.1.1)
+    heir_after_fork(g_forking);  // connections of the parent's may come here (13.1.1)
 }
 
 __attribute__((constructor)) void preload_init() {

@@ -229,6 +229,22 @@ void FdTable::put(int fd, std::shared_ptr<Entry> e) {
     bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
 }
 
+bool FdTable::put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino) {
+    if (fd < 0 || fd >= kMaxFd) {
+        return false;
+    }
+    std::lock_guard lk(mu_);
+    struct stat st {};
+    if (map_.count(fd) != 0 || ::fstat(fd, &st) != 0 || st.st_dev != dev || st.st_ino != ino) {
+        return false;
+    }
+    e->dev = dev;
+    e->ino = ino;
+    map_[fd] = std::move(e);
+    bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
+    return true;
+}
+
 std::shared_ptr<Entry> FdTable::take(int fd) {
     if (!tracked(fd)) {
         return nullptr;

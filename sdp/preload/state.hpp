@@ -121,6 +121,9 @@ class FdTable {
     std::shared_ptr<Entry> get(int fd);
     // Records e for fd, identified by the file now at fd.
     void put(int fd, std::shared_ptr<Entry> e);
+    // Records e for fd only if the library does not know fd and it is the
+    // open file (dev, ino); false otherwise.
+    bool put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino);
     // Drops fd; returns what it held.
     std::shared_ptr<Entry> take(int fd);
     // fork(): the child keeps the program's descriptors and closes the

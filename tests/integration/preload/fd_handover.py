@@ -24,6 +24,8 @@ if role == "send":
     u = socket.socket(socket.AF_UNIX)
     u.connect(path)
     socket.send_fds(u, [first.to_bytes(8, "big") + os.getpid().to_bytes(8, "big")], [c.fileno()])
+    u.settimeout(20)
+    u.recv(1)  # the receiver has it (not in flight when we exit)
     u.close()
     c.close()
     sys.exit(0)  # exit(3): the library hands the connection over
@@ -36,6 +38,7 @@ srv.listen(1)
 u, _ = srv.accept()
 msg, fds, _, _ = socket.recv_fds(u, 16, 1)
 first, maker = int.from_bytes(msg[:8], "big"), int.from_bytes(msg[8:], "big")
+u.send(b"k")
 # Until the maker is gone the connection is its; a half-close before would
 # begin the SDP teardown, and a connection being closed does not move.
 handover_common.wait_until(lambda: not os.path.exists("/proc/%d" % maker))
