@@ -25,7 +25,7 @@ syntax() {
     man/*.[0-9]) echo '.\"' ;;
     *CMakeLists.txt|*.cmake|*.cmake.in|*.pc.in|*.sh|*.yaml|*.yml|*.nft|*.service|*.socket|\
     */Dockerfile|Dockerfile|systemd/*/*.conf|packaging/bash-completion/*|packaging/deb/*/*|\
-    .ci/run|bench/compare|*.conf.example) echo "#" ;;
+    .ci/run|bench/compare|*.conf.example|*.py) echo "#" ;;
     *) if head -c 2 "$f" | grep -q '#!'; then echo "#"; else echo "?"; fi ;;
   esac
 }

@@ -34,6 +34,46 @@ namespace sdp {
 
 namespace detail {
 
+std::unique_ptr<Stream::Impl> accept_soft(int cfd, const StreamOptions& so,
+                                          const io::ChannelOptions& co, std::error_code& ec,
+                                          std::string& why, const engine::Carry* carry) {
+    // Nothing may escape (the acceptor runs this on its own thread, where
+    // it would be std::terminate): a failure to allocate or to start the
+    // channel's helper thread is a failed startup like any other.
+    std::unique_ptr<Stream::Impl> im;
+    ec.clear();
+    try {
+        im = std::make_unique<Stream::Impl>();
+        im->opts = so;
+    } catch (const std::exception& e) {
+        ::close(cfd);  // not handed to handshake() yet
+        ec = std::make_error_code(std::errc::not_enough_memory);
+        why = e.what();
+        return nullptr;
+    }
+    try {
+        // Owns cfd from here on, also when it throws.
+        im->sdp = io::SoftChannel::handshake(cfd, iwarp::MpaRole::responder, co, ec, &why, carry);
+    } catch (const std::exception& e) {
+        ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+        why = e.what();
+        return nullptr;
+    }
+    if (!im->sdp) {
+        return nullptr;
+    }
+    im->info.provider = "soft";
+    if (so.keepalive.enabled) {
+        ec = apply_keepalive(im->sdp->native_handle(), so.keepalive);
+        if (ec) {
+            why = "keepalive: " + ec.message();
+            im->sdp->abort();
+            return nullptr;
+        }
+    }
+    return im;
+}
+
 void set_io_timeout(int fd, std::chrono::milliseconds t) {
     if (t.count() <= 0) {
         return;
@@ -319,42 +359,9 @@ struct Acceptor::Impl::Startups {
     }
 
     void run(std::list<Job>::iterator it, int cfd, pm::Endpoint peer, StreamOptions so) {
-        // Nothing may escape this thread (std::terminate): a failure to
-        // allocate or to start the channel's helper thread is a failed
-        // startup like any other.
-        std::unique_ptr<Stream::Impl> im;
         std::error_code ec;
         std::string why;
-        try {
-            im = std::make_unique<Stream::Impl>();
-            im->opts = so;
-        } catch (const std::exception& e) {
-            ::close(cfd);  // not handed to handshake() yet
-            ec = std::make_error_code(std::errc::not_enough_memory);
-            why = e.what();
-        }
-        if (im) {
-            try {
-                // Owns cfd from here on, also when it throws.
-                im->sdp = io::SoftChannel::handshake(cfd, iwarp::MpaRole::responder,
-                                                     detail::channel_options(so), ec, &why);
-            } catch (const std::exception& e) {
-                im.reset();
-                ec = std::make_error_code(std::errc::resource_unavailable_try_again);
-                why = e.what();
-            }
-        }
-        if (im && im->sdp) {
-            im->info.provider = "soft";
-            if (so.keepalive.enabled) {
-                ec = detail::apply_keepalive(im->sdp->native_handle(), so.keepalive);
-                if (ec) {
-                    why = "keepalive: " + ec.message();
-                    im->sdp->abort();
-                    im.reset();
-                }
-            }
-        }
+        auto im = detail::accept_soft(cfd, so, detail::channel_options(so), ec, why);
         finish(it, peer, std::move(im), ec, why);
     }
 

@@ -2,12 +2,14 @@
 // Internals shared by stream.cpp and acceptor.cpp (not installed).
 #pragma once
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -50,6 +52,36 @@ class ProviderChannel {
     [[nodiscard]] virtual engine::Stats stats() const = 0;
 };
 
+// A stream's plain TCP path (the fallback, connect_tcp): the socket calls
+// themselves behind the calls the SDP channels have, so that Stream picks
+// the path in one place (Stream::Impl::on_path).
+class TcpPath {
+  public:
+    int fd = -1;
+    bool wr_shut = false;
+    std::chrono::milliseconds io_timeout{};  // bounds read_some(stop_at_urgent)
+
+    TcpPath() = default;
+    TcpPath(const TcpPath&) = delete;
+    TcpPath& operator=(const TcpPath&) = delete;
+    ~TcpPath() {
+        if (fd >= 0) {
+            ::close(fd);
+        }
+    }
+    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec, bool stop_at_urgent);
+    std::error_code send_oob(std::uint8_t byte);
+    std::uint8_t read_oob(std::error_code& ec);
+    bool at_mark();
+    bool urgent_pending();
+    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec);
+    void shutdown_write(std::error_code& ec);
+    void close(std::chrono::milliseconds linger, std::error_code& ec);  // the Impl closes fd
+    void abort();
+    short pump() { return POLLIN; }
+    [[nodiscard]] int native_handle() const { return fd; }
+};
+
 }  // namespace detail
 
 struct Stream::Impl {
@@ -57,16 +89,27 @@ struct Stream::Impl {
     ConnectInfo info;
     std::unique_ptr<io::SoftChannel> sdp;            // SDP over the soft provider
     std::unique_ptr<detail::ProviderChannel> other;  // SDP over rdma-core
-    int tcp_fd = -1;                                 // TCP fallback path
-    bool tcp_wr_shut = false;
+    detail::TcpPath tcp;                             // else: plain TCP
+    // Why the last hand_off() could not be done (describe()); guarded:
+    // other threads may be in calls on the stream meanwhile.
+    mutable std::mutex note_mu;
+    std::string note;
 
     Impl() = default;
     Impl(const Impl&) = delete;
     Impl& operator=(const Impl&) = delete;
-    ~Impl() {
-        if (tcp_fd >= 0) {
-            ::close(tcp_fd);
+
+    // f(path) on the path that carries the stream: the soft channel, the
+    // other provider's, or TCP (their calls have the same names and types).
+    template <class F>
+    decltype(auto) on_path(F&& f) {
+        if (sdp) {
+            return f(*sdp);
         }
+        if (other) {
+            return f(*other);
+        }
+        return f(tcp);
     }
 };
 
@@ -131,6 +174,15 @@ class RdmaConnector {
     virtual std::unique_ptr<ProviderChannel> start(std::error_code& ec, std::string& why) = 0;
 };
 std::unique_ptr<RdmaConnector> make_rdma_connector(const StreamOptions& o);
+
+// The Accepting Peer's startup on an accepted TCP socket (soft provider),
+// the one path of Acceptor::accept and Stream::take_over: owns `cfd`,
+// SoftChannel::handshake with `co`, then so.keepalive. nullptr with ec and
+// `why` on failure (never throws). carry: socket duplication (13.1.1 steps
+// 6-7), the state handed over by the Local Peer.
+std::unique_ptr<Stream::Impl> accept_soft(int cfd, const StreamOptions& so,
+                                          const io::ChannelOptions& co, std::error_code& ec,
+                                          std::string& why, const engine::Carry* carry = nullptr);
 
 // Registration of an acceptor with the local sdp-pmd (control socket).
 // With `keep` (on-demand, opts.on_demand set) the control connection is

@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -17,6 +19,8 @@
 #include "internal.hpp"
 #include "libpmclient/src/connect_core/blocking_connect.hpp"
 #include "sdp/io/channel.hpp"
+#include "sdp/iwarp/mpa.hpp"
+#include "sdp/wire/message.hpp"
 
 #if SDPPM_HAVE_RDMA
 #include "rdma_channel.hpp"
@@ -245,7 +249,7 @@ std::error_code Stream::opened(std::unique_ptr<Impl> im) {
         im->other->abort();
         return fail(std::make_error_code(std::errc::operation_not_supported), std::move(fi));
     }
-    const int fd = im->sdp ? im->sdp->native_handle() : im->tcp_fd;
+    const int fd = im->on_path([](auto& p) { return p.native_handle(); });
     if (fd >= 0 && o.keepalive.enabled) {
         if (auto ec = detail::apply_keepalive(fd, o.keepalive)) {
             ConnectInfo fi = im->info;
@@ -256,8 +260,8 @@ std::error_code Stream::opened(std::unique_ptr<Impl> im) {
             return fail(ec, std::move(fi));
         }
     }
-    if (im->tcp_fd >= 0 && o.oob_inline) {
-        (void)detail::tcp_set_oob_inline(im->tcp_fd, true);
+    if (im->tcp.fd >= 0 && o.oob_inline) {
+        (void)detail::tcp_set_oob_inline(im->tcp.fd, true);
     }
     impl_ = std::move(im);
     return {};
@@ -279,7 +283,8 @@ std::error_code Stream::connect_tcp(const pm::Endpoint& address, const StreamOpt
     io::set_nodelay(fd);
     io::set_nonblocking(fd, false);
     detail::set_io_timeout(fd, opts.io_timeout);
-    im->tcp_fd = fd;
+    im->tcp.fd = fd;
+    im->tcp.io_timeout = opts.io_timeout;
     im->info.used = Transport::tcp;
     im->info.peer = address;
     im->info.provider = "tcp";
@@ -458,7 +463,8 @@ std::error_code Stream::connect(const pm::Endpoint& conventional, const StreamOp
         io::set_nodelay(fd);
         io::set_nonblocking(fd, false);
         detail::set_io_timeout(fd, opts.io_timeout);
-        im->tcp_fd = fd;
+        im->tcp.fd = fd;
+        im->tcp.io_timeout = opts.io_timeout;
         im->info.used = Transport::tcp;
         return opened(std::move(im));
     }
@@ -567,19 +573,19 @@ std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
         ec = std::make_error_code(std::errc::not_connected);
         return 0;
     }
-    if (impl_->sdp) {
-        return impl_->sdp->read_some(buf, ec, stop_at_urgent);
-    }
-    if (impl_->other) {
-        return impl_->other->read_some(buf, ec, stop_at_urgent);
-    }
-    const int fd = impl_->tcp_fd;
+    return impl_->on_path([&](auto& p) { return p.read_some(buf, ec, stop_at_urgent); });
+}
+
+namespace detail {
+
+std::size_t TcpPath::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
+                               bool stop_at_urgent) {
     if (!stop_at_urgent || buf.empty()) {
         return tcp_recv(fd, buf, 0, ec);
     }
     // The kernel skips an out-of-line urgent byte at the read position
     // unless a signal is pending: wait with poll() and look before reading.
-    const auto t = impl_->opts.io_timeout;
+    const auto t = io_timeout;
     const auto deadline = std::chrono::steady_clock::now() + t;
     while (true) {
         if (tcp_at_urgent(fd)) {
@@ -609,22 +615,68 @@ std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
     }
 }
 
+}  // namespace detail
+
 std::error_code Stream::send_oob(std::uint8_t byte) {
     if (!impl_) {
         return std::make_error_code(std::errc::not_connected);
     }
-    if (impl_->sdp) {
-        return impl_->sdp->send_oob(byte);
-    }
-    if (impl_->other) {
-        return impl_->other->send_oob(byte);
-    }
-    auto ec = detail::tcp_send_oob(impl_->tcp_fd, byte);
+    return impl_->on_path([&](auto& p) { return p.send_oob(byte); });
+}
+
+namespace detail {
+
+std::error_code TcpPath::send_oob(std::uint8_t byte) {
+    auto ec = tcp_send_oob(fd, byte);
     if (ec == std::errc::resource_unavailable_try_again) {
         return std::make_error_code(std::errc::timed_out);  // SO_SNDTIMEO, as write()
     }
     return ec;
 }
+
+std::uint8_t TcpPath::read_oob(std::error_code& ec) {
+    return tcp_read_oob(fd, ec);
+}
+
+bool TcpPath::at_mark() {
+    return tcp_at_mark(fd);
+}
+
+bool TcpPath::urgent_pending() {
+    return tcp_urgent_pending(fd);
+}
+
+std::size_t TcpPath::write(std::span<const std::uint8_t> buf, std::error_code& ec) {
+    std::size_t done = 0;
+    while (done < buf.size()) {
+        ssize_t n = ::send(fd, buf.data() + done, buf.size() - done, MSG_NOSIGNAL);
+        if (n > 0) {
+            done += static_cast<std::size_t>(n);
+        } else if (n < 0 && errno != EINTR) {
+            ec = (errno == EAGAIN || errno == EWOULDBLOCK)
+                     ? std::make_error_code(std::errc::timed_out)
+                     : errno_code(errno);
+            break;
+        }
+    }
+    return done;
+}
+
+void TcpPath::shutdown_write(std::error_code& ec) {
+    if (!wr_shut && ::shutdown(fd, SHUT_WR) != 0) {
+        ec = errno_code(errno);
+        return;
+    }
+    wr_shut = true;
+}
+
+void TcpPath::close(std::chrono::milliseconds, std::error_code&) {}
+
+void TcpPath::abort() {
+    io::reset_connection(fd);
+}
+
+}  // namespace detail
 
 std::uint8_t Stream::read_oob(std::error_code& ec) {
     ec.clear();
@@ -632,39 +684,15 @@ std::uint8_t Stream::read_oob(std::error_code& ec) {
         ec = std::make_error_code(std::errc::not_connected);
         return 0;
     }
-    if (impl_->sdp) {
-        return impl_->sdp->read_oob(ec);
-    }
-    if (impl_->other) {
-        return impl_->other->read_oob(ec);
-    }
-    return detail::tcp_read_oob(impl_->tcp_fd, ec);
+    return impl_->on_path([&](auto& p) { return p.read_oob(ec); });
 }
 
 bool Stream::at_mark() const {
-    if (!impl_) {
-        return false;
-    }
-    if (impl_->sdp) {
-        return impl_->sdp->at_mark();
-    }
-    if (impl_->other) {
-        return impl_->other->at_mark();
-    }
-    return tcp_at_mark(impl_->tcp_fd);
+    return impl_ && impl_->on_path([](auto& p) { return p.at_mark(); });
 }
 
 bool Stream::urgent_pending() const {
-    if (!impl_) {
-        return false;
-    }
-    if (impl_->sdp) {
-        return impl_->sdp->urgent_pending();
-    }
-    if (impl_->other) {
-        return impl_->other->urgent_pending();
-    }
-    return detail::tcp_urgent_pending(impl_->tcp_fd);
+    return impl_ && impl_->on_path([](auto& p) { return p.urgent_pending(); });
 }
 
 std::error_code Stream::set_oob_inline(bool on) {
@@ -672,15 +700,15 @@ std::error_code Stream::set_oob_inline(bool on) {
         return std::make_error_code(std::errc::not_connected);
     }
     impl_->opts.oob_inline = on;
-    if (impl_->sdp) {
-        impl_->sdp->set_oob_inline(on);
-        return {};
+    if (!impl_->sdp && !impl_->other) {
+        return detail::tcp_set_oob_inline(impl_->tcp.fd, on);  // SO_OOBINLINE can fail
     }
-    if (impl_->other) {
-        impl_->other->set_oob_inline(on);
-        return {};
-    }
-    return detail::tcp_set_oob_inline(impl_->tcp_fd, on);
+    impl_->on_path([&](auto& p) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(p)>, detail::TcpPath>) {
+            p.set_oob_inline(on);
+        }
+    });
+    return {};
 }
 
 std::error_code Stream::set_keepalive(const Keepalive& k) {
@@ -690,8 +718,7 @@ std::error_code Stream::set_keepalive(const Keepalive& k) {
     if (impl_->other) {
         return std::make_error_code(std::errc::operation_not_supported);
     }
-    const int fd = impl_->sdp ? impl_->sdp->native_handle() : impl_->tcp_fd;
-    auto ec = detail::apply_keepalive(fd, k);
+    auto ec = detail::apply_keepalive(native_handle(), k);
     if (!ec) {
         impl_->opts.keepalive = k;
     }
@@ -719,25 +746,7 @@ std::size_t Stream::write(std::span<const std::uint8_t> buf, std::error_code& ec
         ec = std::make_error_code(std::errc::not_connected);
         return 0;
     }
-    if (impl_->sdp) {
-        return impl_->sdp->write(buf, ec);
-    }
-    if (impl_->other) {
-        return impl_->other->write(buf, ec);
-    }
-    std::size_t done = 0;
-    while (done < buf.size()) {
-        ssize_t n = ::send(impl_->tcp_fd, buf.data() + done, buf.size() - done, MSG_NOSIGNAL);
-        if (n > 0) {
-            done += static_cast<std::size_t>(n);
-        } else if (n < 0 && errno != EINTR) {
-            ec = (errno == EAGAIN || errno == EWOULDBLOCK)
-                     ? std::make_error_code(std::errc::timed_out)
-                     : errno_code(errno);
-            break;
-        }
-    }
-    return done;
+    return impl_->on_path([&](auto& p) { return p.write(buf, ec); });
 }
 
 std::error_code Stream::shutdown_write() {
@@ -745,19 +754,8 @@ std::error_code Stream::shutdown_write() {
         return std::make_error_code(std::errc::not_connected);
     }
     std::error_code ec;
-    if (impl_->sdp) {
-        impl_->sdp->shutdown_write(ec);
-        return ec;
-    }
-    if (impl_->other) {
-        impl_->other->shutdown_write(ec);
-        return ec;
-    }
-    if (!impl_->tcp_wr_shut && ::shutdown(impl_->tcp_fd, SHUT_WR) != 0) {
-        return errno_code(errno);
-    }
-    impl_->tcp_wr_shut = true;
-    return {};
+    impl_->on_path([&](auto& p) { p.shutdown_write(ec); });
+    return ec;
 }
 
 std::error_code Stream::close() {
@@ -765,11 +763,7 @@ std::error_code Stream::close() {
         return {};
     }
     std::error_code ec;
-    if (impl_->sdp) {
-        impl_->sdp->close(impl_->opts.linger, ec);
-    } else if (impl_->other) {
-        impl_->other->close(impl_->opts.linger, ec);
-    }
+    impl_->on_path([&](auto& p) { p.close(impl_->opts.linger, ec); });
     impl_.reset();
     return ec;
 }
@@ -778,13 +772,7 @@ void Stream::abort() {
     if (!impl_) {
         return;
     }
-    if (impl_->sdp) {
-        impl_->sdp->abort();
-    } else if (impl_->other) {
-        impl_->other->abort();
-    } else {
-        io::reset_connection(impl_->tcp_fd);
-    }
+    impl_->on_path([](auto& p) { p.abort(); });
     impl_.reset();
 }
 
@@ -801,23 +789,11 @@ const ConnectInfo& Stream::info() const {
 }
 
 int Stream::native_handle() const {
-    if (!impl_) {
-        return -1;
-    }
-    if (impl_->other) {
-        return impl_->other->native_handle();
-    }
-    return impl_->sdp ? impl_->sdp->native_handle() : impl_->tcp_fd;
+    return impl_ ? impl_->on_path([](auto& p) { return p.native_handle(); }) : -1;
 }
 
 short Stream::pump() {
-    if (!impl_) {
-        return 0;
-    }
-    if (impl_->other) {
-        return impl_->other->pump();
-    }
-    return impl_->sdp ? impl_->sdp->pump() : static_cast<short>(POLLIN);
+    return impl_ ? impl_->on_path([](auto& p) { return p.pump(); }) : short{0};
 }
 
 StreamStats Stream::stats() const {
@@ -841,18 +817,365 @@ StreamStats Stream::stats() const {
     return st;
 }
 
+namespace {
+
+std::string describe_impl(const Stream::Impl& im) {
+    if (im.other) {
+        return "sdp to " + im.info.peer.to_string() + " (" + im.other->describe() + ")";
+    }
+    if (!im.sdp) {
+        return "tcp to " + im.info.peer.to_string();
+    }
+    return "sdp to " + im.info.peer.to_string() + " (mss " + std::to_string(im.sdp->mss()) +
+           ", crc " + (im.sdp->crc() ? "on" : "off") + "; " + im.sdp->describe() + ")";
+}
+
+}  // namespace
+
 std::string Stream::describe() const {
     if (!impl_) {
         return "not connected";
     }
-    if (impl_->other) {
-        return "sdp to " + impl_->info.peer.to_string() + " (" + impl_->other->describe() + ")";
+    std::string note;
+    {
+        std::lock_guard lk(impl_->note_mu);
+        note = impl_->note;
     }
+    return note.empty() ? describe_impl(*impl_) : describe_impl(*impl_) + "; " + note;
+}
+
+// --- Socket duplication initiated here (13.1.1, Local Peer) -----------------
+
+namespace {
+
+// Handoff's byte format (version 1), big-endian:
+//   "SDPH" version:u8 flags:u8 (bit 0 write_shut, bit 1 peer_accepted) ird:u16 ord:u16
+//   recv_buf_size:u32 peer local unread_len:u32 unsent_len:u32 unread unsent
+// where an endpoint is family:u8 (4 or 6), 4 or 16 address bytes, port:u16.
+// Nothing may follow; the two lengths together are at most kHandoffMaxData.
+constexpr std::uint8_t kHandoffMagic[4] = {'S', 'D', 'P', 'H'};
+constexpr std::uint8_t kHandoffVersion = 1;
+constexpr std::size_t kHandoffMaxData = 64u * 1024 * 1024;
+// The largest receive Private Buffer take_over() accepts from a Handoff.
+constexpr std::uint32_t kHandoffMaxBuffer = 16u * 1024 * 1024;
+
+void put_u16(std::vector<std::uint8_t>& b, std::uint16_t v) {
+    b.push_back(static_cast<std::uint8_t>(v >> 8));
+    b.push_back(static_cast<std::uint8_t>(v));
+}
+
+void put_u32(std::vector<std::uint8_t>& b, std::uint32_t v) {
+    put_u16(b, static_cast<std::uint16_t>(v >> 16));
+    put_u16(b, static_cast<std::uint16_t>(v));
+}
+
+void put_endpoint(std::vector<std::uint8_t>& b, const pm::Endpoint& e) {
+    const bool v4 = e.address.is_v4();
+    b.push_back(v4 ? 4 : 6);
+    const auto& a = e.address.bytes();
+    b.insert(b.end(), a.begin(), a.begin() + (v4 ? 4 : 16));
+    put_u16(b, e.port);
+}
+
+// Reads from the front of `in`; every get fails (false) past its end.
+struct Reader {
+    std::span<const std::uint8_t> in;
+    bool take(std::size_t n, std::span<const std::uint8_t>& out) {
+        if (in.size() < n) {
+            return false;
+        }
+        out = in.first(n);
+        in = in.subspan(n);
+        return true;
+    }
+    bool u8(std::uint8_t& v) {
+        std::span<const std::uint8_t> s;
+        if (!take(1, s)) {
+            return false;
+        }
+        v = s[0];
+        return true;
+    }
+    bool u16(std::uint16_t& v) {
+        std::span<const std::uint8_t> s;
+        if (!take(2, s)) {
+            return false;
+        }
+        v = static_cast<std::uint16_t>((s[0] << 8) | s[1]);
+        return true;
+    }
+    bool u32(std::uint32_t& v) {
+        std::uint16_t hi = 0;
+        std::uint16_t lo = 0;
+        if (!u16(hi) || !u16(lo)) {
+            return false;
+        }
+        v = (static_cast<std::uint32_t>(hi) << 16) | lo;
+        return true;
+    }
+    bool endpoint(pm::Endpoint& e) {
+        std::uint8_t fam = 0;
+        std::span<const std::uint8_t> a;
+        if (!u8(fam) || (fam != 4 && fam != 6) || !take(fam == 4 ? 4 : 16, a)) {
+            return false;
+        }
+        if (fam == 4) {
+            e.address = pm::IpAddress::v4({a[0], a[1], a[2], a[3]});
+        } else {
+            std::array<std::uint8_t, 16> b{};
+            std::copy(a.begin(), a.end(), b.begin());
+            e.address = pm::IpAddress::v6(b);
+        }
+        return u16(e.port);
+    }
+};
+
+std::error_code errc(std::errc e) {
+    return std::make_error_code(e);
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> Handoff::encode() const {
+    std::vector<std::uint8_t> b;
+    b.reserve(64 + unread.size() + unsent.size());
+    b.insert(b.end(), std::begin(kHandoffMagic), std::end(kHandoffMagic));
+    b.push_back(kHandoffVersion);
+    b.push_back(static_cast<std::uint8_t>((write_shut ? 1 : 0) | (peer_accepted ? 2 : 0)));
+    put_u16(b, ird);
+    put_u16(b, ord);
+    put_u32(b, recv_buf_size);
+    put_endpoint(b, peer);
+    put_endpoint(b, local);
+    put_u32(b, static_cast<std::uint32_t>(unread.size()));
+    put_u32(b, static_cast<std::uint32_t>(unsent.size()));
+    b.insert(b.end(), unread.begin(), unread.end());
+    b.insert(b.end(), unsent.begin(), unsent.end());
+    return b;
+}
+
+std::optional<Handoff> Handoff::decode(std::span<const std::uint8_t> bytes) {
+    Reader r{bytes};
+    std::span<const std::uint8_t> magic;
+    std::uint8_t version = 0;
+    std::uint8_t flags = 0;
+    Handoff h;
+    std::uint32_t n_unread = 0;
+    std::uint32_t n_unsent = 0;
+    if (!r.take(4, magic) || !std::equal(magic.begin(), magic.end(), std::begin(kHandoffMagic)) ||
+        !r.u8(version) || version != kHandoffVersion || !r.u8(flags) || (flags & ~3u) != 0 ||
+        !r.u16(h.ird) || !r.u16(h.ord) || !r.u32(h.recv_buf_size) || !r.endpoint(h.peer) ||
+        !r.endpoint(h.local) || !r.u32(n_unread) || !r.u32(n_unsent)) {
+        return std::nullopt;
+    }
+    const std::uint64_t total = std::uint64_t{n_unread} + n_unsent;
+    if (h.ird == 0 || h.ord == 0 || h.peer.port == 0 || total > kHandoffMaxData ||
+        r.in.size() != total) {
+        return std::nullopt;
+    }
+    h.write_shut = (flags & 1u) != 0;
+    h.peer_accepted = (flags & 2u) != 0;
+    h.unread.assign(r.in.begin(), r.in.begin() + n_unread);
+    h.unsent.assign(r.in.begin() + n_unread, r.in.end());
+    return h;
+}
+
+std::optional<Handoff> Stream::hand_off(std::uint16_t new_port, std::error_code& ec) {
+    ec.clear();
+    if (!impl_) {
+        ec = errc(std::errc::not_connected);
+        return std::nullopt;
+    }
+    auto note = [&](std::string why) {
+        std::lock_guard lk(impl_->note_mu);
+        impl_->note = std::move(why);
+    };
     if (!impl_->sdp) {
-        return "tcp to " + impl_->info.peer.to_string();
+        note(impl_->other ? "hand_off: socket duplication initiated here (13.1.1) is not "
+                            "implemented on the rdma provider; use the soft provider"
+                          : "hand_off: a plain TCP stream (no SDP) cannot be duplicated with "
+                            "SuspComm (13.1.1); hand the socket itself over instead");
+        ec = errc(std::errc::operation_not_supported);
+        return std::nullopt;
     }
-    return "sdp to " + impl_->info.peer.to_string() + " (mss " + std::to_string(impl_->sdp->mss()) +
-           ", crc " + (impl_->sdp->crc() ? "on" : "off") + "; " + impl_->sdp->describe() + ")";
+    auto h = impl_->sdp->hand_off(new_port, ec);
+    if (!h) {
+        note("hand_off: " + ec.message());
+        return std::nullopt;
+    }
+    note("handed off (13.1.1): SuspComm to port " + std::to_string(new_port) + " acknowledged");
+    Handoff out;
+    out.peer = impl_->info.peer;
+    if (h->addr_len > 0) {
+        out.peer = detail::from_sockaddr(h->peer);
+        out.local = detail::from_sockaddr(h->local);
+    }
+    out.unread = std::move(h->carry.unread);
+    out.unsent = std::move(h->carry.unsent);
+    out.write_shut = h->carry.write_shut;
+    out.recv_buf_size = h->carry.recv_buf_size;
+    out.ird = h->carry.ird;
+    out.ord = h->carry.ord;
+    out.peer_accepted = h->peer_accepted;
+    return out;
+}
+
+std::error_code Stream::take_over(int listen_fd, const Handoff& h, const StreamOptions& opts) {
+    if (impl_) {
+        return errc(std::errc::already_connected);
+    }
+    ConnectInfo info;
+    info.peer = h.peer;
+    info.provider = "soft";
+    if (opts.iwarp_provider != Provider::soft) {
+        info.reason =
+            "take_over: socket duplication (13.1.1) is implemented on the soft provider only";
+        return fail(errc(std::errc::operation_not_supported), std::move(info));
+    }
+    if (h.recv_buf_size < wire::kMinPrivateBufferSize || h.recv_buf_size > kHandoffMaxBuffer ||
+        h.ird == 0 || h.ord == 0 || h.unread.size() + h.unsent.size() > kHandoffMaxData) {
+        info.reason = "take_over: the Handoff's buffer size, IRD/ORD or data size is out of range";
+        return fail(errc(std::errc::invalid_argument), std::move(info));
+    }
+    const auto deadline = io::Clock::now() + opts.handshake_timeout;
+    std::uint64_t strangers = 0;
+    auto strangers_note = [&] {
+        return strangers == 0 ? std::string()
+                              : "; " + std::to_string(strangers) +
+                                    " other connection(s) closed (13.1.1 step 1)";
+    };
+    // Step 1: only the Remote Peer's address and old TCP port may connect;
+    // its address only, when it was the Accepting Peer (its old port is its
+    // listener's: it reconnects from another). The Hello carries no
+    // addresses: the TCP connection's are checked. Of the connections that
+    // pass, the first whose bytes are an MPA Request's key is taken; one
+    // that stays silent cannot hold the take-over up, one that sends
+    // anything else is closed.
+    constexpr std::size_t kMaxCandidates = 16;
+    const auto key = iwarp::kMpaRequestKey;
+    std::vector<int> cands;
+    auto drop_all = [&] {
+        for (int fd : cands) {
+            ::close(fd);
+        }
+        cands.clear();
+    };
+    bool partial = false;  // a candidate sent part of the key so far
+    // A candidate's first bytes: 1 the whole key, 0 a part of it so far
+    // (or nothing), -1 something else or closed.
+    auto starts_mpa = [&](int fd) {
+        char b[32];
+        const ssize_t n = ::recv(fd, b, key.size(), MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0) {
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        }
+        if (n == 0 ||
+            key.compare(0, static_cast<std::size_t>(n), b, static_cast<std::size_t>(n)) != 0) {
+            return -1;
+        }
+        if (static_cast<std::size_t>(n) < key.size()) {
+            partial = true;  // bytes of the key so far: look again soon
+            return 0;
+        }
+        return 1;
+    };
+    int cfd = -1;
+    while (cfd < 0) {
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(deadline - io::Clock::now()).count();
+        if (left <= 0) {
+            drop_all();
+            info.reason = "take_over: no connection from " + h.peer.to_string() + " in time" +
+                          strangers_note();
+            return fail(errc(std::errc::timed_out), std::move(info));
+        }
+        std::vector<pollfd> p{{listen_fd, POLLIN, 0}};
+        for (int fd : cands) {
+            p.push_back({fd, static_cast<short>(partial ? 0 : POLLIN), 0});
+        }
+        const int r = ::poll(p.data(), p.size(),
+                             static_cast<int>(std::min<std::int64_t>(left, partial ? 10 : 60'000)));
+        if (r < 0 && errno != EINTR) {
+            const int err = errno;
+            drop_all();
+            info.reason = std::string("take_over: poll: ") + std::strerror(err);
+            return fail(errno_code(err), std::move(info));
+        }
+        partial = false;
+        for (std::size_t k = cands.size(); k-- > 0 && cfd < 0;) {
+            int v = starts_mpa(cands[k]);
+            if (v == 0 && (p[k + 1].revents & (POLLERR | POLLHUP)) != 0) {
+                v = -1;  // gone with the key incomplete: not the peer (and no spin)
+            }
+            if (v == 0) {
+                continue;
+            }
+            const int fd = cands[k];
+            cands.erase(cands.begin() + static_cast<std::ptrdiff_t>(k));
+            if (v == 1) {
+                cfd = fd;
+            } else {
+                ::close(fd);  // closed, or not an MPA peer
+                ++strangers;
+            }
+        }
+        if (cfd >= 0 || r <= 0 || (p[0].revents & POLLIN) == 0) {
+            continue;
+        }
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK ||
+                errno == ECONNABORTED) {
+                continue;
+            }
+            const int err = errno;
+            drop_all();
+            info.reason = std::string("take_over: accept: ") + std::strerror(err);
+            return fail(errno_code(err), std::move(info));
+        }
+        const pm::Endpoint from = detail::from_sockaddr(ss);
+        if (from.address.unmapped() != h.peer.address.unmapped() ||
+            (from.port != h.peer.port && !h.peer_accepted)) {
+            ::close(fd);
+            ++strangers;
+            continue;
+        }
+        if (cands.size() == kMaxCandidates) {
+            ::close(cands.front());  // the oldest silent one
+            cands.erase(cands.begin());
+            ++strangers;
+        }
+        cands.push_back(fd);
+    }
+    drop_all();  // silent ones from the peer's address: not the peer
+    // Steps 6-7: the Accepting Peer's startup with the old private buffer
+    // size, the carried bytes first.
+    StreamOptions so = opts;
+    so.recv_buf_size = h.recv_buf_size;
+    so.handshake_timeout =
+        std::max(std::chrono::milliseconds(1),
+                 std::chrono::ceil<std::chrono::milliseconds>(deadline - io::Clock::now()));
+    io::ChannelOptions co = channel_options(so);
+    co.session.engine.ird = h.ird;
+    co.session.engine.ord = h.ord;
+    engine::Carry carry;
+    carry.unread = h.unread;
+    carry.unsent = h.unsent;
+    carry.write_shut = h.write_shut;
+    std::error_code ec;
+    std::string why;
+    auto im = detail::accept_soft(cfd, so, co, ec, why, &carry);
+    if (!im) {
+        info.reason = "take_over: " + why + strangers_note();
+        return fail(ec ? ec : errc(std::errc::protocol_error), std::move(info));
+    }
+    im->opts = opts;
+    im->info.used = Transport::sdp;
+    im->info.peer = h.peer;
+    im->info.reason = strangers_note().empty() ? std::string() : strangers_note().substr(2);
+    return opened(std::move(im));
 }
 
 }  // namespace sdp

@@ -75,6 +75,8 @@ std::string_view to_string(Error e) {
             return "duplication_unsupported";
         case Error::resume_failed:
             return "resume_failed";
+        case Error::handed_off:
+            return "handed_off";
     }
     return "?";
 }
@@ -624,8 +626,9 @@ std::size_t Connection::consume(std::uint8_t* dst, std::size_t max, std::uint32_
         if (c.off == c.end) {
             if (c.bytes.size() == cfg_.recv_buf_size && spare_.size() < cfg_.recv_buf_count)
                 spare_.push_back(std::move(c.bytes));  // a private buffer: reuse it
+            if (!c.carried)
+                ++freed;  // a buffer posted on this LLP: posted again
             rx_.pop_front();
-            ++freed;
         }
     }
     rx_bytes_ -= n;
@@ -1561,6 +1564,8 @@ bool Connection::restart(Role role) {
     zread_result_ = placed;  // bytes a finished read placed stay the reader's
     control_.clear();
     non_discards_ = 0;
+    for (Chunk& c : rx_)
+        c.carried = true;  // posted on the old LLP: the new one counts afresh
     role_ = role;
     state_ = State::idle;
     error_ = Error::none;
@@ -1602,6 +1607,64 @@ void Connection::resume_failed() {
     drop_queues();
     if (!llp_closed())
         qp_.disconnect(false);
+}
+
+std::optional<Carry> Connection::hand_over() {
+    if (state_ != State::established || dup_ != Dup::local_done)
+        return std::nullopt;
+    cancel_src_out();  // (done before the SuspComm already; its rest is queued)
+    Carry c;
+    c.unread.reserve(rx_bytes_);
+    // What read() would return: an out-of-line urgent byte is skipped.
+    const bool skip = urg_ && !oob_inline_;
+    const std::uint64_t skip_pos = skip ? urg_->pos : 0;
+    std::uint64_t pos = rx_pos_;
+    for (const Chunk& ch : rx_) {
+        const std::span<const std::uint8_t> s(ch.bytes.data() + ch.off, ch.end - ch.off);
+        if (skip && skip_pos >= pos && skip_pos < pos + s.size()) {
+            const auto k = static_cast<std::size_t>(skip_pos - pos);
+            c.unread.insert(c.unread.end(), s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k));
+            c.unread.insert(c.unread.end(), s.begin() + static_cast<std::ptrdiff_t>(k + 1),
+                            s.end());
+        } else {
+            c.unread.insert(c.unread.end(), s.begin(), s.end());
+        }
+        pos += s.size();
+    }
+    c.unsent.reserve(tx_bytes_);
+    for (const auto& block : tx_)
+        c.unsent.insert(c.unsent.end(), block.begin() + static_cast<std::ptrdiff_t>(w::kBsdhSize),
+                        block.end());
+    c.write_shut = send_ != SendTeardown::open;
+    c.recv_buf_size = cfg_.recv_buf_size;
+    c.ird = ird_;
+    c.ord = ord_;
+    // Done here: nothing more goes out; the old LLP closes gracefully (the
+    // Remote Peer closes it after its SuspCommAck anyway).
+    const auto placed = zread_result_;
+    error_ = Error::handed_off;
+    state_ = State::reset;
+    drop_queues();
+    zread_result_ = placed;
+    resend_port_.reset();
+    if (!llp_closed())
+        qp_.disconnect(true);
+    return c;
+}
+
+bool Connection::carry_in(std::span<const std::uint8_t> unread,
+                          std::span<const std::uint8_t> unsent, bool write_shut) {
+    if (state_ != State::idle)
+        return false;
+    if (!unread.empty()) {
+        rx_.push_back(Chunk{{unread.begin(), unread.end()}, 0, unread.size(), true});
+        rx_bytes_ += unread.size();
+    }
+    queue_tx(unsent);
+    if (write_shut)
+        step(send_, SendEvent::shutdown);
+    resumed_ = true;  // established() counts it (13.1.1 step 8)
+    return true;
 }
 
 }  // namespace sdp::engine

@@ -77,6 +77,22 @@ struct Config {
 
 enum class Role : std::uint8_t { connecting, accepting };
 
+// Socket duplication, Local Peer (13.1.1 step 5): the state a suspended
+// connection hands to the address space that takes it over.
+struct Carry {
+    // What read() would still have returned, in order. An urgent byte is
+    // flattened: out of line it is left out (reads skip it), inline it is a
+    // normal byte; the mark itself is not carried (docs/protocol-notes.md).
+    std::vector<std::uint8_t> unread;
+    // Written, not sent: the queued data and the rest of a cancelled
+    // SrcAvail, in stream order. Urgent bytes among them go as normal data.
+    std::vector<std::uint8_t> unsent;
+    bool write_shut = false;  // shutdown_write() came: DisConn after `unsent`
+    std::uint32_t recv_buf_size = 0;
+    std::uint16_t ird = 1;
+    std::uint16_t ord = 1;
+};
+
 enum class State : std::uint8_t {
     idle,         // nothing sent yet
     connecting,   // Hello produced, waiting for HelloAck
@@ -106,6 +122,7 @@ enum class Error : std::uint8_t {
     suspended_message,        // a message from a peer that sent SuspComm or SuspCommAck (13.1.1)
     duplication_unsupported,  // SuspComm to a driver that cannot reconnect (13.1)
     resume_failed,            // the new connection of a duplication failed (13.1.1 step 4)
+    handed_off,               // the Local Peer handed its state over (13.1.1 step 5)
 };
 
 std::string_view to_string(State s);
@@ -310,6 +327,20 @@ class Connection {
     bool restart(Role role);
     // The driver could not set the new connection up: reset (resume_failed).
     void resume_failed();
+    // Local Peer, duplication() local_done (the LLP closed or not): the
+    // remaining state comes out (Carry) and the connection is done: state
+    // reset with Error::handed_off, nothing more is sent (the LLP is closed
+    // gracefully if it is still up), read()/write() take nothing. Bytes a
+    // finished read_zcopy() placed stay the reader's (take_zcopy_read()).
+    // nullopt, nothing changed: not in local_done.
+    std::optional<Carry> hand_over();
+    // The taking-over side (steps 6-7): a fresh connection (idle, before
+    // accept() or connect()) starts with `unread` readable first and
+    // `unsent` queued first, DisConn after it if `write_shut`; its setup
+    // counts as a resume (Stats::resumes). The carried bytes occupy no
+    // private buffer: reading them posts none. False: not idle.
+    bool carry_in(std::span<const std::uint8_t> unread, std::span<const std::uint8_t> unsent,
+                  bool write_shut);
 
     // Graceful half-close: DisConn after all queued data (8.2.1).
     void shutdown_write();
@@ -362,6 +393,9 @@ class Connection {
         std::vector<std::uint8_t> bytes;
         std::size_t off = 0;  // next byte to read
         std::size_t end = 0;  // one past the last payload byte
+        // Carried over a duplication (carry_in(), restart()): its buffer is
+        // not one posted on this LLP, so reading it reposts none.
+        bool carried = false;
     };
 
     // Where a received message's payload is; the receive path is the same.

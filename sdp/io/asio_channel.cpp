@@ -365,6 +365,8 @@ void AsioChannel::start_resume() {
     ++gen_;  // the old socket's read completes with operation_aborted: ignored
     reading_ = false;
     boost::system::error_code e;
+    // An Accepting Peer's old port is its listener's: see below.
+    const bool was_acceptor = core_.sdp().role() == engine::Role::accepting;
     sock_.shutdown(Socket::shutdown_both, e);
     sock_.close(e);
     if (!core_.restart()) {
@@ -377,7 +379,13 @@ void AsioChannel::start_resume() {
         ns.set_option(boost::asio::socket_base::reuse_address(true), e);
     }
     if (!e) {
-        ns.bind(local_ep_, e);  // step 1 / 5: the same source address and port
+        // Step 1 / 5: the same source address and port; an Accepting Peer
+        // whose port still has its listener uses another port of the same
+        // address (docs/protocol-notes.md, 13.1.1).
+        ns.bind(local_ep_, e);
+        if (e == boost::asio::error::address_in_use && was_acceptor) {
+            ns.bind(boost::asio::ip::tcp::endpoint(local_ep_.address(), 0), e);
+        }
     }
     if (e) {
         fail_resume("bind to the old source port: " + e.message());

@@ -140,7 +140,7 @@ SoftChannel::~SoftChannel() {
 
 std::unique_ptr<SoftChannel> SoftChannel::handshake(int fd, iwarp::MpaRole role,
                                                     const ChannelOptions& opts, std::error_code& ec,
-                                                    std::string* why) {
+                                                    std::string* why, const engine::Carry* carry) {
     ec.clear();
     set_nodelay(fd);
     set_nonblocking(fd, true);
@@ -162,6 +162,11 @@ std::unique_ptr<SoftChannel> SoftChannel::handshake(int fd, iwarp::MpaRole role,
         ch->addr_len_ = llen;
     }
     ch->core_.set_mss(ch->mss_);
+    if (carry != nullptr &&
+        !ch->core_.sdp().carry_in(carry->unread, carry->unsent, carry->write_shut)) {
+        ec = std::make_error_code(std::errc::invalid_argument);
+        return nullptr;
+    }
     const auto deadline = Clock::now() + opts.handshake_timeout;
     std::unique_lock lk(ch->mu_);
     auto& core = ch->core_;
@@ -320,9 +325,22 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
             }
             wake_poller();
         } else if (core_.rd_eof()) {
-            // Nothing more can arrive. (Output still queued after EOF is
-            // pointless: the session is closed.)
-            return pred();
+            if (!core_.handing_off()) {
+                // Nothing more can arrive. (Output still queued after EOF is
+                // pointless: the session is closed.)
+                return pred();
+            }
+            // 13.1.1 step 5: the old LLP closed after the SuspCommAck; the
+            // thread in hand_off() takes the state and wakes us.
+            if (deadline && Clock::now() >= *deadline) {
+                return false;
+            }
+            if (deadline) {
+                cv_.wait_until(lk, *deadline);
+            } else {
+                cv_.wait(lk);
+            }
+            continue;
         }
         if (deadline && Clock::now() >= *deadline) {
             kick_helper();
@@ -369,6 +387,8 @@ void SoftChannel::resume_locked(std::unique_lock<std::mutex>& lk) {
     const socklen_t plen = addr_len_;
     const bool named = addr_len_ > 0;
     int on = 1;
+    // An Accepting Peer's old port is its listener's: see below.
+    const bool was_acceptor = core_.sdp().role() == engine::Role::accepting;
     ::shutdown(fd_, SHUT_RDWR);
     if (!core_.restart()) {
         core_.resume_failed("the engine could not restart");
@@ -394,8 +414,19 @@ void SoftChannel::resume_locked(std::unique_lock<std::mutex>& lk) {
         return;
     }
     ::setsockopt(nfd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    // Step 1 / 5: the same source address and port as the prior connection.
-    if (::bind(nfd, reinterpret_cast<sockaddr*>(&local), llen) != 0) {
+    // Step 1 / 5: the same source address and port as the prior connection;
+    // an Accepting Peer whose port still has its listener (EADDRINUSE) uses
+    // another port of the same address (docs/protocol-notes.md, 13.1.1).
+    bool bound = ::bind(nfd, reinterpret_cast<sockaddr*>(&local), llen) == 0;
+    if (!bound && errno == EADDRINUSE && was_acceptor) {
+        if (local.ss_family == AF_INET) {
+            reinterpret_cast<sockaddr_in*>(&local)->sin_port = 0;
+        } else {
+            reinterpret_cast<sockaddr_in6*>(&local)->sin6_port = 0;
+        }
+        bound = ::bind(nfd, reinterpret_cast<sockaddr*>(&local), llen) == 0;
+    }
+    if (!bound) {
         const int err = errno;
         ::close(nfd);
         fail(std::string("bind to the old source port: ") + std::strerror(err));
@@ -687,7 +718,9 @@ std::optional<std::size_t> SoftChannel::write_zcopy_locked(std::unique_lock<std:
     kick_helper();
     if (c.state() != engine::State::established) {
         ec = core_.state_error(true);
-        return 0;
+        // Handed off (13.1.1 step 5): the peer read part, the rest is in
+        // the handed-over unsent bytes.
+        return c.error() == engine::Error::handed_off ? in.size() : 0;
     }
     return in.size();
 }
@@ -776,6 +809,75 @@ void SoftChannel::abort() {
     }
     wake_poller();
     cv_.notify_all();
+}
+
+std::optional<HandOver> SoftChannel::hand_off(std::uint16_t new_port, std::error_code& ec) {
+    ec.clear();
+    std::unique_lock lk(mu_);
+    auto& c = core_.sdp();
+    if (c.state() != engine::State::established || core_.rd_eof() || core_.suspended()) {
+        ec = std::make_error_code(std::errc::not_connected);
+        return std::nullopt;
+    }
+    // Step 2: In-Process operations finish, then SuspComm and quiet.
+    if (new_port == 0 || !c.suspend(new_port)) {
+        ec = std::make_error_code(std::errc::invalid_argument);
+        return std::nullopt;
+    }
+    const auto deadline = Clock::now() + handshake_timeout_;
+    service_locked();
+    wake_poller();
+    const bool acked = drive(
+        lk,
+        [&] {
+            return c.duplication() == engine::Dup::local_done ||
+                   c.state() != engine::State::established;
+        },
+        deadline);
+    if (!acked || c.state() != engine::State::established) {
+        if (!acked) {
+            // No SuspCommAck in time: the stream cannot go on anywhere.
+            core_.abort();
+            service_locked();
+            if (!finish_abort_locked(lk) && core_.take_reset()) {
+                reset_connection(fd_);
+            }
+            ec = std::make_error_code(std::errc::timed_out);
+        } else {
+            ec = core_.state_error(false);
+        }
+        wake_poller();
+        cv_.notify_all();
+        kick_helper();
+        return std::nullopt;
+    }
+    // Step 5: the Remote Peer closes the old LLP after its SuspCommAck (it
+    // sends nothing more): its EOF, in the same bound; the state is whole
+    // either way.
+    drive(
+        lk, [&] { return core_.rd_eof(); }, deadline);
+    auto carry = c.hand_over();
+    if (!carry) {
+        // A message after the SuspCommAck (suspended_message) reset it.
+        ec = core_.state_error(false);
+        wake_poller();
+        cv_.notify_all();
+        kick_helper();
+        return std::nullopt;
+    }
+    HandOver h;
+    h.carry = std::move(*carry);
+    h.local = local_addr_;
+    h.peer = peer_addr_;
+    h.addr_len = addr_len_;
+    h.peer_accepted = c.role() == engine::Role::connecting;
+    service_locked();  // the FIN the engine asked for, if the LLP was up
+    ::shutdown(fd_, SHUT_RDWR);
+    core_.stop_input();
+    wake_poller();
+    cv_.notify_all();
+    kick_helper();
+    return h;
 }
 
 short SoftChannel::pump() {

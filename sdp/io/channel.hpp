@@ -97,6 +97,16 @@ inline constexpr std::chrono::milliseconds kAbortLinger{1000};
 // bytes sent, or -1 with errno.
 long send_gathered(int fd, std::span<const std::span<const std::uint8_t>> segs);
 
+// Socket duplication initiated here (13.1.1 step 5): what
+// SoftChannel::hand_off() takes out of a suspended channel.
+struct HandOver {
+    engine::Carry carry;
+    sockaddr_storage local{};  // the old connection's addresses
+    sockaddr_storage peer{};
+    socklen_t addr_len = 0;      // 0: unknown
+    bool peer_accepted = false;  // the Remote Peer was the Accepting Peer
+};
+
 class SoftChannel {
   public:
     static constexpr std::size_t kMaxIov = 128;  // pieces per sendmsg()
@@ -105,10 +115,13 @@ class SoftChannel {
     // startup and SDP setup in `role`, bounded by handshake_timeout. On
     // failure returns nullptr with ec (timed_out, connection_reset,
     // connection_refused: MPA/SDP rejected, protocol_error) and `why`; the
-    // socket is closed.
+    // socket is closed. `carry` (responder, socket duplication 13.1.1 steps
+    // 6-7): the engine starts with its unread bytes readable and its unsent
+    // bytes queued first (engine::Connection::carry_in()).
     static std::unique_ptr<SoftChannel> handshake(int fd, iwarp::MpaRole role,
                                                   const ChannelOptions& opts, std::error_code& ec,
-                                                  std::string* why = nullptr);
+                                                  std::string* why = nullptr,
+                                                  const engine::Carry* carry = nullptr);
     ~SoftChannel();  // aborts (RST) if not closed
     SoftChannel(const SoftChannel&) = delete;
     SoftChannel& operator=(const SoftChannel&) = delete;
@@ -143,6 +156,18 @@ class SoftChannel {
     void abort();
     // Waits until all queued data has been handed to TCP (bounded).
     bool flush(std::chrono::milliseconds timeout);
+    // Socket duplication initiated here (13.1.1, Local Peer, steps 2 and
+    // 5): SuspComm with `new_port` once In-Process operations are over, the
+    // SuspCommAck awaited (handshake_timeout; then the stream is reset:
+    // timed_out), the old LLP's EOF awaited in the same bound and the
+    // socket shut down (the descriptor stays open until destruction, so a
+    // concurrent poll() never sees a reused number). The state comes back;
+    // reads and writes blocked in other threads return operation_canceled
+    // (a write() with the count it queued: those bytes are in `unsent` or
+    // sent), and so does every later call. Errors: invalid_argument (port
+    // 0, a close has begun, already suspending), not_connected (not
+    // established, handed off already), timed_out, connection_reset.
+    std::optional<HandOver> hand_off(std::uint16_t new_port, std::error_code& ec);
     // Non-blocking service for event loops: reads what is there and writes
     // what it can. Returns POLLIN|POLLOUT events to wait for next.
     short pump();

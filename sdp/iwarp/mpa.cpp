@@ -9,7 +9,6 @@
 namespace sdp::iwarp {
 namespace {
 
-constexpr char kReqKey[] = "MPA ID Req Frame";
 constexpr char kRepKey[] = "MPA ID Rep Frame";
 constexpr std::size_t kKeySize = 16;
 
@@ -51,14 +50,14 @@ Result<MpaDecoded, MpaError> decode_mpa_frame(std::span<const std::uint8_t> in) 
     if (in.size() < kMpaHeaderSize) {
         // Reject a wrong key as early as it is visible.
         const std::size_t n = std::min(in.size(), kKeySize);
-        if (n > 0 && std::memcmp(in.data(), kReqKey, n) != 0 &&
+        if (n > 0 && std::memcmp(in.data(), kMpaRequestKey.data(), n) != 0 &&
             std::memcmp(in.data(), kRepKey, n) != 0) {
             return unexpected(MpaError::bad_key);
         }
         return unexpected(MpaError::need_more);
     }
     MpaFrame f;
-    if (std::memcmp(in.data(), kReqKey, kKeySize) == 0) {
+    if (std::memcmp(in.data(), kMpaRequestKey.data(), kKeySize) == 0) {
         f.key = MpaKey::request;
     } else if (std::memcmp(in.data(), kRepKey, kKeySize) == 0) {
         f.key = MpaKey::reply;
@@ -88,7 +87,7 @@ Result<std::vector<std::uint8_t>, MpaError> encode_mpa_frame(const MpaFrame& f) 
     }
     std::vector<std::uint8_t> out;
     out.reserve(kMpaHeaderSize + f.private_data.size());
-    const char* key = f.key == MpaKey::request ? kReqKey : kRepKey;
+    const char* key = f.key == MpaKey::request ? kMpaRequestKey.data() : kRepKey;
     out.insert(out.end(), key, key + kKeySize);
     std::uint8_t flags = 0;
     flags |= f.markers ? kMpaFlagMarkers : 0;

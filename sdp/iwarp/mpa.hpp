@@ -15,11 +15,16 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "sdp/iwarp/result.hpp"
 
 namespace sdp::iwarp {
+
+// The key an MPA Request starts with (RFC 5044 section 7.1): what a
+// listener can check before the startup to tell an MPA peer from others.
+inline constexpr std::string_view kMpaRequestKey = "MPA ID Req Frame";
 
 inline constexpr std::size_t kMpaHeaderSize = 20;        // key[16] flags rev pd_len
 inline constexpr std::size_t kMpaMaxPrivateData = 512;   // RFC 5044 7.1: receive limit

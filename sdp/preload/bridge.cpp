@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -46,29 +47,58 @@ std::shared_ptr<Bridge> Bridge::create(Stream stream, int* app_fd) {
     if (real().socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) {
         return nullptr;
     }
-    int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wake < 0) {
-        const int e = errno;
-        real().close(sp[0]);
-        real().close(sp[1]);
-        errno = e;
-        return nullptr;
-    }
     // Deeper socketpair buffers: fewer wake-ups of the bridge threads and of
     // the program per byte (the kernel caps them at net.core.wmem_max).
     for (int fd : sp) {
         real().setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kPairBuffer, sizeof kPairBuffer);
         real().setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kPairBuffer, sizeof kPairBuffer);
     }
-    std::shared_ptr<Bridge> b(new Bridge);
-    b->stream_ = std::move(stream);
-    b->pump_fd_ = sp[1];
-    b->wake_fd_ = wake;
+    struct stat st {};
+    ::fstat(sp[0], &st);
     track_internal(sp[0]);  // until the program's descriptor takes it (install)
     track_internal(sp[1]);
-    track_internal(wake);
+    std::shared_ptr<Bridge> b(new Bridge);
+    if (!b->init(sp[1], st.st_dev, st.st_ino)) {
+        const int e = errno;
+        close_internal(sp[0]);  // sp[1] is the bridge's now
+        errno = e;
+        return nullptr;
+    }
+    b->local_ = local_of(stream.native_handle()).value_or(pm::Endpoint{});
+    b->stream_ = std::move(stream);
     *app_fd = sp[0];
     return b;
+}
+
+std::shared_ptr<Bridge> Bridge::adopt(Stream stream, int pump_fd, dev_t app_dev, ino_t app_ino) {
+    std::shared_ptr<Bridge> b(new Bridge);
+    if (!b->init(pump_fd, app_dev, app_ino)) {
+        b->pump_fd_ = -1;  // still the caller's
+        return nullptr;
+    }
+    b->local_ = local_of(stream.native_handle()).value_or(pm::Endpoint{});
+    b->stream_ = std::move(stream);
+    return b;
+}
+
+bool Bridge::init(int pump_fd, dev_t app_dev, ino_t app_ino) {
+    pump_fd_ = pump_fd;
+    app_dev_ = app_dev;
+    app_ino_ = app_ino;
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    rx_wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    for (int fd : {wake_fd_, rx_wake_fd_}) {
+        if (fd >= 0) {
+            track_internal(fd);
+        }
+    }
+    return wake_fd_ >= 0 && rx_wake_fd_ >= 0;
+}
+
+std::vector<std::shared_ptr<Bridge>> Bridge::live() {
+    auto& r = registry();
+    std::lock_guard lk(r.mu);
+    return {r.live.begin(), r.live.end()};
 }
 
 Bridge::~Bridge() {
@@ -76,6 +106,7 @@ Bridge::~Bridge() {
     // still holds its ends; one that ended has closed them.
     close_internal(pump_fd_);
     close_internal(wake_fd_);
+    close_internal(rx_wake_fd_);
 }
 
 std::error_code Bridge::set_keepalive(const Keepalive& k) {
@@ -119,19 +150,83 @@ bool Bridge::at_urgent_mark() const {
     return ::ioctl(pump_fd_, SIOCATMARK, &mark) == 0 && mark != 0;
 }
 
-bool Bridge::send_to_app(const std::uint8_t* p, std::size_t n, int flags) {
+Bridge::Sent Bridge::send_to_app(const std::uint8_t* p, std::size_t n, int flags) {
     while (n > 0) {
-        ssize_t k = ::send(pump_fd_, p, n, flags | MSG_NOSIGNAL);
-        if (k < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return false;  // EPIPE: the program closed its end
+        ssize_t k = ::send(pump_fd_, p, n, flags | MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k >= 0) {
+            p += k;
+            n -= static_cast<std::size_t>(k);
+            continue;
         }
-        p += k;
-        n -= static_cast<std::size_t>(k);
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            return Sent::app_gone;  // EPIPE: the program closed its end
+        }
+        // The program does not read: wait for room, or for a hand-off that
+        // takes the rest along.
+        pollfd w[2] = {{pump_fd_, POLLOUT, 0}, {rx_wake_fd_, POLLIN, 0}};
+        if (::poll(w, 2, -1) < 0 && errno != EINTR) {
+            return Sent::app_gone;
+        }
+        if (w[1].revents != 0) {
+            std::lock_guard lk(mu_);
+            if (handing_ == Handing::done) {
+                rx_rest_.insert(rx_rest_.end(), p, p + n);
+                return Sent::handed;
+            }
+        }
     }
-    return true;
+    return Sent::all;
+}
+
+bool Bridge::handed_over() {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return handing_ != Handing::running; });
+    return handing_ == Handing::done;
+}
+
+std::optional<Handoff> Bridge::hand_off(std::uint16_t port, int* pump_fd, std::error_code& ec) {
+    {
+        std::lock_guard lk(mu_);
+        if (closing_ || exiting_ || handing_ != Handing::none || rx_ != End::running) {
+            ec = std::make_error_code(std::errc::not_connected);
+            return std::nullopt;
+        }
+        handing_ = Handing::running;
+    }
+    // An urgent byte not read yet goes along as data (the Handoff keeps no
+    // mark; out of line it would be dropped).
+    stream_.set_oob_inline(true);
+    auto h = stream_.hand_off(port, ec);
+    std::unique_lock lk(mu_);
+    const bool unchanged =
+        !h && (ec == std::errc::invalid_argument || ec == std::errc::operation_not_supported ||
+               ec == std::errc::not_connected);
+    handing_ = h ? Handing::done : unchanged ? Handing::none : Handing::failed;
+    cv_.notify_all();
+    if (!h) {
+        return std::nullopt;
+    }
+    // Both threads stop where they are: the receive side's stream calls
+    // fail now, a wait for the program ends at its eventfd, the send side
+    // ends at its eventfd or at its failing write.
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(rx_wake_fd_, &one, sizeof one);
+    wake();
+    if (!cv_.wait_for(lk, std::chrono::seconds(10),
+                      [&] { return rx_ != End::running && tx_ != End::running; })) {
+        ec = std::make_error_code(std::errc::timed_out);
+        return std::nullopt;  // a thread is stuck: the connection is lost
+    }
+    h->unread.insert(h->unread.begin(), rx_rest_.begin(), rx_rest_.end());
+    h->unsent.insert(h->unsent.end(), tx_rest_.begin(), tx_rest_.end());
+    rx_rest_.clear();
+    tx_rest_.clear();
+    *pump_fd = pump_fd_;
+    pump_fd_ = -1;
+    return h;
 }
 
 void Bridge::wake() {
@@ -160,23 +255,26 @@ void Bridge::rx_loop() {
                 stop_at_urgent = false;  // nothing to take after all: read on
                 continue;
             }
-            if (!send_to_app(&b, 1, MSG_OOB)) {
-                how = End::app_gone;
+            // (A hand-off meanwhile hands the urgent byte on as data.)
+            if (const Sent s = send_to_app(&b, 1, MSG_OOB); s != Sent::all) {
+                how = s == Sent::handed ? End::handed : End::app_gone;
                 break;
             }
             ++counters().oob_from_peer;
             continue;
         }
         if (n > 0) {
-            if (!send_to_app(buf.data(), n, 0)) {
-                how = End::app_gone;
+            if (const Sent s = send_to_app(buf.data(), n, 0); s != Sent::all) {
+                how = s == Sent::handed ? End::handed : End::app_gone;
                 break;
             }
             counters().bytes_from_peer += n;
             grow(buf, n);
             continue;
         }
-        if (!ec) {
+        if (ec && handed_over()) {
+            how = End::handed;  // the rest is in the hand-off's state
+        } else if (!ec) {
             ::shutdown(pump_fd_, SHUT_WR);  // the program reads end of stream
             how = End::eof;
         } else {
@@ -209,6 +307,10 @@ void Bridge::tx_loop() {
             std::uint64_t v;
             [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
             std::lock_guard lk(mu_);
+            if (handing_ == Handing::done) {
+                how = End::handed;
+                break;
+            }
             if (rx_ == End::reset) {
                 how = End::reset;
                 break;
@@ -224,6 +326,11 @@ void Bridge::tx_loop() {
             std::uint8_t b = 0;
             if (::recv(pump_fd_, &b, 1, MSG_OOB | MSG_DONTWAIT) == 1) {
                 if (auto ec = stream_.send_oob(b)) {
+                    if (handed_over()) {
+                        tx_rest_.push_back(b);  // goes on as data
+                        how = End::handed;
+                        break;
+                    }
                     log(3, "urgent byte to the peer failed: %s", ec.message().c_str());
                     how = End::reset;
                     break;
@@ -235,8 +342,17 @@ void Bridge::tx_loop() {
         ssize_t n = ::recv(pump_fd_, buf.data(), buf.size(), MSG_DONTWAIT);
         if (n > 0) {
             std::error_code ec;
-            stream_.write(std::span<const std::uint8_t>(buf.data(), static_cast<std::size_t>(n)),
-                          ec);
+            const std::size_t put = stream_.write(
+                std::span<const std::uint8_t>(buf.data(), static_cast<std::size_t>(n)), ec);
+            if (ec && handed_over()) {
+                // Queued before the hand-off: in its unsent bytes; the rest
+                // follows them.
+                tx_rest_.assign(buf.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(
+                                                  put, static_cast<std::size_t>(n))),
+                                buf.begin() + n);
+                how = End::handed;
+                break;
+            }
             if (ec) {
                 log(3, "write to the peer failed: %s", ec.message().c_str());
                 how = End::reset;
@@ -249,7 +365,12 @@ void Bridge::tx_loop() {
         if (n == 0 || exiting) {
             // The program shut down writing or closed (or the process exits
             // with everything written so far sent): DisConn after the data.
-            stream_.shutdown_write();
+            // (After a hand-off the process that took over sees the same
+            // end of stream on the socketpair.)
+            if (stream_.shutdown_write() && handed_over()) {
+                how = End::handed;
+                break;
+            }
             how = End::eof;
             break;
         }
@@ -318,16 +439,28 @@ void Bridge::ended(bool rx, End how) {
         std::lock_guard lk(mu_);
         closing_ = true;
     }
+    const bool handed = rx_ == End::handed || tx_ == End::handed;
     const bool reset = rx_ == End::reset || tx_ == End::reset || rx_ == End::app_gone;
-    if (reset) {
+    counters().sdp_resumes += stream_.stats().resumes;
+    if (handed) {
+        // hand_off() takes our end of the socketpair; the stream is closed.
+        ++counters().handoffs_out;
+    } else if (reset) {
         ++counters().bridges_reset;
         stream_.abort();
     } else {
         stream_.close();
     }
-    close_internal(pump_fd_);
-    close_internal(wake_fd_);
-    pump_fd_ = wake_fd_ = -1;
+    {
+        std::lock_guard lk(mu_);
+        if (!handed) {
+            close_internal(pump_fd_);
+            pump_fd_ = -1;
+        }
+        close_internal(wake_fd_);
+        close_internal(rx_wake_fd_);
+        wake_fd_ = rx_wake_fd_ = -1;
+    }
     --counters().bridges_active;
     write_stats();
     auto& r = registry();

@@ -6,13 +6,17 @@
 // end and the sdp::Stream (docs/preload.md, "How it works").
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "sdp/stream.hpp"
 
@@ -38,6 +42,33 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // Before start() only: the stream (its TCP socket's addresses).
     const Stream& stream() const { return stream_; }
 
+    // --- socket duplication initiated here (13.1.1, Local Peer; see
+    // handoff.hpp). The program's end of the socketpair: the open file that
+    // other processes (a forked child) may hold too.
+    [[nodiscard]] dev_t app_dev() const { return app_dev_; }
+    [[nodiscard]] ino_t app_ino() const { return app_ino_; }
+    // The connection's local address (the heir listens there, step 1).
+    [[nodiscard]] const pm::Endpoint& local() const { return local_; }
+    // The program passed the descriptor to another process (SCM_RIGHTS):
+    // at exit, holders are looked for beyond this process's children.
+    void mark_passed() { passed_ = true; }
+    [[nodiscard]] bool passed() const { return passed_; }
+    // Hands the connection over: Stream::hand_off(port), then both threads
+    // stop where they are, and the bytes they held join the state (what the
+    // receive side had taken from the stream goes before its unread bytes,
+    // what the send side had taken from the program after its unsent
+    // bytes). Returns the state and our end of the socketpair in *pump_fd,
+    // for the caller to pass on and close; the bridge is over. nullopt with
+    // ec: nothing changed and the bridge runs on (invalid_argument,
+    // operation_not_supported, not_connected), or the connection is lost.
+    std::optional<Handoff> hand_off(std::uint16_t port, int* pump_fd, std::error_code& ec);
+    // The process that takes a connection over: a bridge over the stream
+    // and the socketpair end that came with it (tracked already; still the
+    // caller's if this fails). start().
+    static std::shared_ptr<Bridge> adopt(Stream stream, int pump_fd, dev_t app_dev, ino_t app_ino);
+    // The bridges running in this process.
+    static std::vector<std::shared_ptr<Bridge>> live();
+
     // Process exit: every bridge sends what the program wrote and closes
     // (DisConn), waiting at most `budget` in total for the peers.
     static void finish_all(std::chrono::milliseconds budget);
@@ -49,28 +80,46 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     static void fork_child();
 
   private:
-    enum class End : std::uint8_t { running, eof, app_gone, reset };
+    enum class End : std::uint8_t { running, eof, app_gone, reset, handed };
+    // A hand_off() in this process: none, running (Stream::hand_off called),
+    // and its outcome.
+    enum class Handing : std::uint8_t { none, running, done, failed };
     Bridge() = default;
+    // The eventfds, and the program's end's file; false with errno.
+    bool init(int pump_fd, dev_t app_dev, ino_t app_ino);
+    // An error of the stream came from a hand_off() (waits for its outcome).
+    bool handed_over();
     void rx_loop();
     void tx_loop();
     // Waits while the program still holds its end after our DisConn went
     // out, until the receive side ends (bounded).
     void linger_after_tx_eof();
-    bool send_to_app(const std::uint8_t* p, std::size_t n, int flags);
+    enum class Sent : std::uint8_t { all, app_gone, handed };
+    // Blocks until the program's end took it, unless a hand_off() succeeded
+    // meanwhile: then what is left is kept for the state (rx_rest_).
+    Sent send_to_app(const std::uint8_t* p, std::size_t n, int flags);
     // The program's urgent byte is next in our end of the socketpair.
     bool at_urgent_mark() const;
     void ended(bool rx, End how);
     void wake();
 
     Stream stream_;
-    int pump_fd_ = -1;  // our end of the socketpair
-    int wake_fd_ = -1;  // eventfd: the receive side ended, or the process exits
+    int pump_fd_ = -1;     // our end of the socketpair
+    int wake_fd_ = -1;     // eventfd: the receive side ended, the process exits, a hand-off
+    int rx_wake_fd_ = -1;  // eventfd: a hand-off (the receive side waits for the program)
+    dev_t app_dev_ = 0;
+    ino_t app_ino_ = 0;
+    pm::Endpoint local_;
+    std::atomic<bool> passed_{false};
     std::mutex mu_;
     std::condition_variable cv_;
     End rx_ = End::running;
     End tx_ = End::running;
     bool exiting_ = false;
     bool closing_ = false;  // ended(): the stream is being closed
+    Handing handing_ = Handing::none;
+    std::vector<std::uint8_t> rx_rest_;  // taken from the stream, not given to the program
+    std::vector<std::uint8_t> tx_rest_;  // taken from the program, not queued in the stream
 };
 
 }  // namespace sdp::preload

@@ -45,20 +45,21 @@ std::string service_name(const std::string& program, const pm::Endpoint& bound) 
 
 }  // namespace
 
-std::shared_ptr<Listener> Listener::open(const pm::Endpoint& bound, bool sdp_only) {
+pm::Endpoint Listener::doorbell_target(const pm::Endpoint& bound) {
+    if (!bound.address.is_unspecified()) {
+        return bound;
+    }
+    return pm::Endpoint{bound.address.is_v4()
+                            ? pm::IpAddress::v4({127, 0, 0, 1})
+                            : pm::IpAddress::v6({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}),
+                        bound.port};
+}
+
+std::shared_ptr<Listener> Listener::open(const pm::Endpoint& bound) {
     InternalScope in;
     std::shared_ptr<Listener> l(new Listener);
     l->bound_ = bound;
-    l->sdp_only_ = sdp_only;
-    const bool v4 = bound.address.is_v4();
-    if (bound.address.is_unspecified()) {
-        l->doorbell_target_ =
-            pm::Endpoint{v4 ? pm::IpAddress::v4({127, 0, 0, 1})
-                            : pm::IpAddress::v6({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}),
-                         bound.port};
-    } else {
-        l->doorbell_target_ = bound;
-    }
+    l->doorbell_target_ = doorbell_target(bound);
     const Settings& s = settings();
     AcceptorOptions ao;
     ao.stream = stream_options(nullptr);

@@ -32,9 +32,12 @@ class Listener {
         pm::Endpoint local;  // our end of the SDP connection
     };
 
+    // Where the doorbells of a socket listening on `bound` connect to (and
+    // come from: the same address, another port).
+    static pm::Endpoint doorbell_target(const pm::Endpoint& bound);
     // Opens and registers the SDP acceptor for a program socket listening
     // on `bound`; nullptr when it cannot (the program keeps plain TCP).
-    static std::shared_ptr<Listener> open(const pm::Endpoint& bound, bool sdp_only);
+    static std::shared_ptr<Listener> open(const pm::Endpoint& bound);
     ~Listener();
     Listener(const Listener&) = delete;
     Listener& operator=(const Listener&) = delete;
@@ -43,7 +46,7 @@ class Listener {
     std::optional<Claimed> claim(const pm::Endpoint& from);
     // Stops taking connections, unregisters, drops unclaimed connections.
     void close();
-    bool sdp_only() const { return sdp_only_; }
+    const pm::Endpoint& bound() const { return bound_; }
 
   private:
     Listener() = default;
@@ -53,7 +56,6 @@ class Listener {
     Acceptor acceptor_;
     pm::Endpoint bound_;
     pm::Endpoint doorbell_target_;
-    bool sdp_only_ = false;
     std::atomic<bool> stop_{false};
     std::thread thread_;
     std::mutex mu_;

@@ -23,8 +23,10 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <new>
 
 #include "sdp/preload/bridge.hpp"
+#include "sdp/preload/handoff.hpp"
 #include "sdp/preload/listener.hpp"
 #include "sdp/preload/state.hpp"
 
@@ -74,6 +76,33 @@ void copy_entry(int from, int to) {
     }
 }
 
+// The descriptors an SCM_RIGHTS message carries (a malformed control
+// buffer of the program's is read only within its bounds).
+std::vector<int> rights_of(const msghdr* m) {
+    std::vector<int> out;
+    if (m->msg_control == nullptr) {
+        return out;
+    }
+    const auto* end = static_cast<const unsigned char*>(m->msg_control) + m->msg_controllen;
+    for (const cmsghdr* c = CMSG_FIRSTHDR(m); c != nullptr;
+         c = CMSG_NXTHDR(const_cast<msghdr*>(m), const_cast<cmsghdr*>(c))) {
+        const auto room = static_cast<std::size_t>(end - reinterpret_cast<const unsigned char*>(c));
+        if (c->cmsg_len < CMSG_LEN(0) || c->cmsg_len > room) {
+            break;
+        }
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
+            continue;
+        }
+        const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t k = 0; k < n; ++k) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof fd);
+            out.push_back(fd);
+        }
+    }
+    return out;
+}
+
 int errno_of(std::error_code ec) {
     if (ec.category() == std::generic_category() || ec.category() == std::system_category()) {
         return ec.value() != 0 ? ec.value() : ECONNREFUSED;
@@ -85,8 +114,8 @@ int errno_of(std::error_code ec) {
 // socket (14.3, Stream::set_keepalive); also for accepted connections,
 // which inherit the listening socket's options as on TCP.
 void apply_keepalive(const Entry& e) {
-    if (e.bridge && e.keepalive) {
-        e.bridge->set_keepalive(keepalive_of(e));
+    if (auto b = bridge_of(e); b && e.keepalive) {
+        b->set_keepalive(keepalive_of(e));
     }
 }
 
@@ -247,7 +276,7 @@ SDP_EXPORT int listen(int fd, int backlog) {
         log(3, "listen %s: TCP (rule line %d)", bound->to_string().c_str(), d.line);
     } else {
         SignalsBlocked quiet;  // the listener's thread takes no signal of the program
-        l = Listener::open(*bound, d.use == Use::sdp);
+        l = Listener::open(*bound);
     }
     if (!l) {
         fds().take(fd);
@@ -256,6 +285,7 @@ SDP_EXPORT int listen(int fd, int backlog) {
         std::lock_guard lk(fds().mutex());
         e->kind = Entry::Kind::listener;
         e->bound = bound;
+        e->sdp_only = d.use == Use::sdp;
         e->listener = std::move(l);
     }
     write_stats();
@@ -265,7 +295,7 @@ SDP_EXPORT int listen(int fd, int backlog) {
 
 SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
     auto e = internal_call() ? nullptr : entry_of(fd, Entry::Kind::listener);
-    if (!e || !e->listener) {
+    if (!e || (!e->listener && e->owner == 0)) {
         const int r = real().accept4(fd, addr, len, flags);
         if (r >= 0 && internal_call()) {
             track_internal(r);
@@ -280,7 +310,14 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
             return nfd;
         }
         auto from = endpoint_of(reinterpret_cast<sockaddr*>(&ss), sl);
-        auto c = from ? e->listener->claim(*from) : std::nullopt;
+        // A doorbell: the connection behind it is this process's Listener's,
+        // or (a pre-fork server's worker) its owner's.
+        std::optional<Listener::Claimed> c;
+        if (from && e->listener) {
+            c = e->listener->claim(*from);
+        } else if (from && e->bound) {
+            c = claim_from_owner(e->owner, *e->bound, *from);
+        }
         if (c) {
             InternalScope in;
             if (!install(nfd, c->app_fd, (flags & SOCK_CLOEXEC) != 0,
@@ -310,7 +347,7 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
             write_stats();
             return nfd;
         }
-        if (e->listener->sdp_only()) {
+        if (e->sdp_only) {
             // `use sdp server`: TCP connections are refused (closed).
             ++counters().accept_tcp_refused;
             write_stats();
@@ -529,18 +566,93 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
         if (level == IPPROTO_TCP && name == TCP_NODELAY) {
             return 0;  // SDP frames its own messages
         }
-        if (!e->bridge) {
+        const auto b = bridge_of(*e);
+        if (!b) {
             return 0;  // a forked child: the connection is its parent's
         }
         // 14.3: keepalive is the TCP keepalive timer of the LLP.
-        if (auto ec = e->bridge->set_keepalive(keepalive_of(*e))) {
+        if (auto ec = b->set_keepalive(keepalive_of(*e))) {
             errno = ec.category() == std::generic_category() ? ec.value() : EOPNOTSUPP;
             return -1;  // the rdma provider: rdma_cm has no keepalive
         }
         return 0;
     }
     // Other TCP options (TCP_USER_TIMEOUT...) apply to the LLP socket.
-    return e->bridge ? e->bridge->llp_setsockopt(level, name, val, len) : 0;
+    const auto b = bridge_of(*e);
+    return b ? b->llp_setsockopt(level, name, val, len) : 0;
+}
+
+// Threads the library's code starts (the SDP channel's helper, the
+// acceptor's handshakes, the resolver) are the library's: their socket calls
+// (a socket duplication's reconnect, say) must not be taken for the
+// program's. A thread started from inside the library is marked so.
+namespace {
+struct ThreadStart {
+    void* (*fn)(void*);
+    void* arg;
+};
+void* internal_thread_start(void* p) {
+    const ThreadStart ts = *static_cast<ThreadStart*>(p);
+    delete static_cast<ThreadStart*>(p);
+    mark_internal_thread();
+    return ts.fn(ts.arg);
+}
+}  // namespace
+
+SDP_EXPORT int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*),
+                              void* arg) {
+    if (!internal_call()) {
+        return real().pthread_create(t, attr, fn, arg);
+    }
+    auto* ts = new (std::nothrow) ThreadStart{fn, arg};
+    if (ts == nullptr) {
+        return EAGAIN;
+    }
+    const int r = real().pthread_create(t, attr, internal_thread_start, ts);
+    if (r != 0) {
+        delete ts;
+    }
+    return r;
+}
+
+// Descriptor passing (SCM_RIGHTS): a process that passes an SDP descriptor
+// looks for its holders at exit beyond its children; one that receives
+// descriptors starts its heir service (handoff.hpp).
+SDP_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {
+    if (m != nullptr && m->msg_controllen > 0 && !internal_call()) {
+        for (int passed : rights_of(m)) {
+            const auto e = entry_of(passed, Entry::Kind::sdp);
+            if (const auto b = e ? bridge_of(*e) : nullptr) {
+                b->mark_passed();
+            }
+        }
+    }
+    return real().sendmsg(fd, m, flags);
+}
+
+SDP_EXPORT ssize_t recvmsg(int fd, msghdr* m, int flags) {
+    const ssize_t r = real().recvmsg(fd, m, flags);
+    if (r < 0 || m == nullptr || m->msg_controllen == 0 || internal_call()) {
+        return r;
+    }
+    // Only a stream socket of AF_UNIX can be an SDP connection's descriptor
+    // (D-Bus, Wayland and the like pass memfds and other files).
+    const int saved = errno;
+    for (int got : rights_of(m)) {
+        int domain = 0;
+        int type = 0;
+        socklen_t dl = sizeof domain;
+        socklen_t tl = sizeof type;
+        if (real().getsockopt(got, SOL_SOCKET, SO_DOMAIN, &domain, &dl) == 0 && domain == AF_UNIX &&
+            real().getsockopt(got, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM) {
+            InternalScope in;
+            SignalsBlocked quiet;
+            heir_after_receive();
+            break;
+        }
+    }
+    errno = saved;
+    return r;
 }
 
 SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
@@ -574,8 +686,9 @@ SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len
                 break;
         }
     }
-    if (e->bridge && (level == IPPROTO_TCP || level == IPPROTO_IP || level == IPPROTO_IPV6)) {
-        return e->bridge->llp_getsockopt(level, name, val, len);  // TCP_INFO, TCP_MAXSEG, IP_TOS...
+    const auto b = bridge_of(*e);
+    if (b && (level == IPPROTO_TCP || level == IPPROTO_IP || level == IPPROTO_IPV6)) {
+        return b->llp_getsockopt(level, name, val, len);  // TCP_INFO, TCP_MAXSEG, IP_TOS...
     }
     errno = ENOPROTOOPT;
     return -1;
@@ -585,21 +698,28 @@ SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len
 
 namespace {
 
+// The process that calls fork() (getppid() in the child could already be
+// a reaper).
+pid_t g_forking = 0;
+
 void fork_prepare() {
+    g_forking = ::getpid();
     state_fork_prepare();
     Bridge::fork_prepare();
     fds().mutex().lock();
 }
 void fork_parent() {
     fds().mutex().unlock();
+    claims_after_fork();  // the child may accept doorbells of our listeners
     Bridge::fork_parent();
     state_fork_parent();
 }
 void fork_child() {
-    fds().after_fork_child();
+    fds().after_fork_child(g_forking);
     fds().mutex().unlock();
     Bridge::fork_child();
     state_fork_child();
+    heir_after_fork(g_forking);  // connections of the parent's may come here (13.1.1)
 }
 
 __attribute__((constructor)) void preload_init() {
@@ -615,6 +735,8 @@ __attribute__((destructor)) void preload_fini() {
     for (const auto& l : fds().listeners()) {
         l->close();
     }
+    // Connections a child still holds move to it (13.1.1); the others close.
+    hand_off_at_exit(settings().exit_linger);
     Bridge::finish_all(settings().exit_linger);
     write_stats();
 }

@@ -148,6 +148,9 @@ const Real& real() {
         SDP_PRELOAD_RESOLVE(getpeername);
         SDP_PRELOAD_RESOLVE(getsockopt);
         SDP_PRELOAD_RESOLVE(setsockopt);
+        SDP_PRELOAD_RESOLVE(sendmsg);
+        SDP_PRELOAD_RESOLVE(recvmsg);
+        SDP_PRELOAD_RESOLVE(pthread_create);
 #undef SDP_PRELOAD_RESOLVE
         if (x.fcntl64 == nullptr) {
             x.fcntl64 = x.fcntl;
@@ -226,6 +229,22 @@ void FdTable::put(int fd, std::shared_ptr<Entry> e) {
     bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
 }
 
+bool FdTable::put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino) {
+    if (fd < 0 || fd >= kMaxFd) {
+        return false;
+    }
+    std::lock_guard lk(mu_);
+    struct stat st {};
+    if (map_.count(fd) != 0 || ::fstat(fd, &st) != 0 || st.st_dev != dev || st.st_ino != ino) {
+        return false;
+    }
+    e->dev = dev;
+    e->ino = ino;
+    map_[fd] = std::move(e);
+    bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
+    return true;
+}
+
 std::shared_ptr<Entry> FdTable::take(int fd) {
     if (!tracked(fd)) {
         return nullptr;
@@ -241,7 +260,7 @@ std::shared_ptr<Entry> FdTable::take(int fd) {
     return e;
 }
 
-void FdTable::after_fork_child() {
+void FdTable::after_fork_child(pid_t parent) {
     // Called with mu_ held by this (the only) thread since the prepare
     // handler. Only plain containers and close(2) here.
     auto* leak = new std::vector<std::shared_ptr<void>>;
@@ -258,11 +277,34 @@ void FdTable::after_fork_child() {
             leak->push_back(std::move(e.bridge));
         }
         if (e.listener) {
+            // The parent takes its SDP connections; a doorbell this process
+            // accepts is claimed from there (handoff.hpp).
             leak->push_back(std::move(e.listener));
-            e.kind = Entry::Kind::candidate;  // the parent takes its SDP connections
+            e.owner = parent;
         }
         ++it;
     }
+}
+
+std::vector<std::shared_ptr<Entry>> FdTable::entries_of(dev_t dev, ino_t ino) {
+    std::vector<std::shared_ptr<Entry>> out;
+    std::lock_guard lk(mu_);
+    for (const auto& [fd, e] : map_) {
+        if (e->kind == Entry::Kind::sdp && e->dev == dev && e->ino == ino) {
+            out.push_back(e);
+        }
+    }
+    return out;
+}
+
+bool FdTable::any_sdp() {
+    std::lock_guard lk(mu_);
+    for (const auto& [fd, e] : map_) {
+        if (e->kind == Entry::Kind::sdp) {
+            return true;
+        }
+    }
+    return false;
 }
 
 std::vector<int> FdTable::internal_in(unsigned first, unsigned last) {
@@ -287,6 +329,11 @@ std::vector<std::shared_ptr<Listener>> FdTable::listeners() {
         }
     }
     return out;
+}
+
+std::shared_ptr<Bridge> bridge_of(const Entry& e) {
+    std::lock_guard lk(fds().mutex());
+    return e.bridge;
 }
 
 FdTable& fds() {
@@ -366,13 +413,9 @@ void state_fork_child() {
     silent_hosts().mu.unlock();
     stats_mutex().unlock();
     g_forked_child = true;
-    Counters& c = counters();
-    for (auto* a : {&c.connect_sdp, &c.connect_tcp_rule, &c.connect_fallback, &c.connect_failed,
-                    &c.listen_sdp, &c.listen_tcp_rule, &c.register_failed, &c.accept_sdp,
-                    &c.accept_tcp, &c.accept_tcp_refused, &c.bridges_active, &c.bridges_reset,
-                    &c.bytes_to_peer, &c.bytes_from_peer, &c.oob_to_peer, &c.oob_from_peer}) {
-        a->store(0);
-    }
+#define SDP_PRELOAD_COUNTER_RESET(name) counters().name.store(0);
+    SDP_PRELOAD_COUNTERS(SDP_PRELOAD_COUNTER_RESET)
+#undef SDP_PRELOAD_COUNTER_RESET
 }
 
 void write_stats() {
@@ -388,27 +431,14 @@ void write_stats() {
     } restore{saved_errno};
     std::lock_guard lk(stats_mutex());
     const Counters& c = counters();
-    const nlohmann::json j = {
+    nlohmann::json j = {
         {"pid", ::getpid()},
         {"program", settings().program},
         {"rules", settings().rules_broken ? "broken" : "ok"},
-        {"connect_sdp", c.connect_sdp.load()},
-        {"connect_tcp_rule", c.connect_tcp_rule.load()},
-        {"connect_fallback", c.connect_fallback.load()},
-        {"connect_failed", c.connect_failed.load()},
-        {"listen_sdp", c.listen_sdp.load()},
-        {"listen_tcp_rule", c.listen_tcp_rule.load()},
-        {"register_failed", c.register_failed.load()},
-        {"accept_sdp", c.accept_sdp.load()},
-        {"accept_tcp", c.accept_tcp.load()},
-        {"accept_tcp_refused", c.accept_tcp_refused.load()},
-        {"bridges_active", c.bridges_active.load()},
-        {"bridges_reset", c.bridges_reset.load()},
-        {"bytes_to_peer", c.bytes_to_peer.load()},
-        {"bytes_from_peer", c.bytes_from_peer.load()},
-        {"oob_to_peer", c.oob_to_peer.load()},
-        {"oob_from_peer", c.oob_from_peer.load()},
     };
+#define SDP_PRELOAD_COUNTER_JSON(name) j[#name] = c.name.load();
+    SDP_PRELOAD_COUNTERS(SDP_PRELOAD_COUNTER_JSON)
+#undef SDP_PRELOAD_COUNTER_JSON
     // "%p" in the path becomes the process id (several processes may share
     // the variable); the file is replaced atomically.
     std::string final_path = path;

@@ -4,6 +4,7 @@
 // works"). Only preload.cpp, bridge.cpp and listener.cpp include this.
 #pragma once
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
 
@@ -40,6 +41,9 @@ struct Real {
     int (*getpeername)(int, sockaddr*, socklen_t*);
     int (*getsockopt)(int, int, int, void*, socklen_t*);
     int (*setsockopt)(int, int, int, const void*, socklen_t);
+    ssize_t (*sendmsg)(int, const msghdr*, int);
+    ssize_t (*recvmsg)(int, msghdr*, int);
+    int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
 };
 const Real& real();
 
@@ -92,12 +96,18 @@ struct Entry {
     sockaddr_storage peer{};
     socklen_t peer_len = 0;
     std::optional<pm::Endpoint> bound;  // listener: the listening address
+    bool sdp_only = false;              // listener: `use sdp server` (TCP clients refused)
+    // listener inherited by fork() (a pre-fork server's worker): the process
+    // whose Listener takes its SDP connections (handoff.hpp, claims).
+    pid_t owner = 0;
     // The open file the entry describes (fstat), so that an entry never
     // answers for another file that got the same number after a close the
     // library did not see (close_range, fclose, a raw system call).
     dev_t dev = 0;
     ino_t ino = 0;
-    std::shared_ptr<Bridge> bridge;  // sdp, in the process that runs it
+    // sdp, in the process that runs it. Read it with bridge_of(): the heir
+    // thread sets it when a connection is taken over (handoff.hpp).
+    std::shared_ptr<Bridge> bridge;
     std::shared_ptr<Listener> listener;
 };
 
@@ -111,12 +121,21 @@ class FdTable {
     std::shared_ptr<Entry> get(int fd);
     // Records e for fd, identified by the file now at fd.
     void put(int fd, std::shared_ptr<Entry> e);
+    // Records e for fd only if the library does not know fd and it is the
+    // open file (dev, ino); false otherwise.
+    bool put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino);
     // Drops fd; returns what it held.
     std::shared_ptr<Entry> take(int fd);
     // fork(): the child keeps the program's descriptors and closes the
     // library's (sockets, socketpair ends and listeners of the parent's
     // bridges, which live on in the parent only).
-    void after_fork_child();
+    // `parent`: the process that called fork() (its listeners' owner).
+    void after_fork_child(pid_t parent);
+    // The entries of the program's descriptors of one open file (a
+    // connection handed over from the parent, docs/preload.md).
+    std::vector<std::shared_ptr<Entry>> entries_of(dev_t dev, ino_t ino);
+    // Some descriptor is an SDP connection.
+    bool any_sdp();
     // The library's own descriptors in [first, last], ascending.
     std::vector<int> internal_in(unsigned first, unsigned last);
     // Every listener (process exit).
@@ -129,6 +148,8 @@ class FdTable {
     std::unordered_map<int, std::shared_ptr<Entry>> map_;
 };
 FdTable& fds();
+// An entry's bridge, read under the table's lock.
+std::shared_ptr<Bridge> bridge_of(const Entry& e);
 
 // Remembers a descriptor the library made (closed in a forked child).
 void track_internal(int fd);
@@ -157,12 +178,35 @@ const Settings& settings();
 // Logging to stderr (or SDP_PRELOAD_LOG_FILE): level 1 error, 2 info, 3 debug.
 void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// Counters (docs/preload.md, "Counters"), written to SDP_PRELOAD_STATS.
+// Counters (docs/preload.md, "Counters"), written to SDP_PRELOAD_STATS; one
+// list for the struct, the reset in a forked child and the JSON.
+// clang-format off
+#define SDP_PRELOAD_COUNTERS(X) \
+    X(connect_sdp) \
+    X(connect_tcp_rule) \
+    X(connect_fallback) \
+    X(connect_failed) \
+    X(listen_sdp) \
+    X(listen_tcp_rule) \
+    X(register_failed) \
+    X(accept_sdp) \
+    X(accept_tcp) \
+    X(accept_tcp_refused) \
+    X(bridges_active) \
+    X(bridges_reset) \
+    X(bytes_to_peer) \
+    X(bytes_from_peer) \
+    X(oob_to_peer) \
+    X(oob_from_peer) \
+    X(handoffs_out) \
+    X(handoffs_in) \
+    X(handoffs_failed) \
+    X(sdp_resumes)
+// clang-format on
 struct Counters {
-    std::atomic<std::uint64_t> connect_sdp{0}, connect_tcp_rule{0}, connect_fallback{0},
-        connect_failed{0}, listen_sdp{0}, listen_tcp_rule{0}, register_failed{0}, accept_sdp{0},
-        accept_tcp{0}, accept_tcp_refused{0}, bridges_active{0}, bridges_reset{0}, bytes_to_peer{0},
-        bytes_from_peer{0}, oob_to_peer{0}, oob_from_peer{0};
+#define SDP_PRELOAD_COUNTER_FIELD(name) std::atomic<std::uint64_t> name{0};
+    SDP_PRELOAD_COUNTERS(SDP_PRELOAD_COUNTER_FIELD)
+#undef SDP_PRELOAD_COUNTER_FIELD
 };
 Counters& counters();
 void write_stats();

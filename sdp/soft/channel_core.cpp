@@ -37,6 +37,12 @@ bool ChannelCore::suspended() const {
     return resuming_ || d == engine::Dup::remote_acked || d == engine::Dup::reconnecting;
 }
 
+bool ChannelCore::handing_off() const {
+    const auto d = s_.sdp().duplication();
+    return d == engine::Dup::local_waiting || d == engine::Dup::local_sent ||
+           d == engine::Dup::local_done;
+}
+
 bool ChannelCore::restart() {
     if (!s_.eof_seen()) {
         s_.on_eof();  // the old LLP is gone (the engine: reconnecting)
@@ -201,6 +207,9 @@ std::error_code ChannelCore::state_error(bool for_write) const {
             if (c.error() == engine::Error::local_abort) {
                 return errc(std::errc::not_connected);
             }
+            if (c.error() == engine::Error::handed_off) {
+                return errc(std::errc::operation_canceled);  // 13.1.1 step 5
+            }
             if (c.error() == engine::Error::llp_lost && llp_error_ == ETIMEDOUT) {
                 return errc(std::errc::timed_out);  // TCP keepalive (14.3) gave up
             }
@@ -227,8 +236,9 @@ bool ChannelCore::read_ready(bool stop_at_urgent) const {
         c.eof()) {
         return true;
     }
-    return !suspended() && (rd_eof_ || (c.state() != engine::State::established &&
-                                        c.state() != engine::State::connecting));
+    return !suspended() && !handing_off() &&
+           (rd_eof_ ||
+            (c.state() != engine::State::established && c.state() != engine::State::connecting));
 }
 
 std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::error_code& ec,
@@ -245,7 +255,7 @@ std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::e
     if (c.eof()) {
         return 0;  // end of stream
     }
-    if (suspended()) {
+    if (suspended() || handing_off()) {
         return std::nullopt;  // the stream goes on on the new connection
     }
     if (c.state() != engine::State::established && c.state() != engine::State::connecting) {
@@ -340,7 +350,8 @@ bool ChannelCore::closed() {
 
 std::error_code ChannelCore::close_error() const {
     const auto& c = s_.sdp();
-    if (c.state() == engine::State::reset && c.error() != engine::Error::local_abort) {
+    if (c.state() == engine::State::reset && c.error() != engine::Error::local_abort &&
+        c.error() != engine::Error::handed_off) {
         return errc(std::errc::connection_reset);
     }
     return {};

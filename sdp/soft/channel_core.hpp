@@ -56,6 +56,13 @@ class ChannelCore {
     // writes wait (nothing is lost), an EOF of the old LLP is no error.
     [[nodiscard]] bool suspended() const;
 
+    // Socket duplication initiated here (13.1.1 Local Peer, steps 2 and 5):
+    // suspending, SuspComm sent or SuspCommAck received, state not handed
+    // over yet. Reads wait (an EOF of the old LLP is no error) until the
+    // driver takes the state out (engine::Connection::hand_over()); after it
+    // every read and write fails with operation_canceled.
+    [[nodiscard]] bool handing_off() const;
+
     // --- input from TCP
     void on_bytes(std::span<const std::uint8_t> in) { s_.on_bytes(in); }
     // TCP delivered EOF (err 0) or failed: nothing more will come.

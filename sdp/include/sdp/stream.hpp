@@ -183,8 +183,12 @@ struct Handoff {
     std::vector<std::uint8_t> unread;  // received, not yet read (step 5)
     std::vector<std::uint8_t> unsent;  // written, not yet sent: goes first
     bool write_shut = false;           // shutdown_write() came: DisConn after `unsent`
-    std::uint32_t recv_buf_size = 0;   // the local receive Private Buffer size (step 5)
-    std::uint16_t ird = 1;             // step 5
+    // The Remote Peer was the Accepting Peer: its old port is its listener's,
+    // so it may reconnect from another port of its address (only the address
+    // is checked then; docs/protocol-notes.md, 13.1.1).
+    bool peer_accepted = false;
+    std::uint32_t recv_buf_size = 0;  // the local receive Private Buffer size (step 5)
+    std::uint16_t ird = 1;            // step 5
     std::uint16_t ord = 1;
 
     [[nodiscard]] std::vector<std::uint8_t> encode() const;
@@ -286,9 +290,12 @@ class Stream {
     //
     // In the Controlling Address Space (steps 2 and 5): waits for In-Process
     // transfers, sends SuspComm with `new_port`, waits (handshake_timeout)
-    // for the SuspCommAck and lets the LLP close. The stream is closed
-    // afterwards and its state comes back. A read_some()/write() blocked in
-    // another thread returns operation_canceled. Errors:
+    // for the SuspCommAck and lets the LLP close. The state comes back and
+    // the stream is done: a read_some()/write() blocked in another thread
+    // returns operation_canceled (write: with the count it queued, which is
+    // sent or in `unsent`), and so does every later call; close() releases
+    // it without error (the descriptor stays open until then). Urgent data
+    // is flattened into `unread` (docs/sdp.md). Errors:
     // operation_not_supported (TCP fallback, rdma provider), not_connected,
     // invalid_argument (port 0, a close has begun), timed_out (no SuspCommAck:
     // the stream is reset), connection_reset.
@@ -299,7 +306,11 @@ class Stream {
     // a connection from any other address or port is closed (step 1). Runs
     // the Accepting Peer's startup with h.recv_buf_size; then read_some()
     // returns h.unread first, h.unsent goes out first (and DisConn if
-    // h.write_shut). Bounded by opts.handshake_timeout.
+    // h.write_shut). Bounded by opts.handshake_timeout. Errors (reason in
+    // info()): timed_out (no connection from h.peer, or its startup),
+    // invalid_argument (h.recv_buf_size outside [kMinPrivateBufferSize,
+    // 16 MiB], IRD/ORD 0), operation_not_supported (provider not soft),
+    // already_connected (this stream is open), the startup's errors.
     std::error_code take_over(int listen_fd, const Handoff& h, const StreamOptions& opts = {});
 
     struct Impl;

@@ -24,6 +24,13 @@
 #               stale entry after close_range() (flags_check.py)
 #   exit        a program that writes and exits without close(): every byte
 #               arrives, then end of stream (not a reset)
+#   fd_handover an SDP descriptor passed to an unrelated process whose maker
+#               then exits: the connection moves to the receiver (13.1.1)
+#   prefork     a pre-fork server (workers accept on the parent's listening
+#               socket): every SDP connection reaches a worker
+#   handoff     a client that forks and exits: its connection moves to the
+#               child (socket duplication initiated by the library, 13.1.1),
+#               and every byte still arrives, both ways
 #   keepalive   SO_KEEPALIVE/TCP_KEEPIDLE/INTVL/CNT set by a program reach the
 #               SDP connection's TCP socket (14.3): a peer whose link is cut
 #               (two network namespaces) is detected within the keepalive time
@@ -54,7 +61,7 @@ cleanup() {
   local p
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$work"
+  [ -n "${KEEP_WORK:-}" ] && echo "kept $work" >&2 || rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
@@ -204,6 +211,29 @@ nc_send() {
 }
 # serve CMD...: CMD preloaded in the background as "srv" (srv.log, srv.err,
 # srv.json; its pid in $srv), once its SDP listener is up.
+# echo_clients WHAT: six preloaded clients at once against the echo server
+# on $port, each over SDP, each echo compared.
+echo_clients() {
+  local n cpids=()
+  for n in 1 2 3 4 5 6; do
+    head -c $((150000 + n * 1000)) /dev/urandom > "$work/in$n"
+    preload "cli$n" "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in$n" "$work/out$n" \
+      2> "$work/cli$n.err" &
+    cpids+=($!)
+  done
+  for n in 1 2 3 4 5 6; do
+    wait "${cpids[$((n - 1))]}" || die "client $n failed"
+    same "$work/in$n" "$work/out$n" "$1, client $n"
+    expect_stat "$work/cli$n.json" connect_sdp 1
+  done
+}
+# sum_stat KEY FILE...: a counter summed over several processes' files.
+sum_stat() {
+  local key=$1
+  shift
+  "$py" -c 'import json,sys; print(sum(json.load(open(f))[sys.argv[1]] for f in sys.argv[2:]))' \
+    "$key" "$@" 2>/dev/null
+}
 serve() {
   preload srv "$@" > "$work/srv.log" 2> "$work/srv.err" &
   srv=$!
@@ -289,23 +319,98 @@ forking)
   start_pmd
   port=$(pick_port)
   serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
-  cpids=()
-  for n in 1 2 3 4 5 6; do
-    head -c $((150000 + n * 1000)) /dev/urandom > "$work/in$n"
-    preload "cli$n" "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in$n" "$work/out$n" \
-      2> "$work/cli$n.err" &
-    cpids+=($!)
-  done
-  for n in 1 2 3 4 5 6; do
-    wait "${cpids[$((n - 1))]}" || die "client $n failed"
-    same "$work/in$n" "$work/out$n" "forking server, client $n"
-    expect_stat "$work/cli$n.json" connect_sdp 1
-  done
+  echo_clients "forking server"
   # The forking server's parent took all six over SDP; each child served one.
   for ((i = 0; i < 50; i++)); do [ "$(stat_of "$work/srv.json" accept_sdp)" = 6 ] && break; sleep 0.1; done
   expect_stat "$work/srv.json" accept_sdp 6
   grep -c "^served [0-9]* local $port\$" "$work/srv.log" | grep -qx 6 \
     || die "server log (getsockname of accepted sockets = the listening port): $(cat "$work/srv.log")"
+  ;;
+fd_handover)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/echo_once.py" 127.0.0.1 "$port"
+  head -c 1200000 /dev/urandom > "$work/in"
+  # Two unrelated processes (not parent and child): the maker passes the
+  # descriptor over a unix socket and exits.
+  SDP_PRELOAD_STATS="$work/rcv.json" SDP_PRELOAD_LOG=info timeout 60 "$run" \
+    "$py" "$here/fd_handover.py" recv "$work/pass.sock" "$work/in" "$work/result" \
+    2> "$work/rcv.err" &
+  rcv=$!
+  pids+=("$rcv")
+  for ((i = 0; i < 100; i++)); do [ -S "$work/pass.sock" ] && break; sleep 0.1; done
+  preload snd "$py" "$here/fd_handover.py" send "$work/pass.sock" 127.0.0.1 "$port" 150000 \
+    "$work/in" 2> "$work/snd.err" || die "sender failed"
+  wait "$rcv" || die "receiver failed"
+  [ "$(cat "$work/result")" = "same 1200000" ] || die "receiver: $(cat "$work/result")"
+  wait "$srv" || die "echo server failed"
+  expect_stat "$work/snd.json" handoffs_out 1
+  expect_stat "$work/rcv.json" handoffs_in 1
+  expect_stat "$work/srv.json" sdp_resumes 1
+  ;;
+prefork)
+  start_pmd
+  port=$(pick_port)
+  # The parent listens (its Listener takes the SDP connections), three
+  # workers accept: each doorbell a worker accepts is claimed from the
+  # parent, the worker gets the connection's descriptor.
+  preload "srv.%p" "$py" "$here/prefork_echo.py" 127.0.0.1 "$port" 3 \
+    > "$work/srv.log" 2> "$work/srv.err" &
+  pids+=($!)
+  wait_sdp_listener "$work/srv.err"
+  echo_clients "pre-fork server"
+  # A plain TCP client from the doorbells' own address: a worker asks the
+  # parent, which has no such doorbell, and gets it as TCP.
+  head -c 100000 /dev/urandom > "$work/in_tcp"
+  "$py" "$here/echo_client.py" 127.0.0.1 "$port" "$work/in_tcp" "$work/out_tcp" \
+    2> "$work/tcp.err" || die "plain TCP client failed"
+  same "$work/in_tcp" "$work/out_tcp" "pre-fork server, plain TCP client"
+  for ((i = 0; i < 50; i++)); do
+    [ "$(sum_stat accept_sdp "$work"/srv.*.json)" = 6 ] \
+      && [ "$(sum_stat accept_tcp "$work"/srv.*.json)" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$(sum_stat accept_sdp "$work"/srv.*.json)" = 6 ] \
+    || die "workers' accept_sdp: $(cat "$work"/srv.*.json)"
+  [ "$(sum_stat accept_tcp "$work"/srv.*.json)" = 1 ] \
+    || die "workers' accept_tcp (one plain client, no doorbell): $(cat "$work"/srv.*.json)"
+  [ "$(grep -c '^served' "$work/srv.log")" = 7 ] || die "server log: $(cat "$work/srv.log")"
+  ;;
+handoff)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/echo_once.py" 127.0.0.1 "$port"
+  # More than the socketpairs and streams hold: the hand-over finds both
+  # directions stalled.
+  head -c 32000000 /dev/urandom > "$work/in"
+  # The parent sends 200 kB (echoed back into its unread buffers), forks
+  # and exits; the child sends the rest and reads everything.
+  SDP_PRELOAD_STATS="$work/cli.%p.json" SDP_PRELOAD_LOG=info timeout 60 "$run" \
+    "$py" "$here/handoff_client.py" 127.0.0.1 "$port" "$work/in" "$work/out" 200000 \
+    2> "$work/cli.err" || die "client parent failed"
+  for ((i = 0; i < 300; i++)); do [ -e "$work/out.done" ] && break; sleep 0.1; done
+  [ -e "$work/out.done" ] || die "the child did not finish"
+  same "$work/in" "$work/out" "echo across the hand-over"
+  wait "$srv" || die "echo server failed"
+  # The parent handed its connection over, the child took it, and the
+  # server's side (the Remote Peer) reconnected once (13.1.1 step 4).
+  out_files=$(grep -l '"handoffs_out":1' "$work"/cli.*.json | wc -l)
+  in_files=$(grep -l '"handoffs_in":1' "$work"/cli.*.json | wc -l)
+  [ "$out_files" = 1 ] && [ "$in_files" = 1 ] \
+    || die "hand-over counters: $(cat "$work"/cli.*.json)"
+  expect_stat "$work/srv.json" sdp_resumes 1
+  expect_stat "$work/srv.json" accept_sdp 1
+  grep -q "hand-over: took the connection" "$work/cli.err" || die "no hand-over in the log"
+  # The stalled streams carried bytes over (13.1.1 step 5).
+  carried=$(sed -n 's/.*SuspComm acknowledged; \([0-9]*\) unread and \([0-9]*\) unsent.*/\1 \2/p' \
+    "$work/cli.err")
+  read -r unread unsent <<< "$carried"
+  [ "${unread:-0}" -gt 0 ] && [ "${unsent:-0}" -gt 0 ] \
+    || die "the hand-over carried no unread or no unsent bytes: '$carried'"
+  for f in "$work"/cli.*.json "$work/srv.json"; do
+    expect_stat "$f" handoffs_failed 0
+    expect_stat "$f" bridges_reset 0
+  done
   ;;
 oob)
   start_pmd

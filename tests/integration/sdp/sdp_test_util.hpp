@@ -94,6 +94,7 @@ class TcpListener {
     TcpListener& operator=(const TcpListener&) = delete;
 
     bool ok() const { return fd_ >= 0; }
+    int fd() const { return fd_; }
     std::uint16_t port() const { return port_; }
     pm::Endpoint endpoint() const {
         return pm::Endpoint{*pm::IpAddress::parse("127.0.0.1"), port_};

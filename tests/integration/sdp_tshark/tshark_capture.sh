@@ -92,13 +92,13 @@ for attempt in 1 2 3; do
   tshark -n -i lo -B 16 -f "tcp port $port" -w "$pcap" -q 2> "$work/tshark.err" &
   tshark_pid=$!
   pids+=("$tshark_pid")
-  if ! wait_grep "$work/tshark.err" "Capturing on" "$tshark_pid" 100; then
+  # "Capture started" comes once dumpcap writes the file with the filter
+  # active; "Capturing on" comes earlier, and under load a fast session
+  # could start before the filter did (seen in the preload tests).
+  if ! wait_grep "$work/tshark.err" "Capture started" "$tshark_pid" 100; then
     cat "$work/tshark.err" >&2
     skip "tshark could not capture on lo (capture not permitted?)"
   fi
-  # "Capturing on" comes after the filter is set; a short settle anyway.
-  for ((i = 0; i < 10; i++)); do [ -e "$pcap" ] && break; sleep 0.1; done
-  sleep 0.3
   "$cat_bin" -v --mechanism "$mech" -l --bind 127.0.0.1 "$port" < /dev/null > "$work/out" 2> "$work/listen.err" &
   listen_pid=$!
   pids+=("$listen_pid")

@@ -240,3 +240,34 @@ TEST(ChannelCore, ShutdownWriteThenFinOnceDrained) {
 }
 
 }  // namespace
+
+// Socket duplication initiated here (13.1.1 step 5): while the Local Peer
+// suspends, reads wait even after the old LLP's EOF; once the state is
+// handed over every read and write fails with operation_canceled, and a
+// close reports no error.
+TEST(ChannelCore, HandingOffWaitsThenCancels) {
+    Pair x;
+    ASSERT_NO_FATAL_FAILURE(x.start());
+    ASSERT_TRUE(x.s.sdp().suspend(5000));
+    EXPECT_TRUE(x.s.handing_off());
+    x.p.pump();  // SuspComm, SuspCommAck, the Remote Peer's FIN
+    EXPECT_EQ(x.s.sdp().duplication(), sdp::engine::Dup::local_done) << x.s.describe();
+    EXPECT_TRUE(x.s.rd_eof()) << "the Remote Peer closed the old LLP";
+    EXPECT_TRUE(x.c.resume_due());
+    std::vector<std::uint8_t> buf(100);
+    std::error_code ec;
+    EXPECT_FALSE(x.s.read_ready());
+    EXPECT_FALSE(x.s.read(buf, ec).has_value()) << "waits for the hand-off: " << ec.message();
+
+    auto carry = x.s.sdp().hand_over();
+    ASSERT_TRUE(carry);
+    EXPECT_FALSE(x.s.handing_off());
+    EXPECT_TRUE(x.s.read_ready());
+    EXPECT_EQ(x.s.read(buf, ec), std::optional<std::size_t>(0));
+    EXPECT_EQ(ec, std::errc::operation_canceled);
+    EXPECT_EQ(x.s.write(buf, ec), std::optional<std::size_t>(0));
+    EXPECT_EQ(ec, std::errc::operation_canceled);
+    x.s.begin_close();
+    EXPECT_TRUE(x.s.closed());
+    EXPECT_FALSE(x.s.close_error());
+}
