@@ -77,6 +77,8 @@ std::string_view to_string(Error e) {
             return "resume_failed";
         case Error::handed_off:
             return "handed_off";
+        case Error::bad_mode_change:
+            return "bad_mode_change";
     }
     return "?";
 }
@@ -459,9 +461,12 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 deliver(none, 0);
             } else if constexpr (std::is_same_v<T, w::RdmaWrCompl>) {
                 return on_rdma_wr_compl(v, payload.where.invalidated);
+            } else if constexpr (std::is_same_v<T, w::ModeChange>) {
+                if (!on_mode_change_msg(v))
+                    return false;
+                deliver(none, 0);
             } else {
-                // ModeChange, ChRcvBufAck: no mode or resizing state to act
-                // on yet.
+                // ChRcvBufAck: no resizing of ours to act on yet (10.6).
                 ++stats_.ignored;
                 deliver(none, 0);
             }
@@ -1459,6 +1464,19 @@ bool Connection::on_susp_comm_ack() {
     return true;
 }
 
+bool Connection::on_mode_change_msg(const w::ModeChange& m) {
+    // Only the Mode Master of the half it names may send it, only for a
+    // transition of Figure 26, never to the current mode (12).
+    const auto to = on_mode_change(mode_out_, mode_in_, m);
+    if (!to) {
+        violation_ = Error::bad_mode_change;
+        return false;
+    }
+    ++stats_.mode_changes_received;
+    (m.send_half ? mode_out_ : mode_in_) = *to;  // the slave switches at once (12)
+    return true;
+}
+
 bool Connection::suspend(std::uint16_t dest_port) {
     const bool open = (send_ == SendTeardown::open || send_ == SendTeardown::draining) &&
                       recv_ == RecvTeardown::open;
@@ -1564,6 +1582,7 @@ bool Connection::restart(Role role) {
     zread_result_ = placed;  // bytes a finished read placed stay the reader's
     control_.clear();
     non_discards_ = 0;
+    mode_out_ = mode_in_ = Mode::combined;  // a new connection starts Combined (12)
     for (Chunk& c : rx_)
         c.carried = true;  // posted on the old LLP: the new one counts afresh
     role_ = role;

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "sdp/engine/duplication.hpp"
+#include "sdp/engine/modes.hpp"
 #include "sdp/engine/qp.hpp"
 #include "sdp/engine/teardown.hpp"
 #include "sdp/wire/message.hpp"
@@ -123,6 +124,7 @@ enum class Error : std::uint8_t {
     duplication_unsupported,  // SuspComm to a driver that cannot reconnect (13.1)
     resume_failed,            // the new connection of a duplication failed (13.1.1 step 4)
     handed_off,               // the Local Peer handed its state over (13.1.1 step 5)
+    bad_mode_change,          // a ModeChange its sender may not send (12, Figures 26, 27)
 };
 
 std::string_view to_string(State s);
@@ -135,8 +137,9 @@ struct Stats {
     std::uint64_t credit_updates_sent = 0;  // gratuitous Data without payload
     std::uint64_t bytes_sent = 0;
     std::uint64_t bytes_received = 0;
-    std::uint64_t ignored = 0;           // messages for mechanisms not implemented yet
-    std::uint64_t sink_avail_stale = 0;  // SinkAvail discarded as stale (9.5.1)
+    std::uint64_t ignored = 0;                // messages for mechanisms not implemented yet
+    std::uint64_t mode_changes_received = 0;  // ModeChange Messages applied (12)
+    std::uint64_t sink_avail_stale = 0;       // SinkAvail discarded as stale (9.5.1)
     // Read Zcopy (9.2): as Data Source, buffers advertised and bytes the
     // peer read; as Data Sink, RDMA Reads done and bytes placed by them;
     // SendSm sent and received (Bcopy forced, 9.5.2.1).
@@ -315,6 +318,12 @@ class Connection {
     // suspending, port 0).
     bool suspend(std::uint16_t dest_port);
     [[nodiscard]] Dup duplication() const { return dup_; }
+
+    // --- Flow Control Modes (11, 12; tables in modes.hpp) ------------------
+    // The mode of the half-connection this end sends on (Data Source) and
+    // of the one it receives on (Data Sink); Combined at setup (12, 8).
+    [[nodiscard]] Mode mode_out() const { return mode_out_; }
+    [[nodiscard]] Mode mode_in() const { return mode_in_; }
     // Remote Peer: the port of the peer's SuspComm (step 4), 0 if none.
     [[nodiscard]] std::uint16_t resume_port() const { return resume_port_; }
     // Starts over on a new LLP connection (steps 4/6): in duplication()
@@ -467,6 +476,8 @@ class Connection {
     bool on_susp_comm(const wire::SuspComm& v);
     bool on_susp_comm_ack();
     bool pump_duplication();
+    // A received ModeChange (12): applied, or false (bad_mode_change).
+    bool on_mode_change_msg(const wire::ModeChange& m);
     bool in_process() const;
     void cancel_src_out();
     void queue_tx(std::span<const std::uint8_t> bytes);
@@ -623,6 +634,10 @@ class Connection {
 
     // Socket duplication (13.1.1): the machine, the peer's SuspComm port,
     // ours, and ours to send again after the new connection (13.1.2).
+    // Flow Control Modes (12): ours as Data Source, ours as Data Sink.
+    Mode mode_out_ = Mode::combined;
+    Mode mode_in_ = Mode::combined;
+
     Dup dup_ = Dup::none;
     std::uint16_t resume_port_ = 0;
     std::uint16_t local_port_ = 0;
