@@ -85,9 +85,12 @@ bool trusted(const ucred& cred) {
     return (parent > 0 && cred.pid == parent) || parent_of(cred.pid) == ::getpid();
 }
 
-bool send_all(int fd, const std::uint8_t* p, std::size_t n) {
+// Moves all n bytes through `io` (send or recv, retried on EINTR); false
+// on an error, the end of the stream or a timeout.
+template <typename Byte, typename Io>
+bool all_of(Byte* p, std::size_t n, Io io) {
     while (n > 0) {
-        const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+        const ssize_t k = io(p, n);
         if (k < 0 && errno == EINTR) {
             continue;
         }
@@ -100,19 +103,14 @@ bool send_all(int fd, const std::uint8_t* p, std::size_t n) {
     return true;
 }
 
+bool send_all(int fd, const std::uint8_t* p, std::size_t n) {
+    return all_of(p, n, [fd](const std::uint8_t* b, std::size_t m) {
+        return ::send(fd, b, m, MSG_NOSIGNAL);
+    });
+}
+
 bool recv_all(int fd, std::uint8_t* p, std::size_t n) {
-    while (n > 0) {
-        const ssize_t k = ::recv(fd, p, n, 0);
-        if (k < 0 && errno == EINTR) {
-            continue;
-        }
-        if (k <= 0) {
-            return false;
-        }
-        p += k;
-        n -= static_cast<std::size_t>(k);
-    }
-    return true;
+    return all_of(p, n, [fd](std::uint8_t* b, std::size_t m) { return ::recv(fd, b, m, 0); });
 }
 
 // A frame: type and length (host order: both ends are this library on one

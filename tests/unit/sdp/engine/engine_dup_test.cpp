@@ -13,7 +13,9 @@
 
 namespace e = sdp::engine;
 namespace w = sdp::wire;
+using sdp::test::drain;
 using sdp::test::FakeQp;
+using sdp::test::feed;
 using sdp::test::Pair;
 using sdp::test::pattern;
 using Bytes = std::vector<std::uint8_t>;
@@ -93,19 +95,6 @@ void resume(Pair& p) {
     ASSERT_TRUE(p.a.restart(e::Role::connecting));
     ASSERT_TRUE(p.b.restart(e::Role::accepting));
     ASSERT_EQ(p.b.accept(p.a.connect()), e::Error::none);
-}
-
-// Reads what c has into `got`.
-void drain(e::Connection& c, Bytes& got) {
-    Bytes buf(64 * 1024);
-    while (std::size_t n = c.read(buf))
-        got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-// Writes what fits of `all` from `off` on.
-void feed(e::Connection& c, const Bytes& all, std::size_t& off) {
-    if (off < all.size())
-        off += c.write(std::span(all).subspan(off));
 }
 
 }  // namespace

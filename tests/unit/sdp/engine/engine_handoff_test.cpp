@@ -13,23 +13,14 @@
 #include "fake_qp.hpp"
 
 namespace e = sdp::engine;
+using sdp::test::drain;
 using sdp::test::FakeQp;
+using sdp::test::feed;
 using sdp::test::Pair;
 using sdp::test::pattern;
 using Bytes = std::vector<std::uint8_t>;
 
 namespace {
-
-void drain(e::Connection& c, Bytes& got) {
-    Bytes buf(64 * 1024);
-    while (std::size_t n = c.read(buf))
-        got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
-}
-
-void feed(e::Connection& c, const Bytes& all, std::size_t& off) {
-    if (off < all.size())
-        off += c.write(std::span(all).subspan(off));
-}
 
 Bytes slice(const Bytes& b, std::size_t from, std::size_t n) {
     return {b.begin() + static_cast<std::ptrdiff_t>(from),

@@ -31,6 +31,19 @@ inline std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed) {
     return b;
 }
 
+// Reads what c has into `got`.
+inline void drain(engine::Connection& c, std::vector<std::uint8_t>& got) {
+    std::vector<std::uint8_t> buf(64 * 1024);
+    while (std::size_t n = c.read(buf))
+        got.insert(got.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+// Writes what fits of `all` from `off` on.
+inline void feed(engine::Connection& c, const std::vector<std::uint8_t>& all, std::size_t& off) {
+    if (off < all.size())
+        off += c.write(std::span(all).subspan(off));
+}
+
 struct Packet {
     std::vector<std::uint8_t> bytes;
     bool solicited = false;
