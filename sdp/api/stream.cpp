@@ -811,6 +811,8 @@ StreamStats Stream::stats() const {
     st.write_zcopy_bytes_sent = e.rdma_write_bytes;
     st.write_zcopy_bytes_received = e.sink_bytes_received;
     st.sink_avail_sent = e.sink_avail_sent;
+    st.mode_changes_sent = e.mode_changes_sent;
+    st.mode_changes_received = e.mode_changes_received;
     st.susp_comm_received = e.susp_comm_received;
     st.susp_comm_ack_sent = e.susp_comm_ack_sent;
     st.resumes = e.resumes;

@@ -79,6 +79,8 @@ std::string_view to_string(Error e) {
             return "handed_off";
         case Error::bad_mode_change:
             return "bad_mode_change";
+        case Error::mode_violation:
+            return "mode_violation";
     }
     return "?";
 }
@@ -409,7 +411,11 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
             } else if constexpr (std::is_same_v<T, w::SrcAvail>) {
                 return on_src_avail(v, Payload{v.payload.size(), v.payload, Placement{}});
             } else if constexpr (std::is_same_v<T, w::RdmaRdCompl>) {
-                return on_rdma_rd_compl(v, payload.where.invalidated);
+                if (!on_rdma_rd_compl(v, payload.where.invalidated))
+                    return false;
+                // 6.1.2: examined in the two completions only.
+                if (m.flags & w::flag::req_pipe)
+                    on_req_pipe();
             } else if constexpr (std::is_same_v<T, w::SendSm>) {
                 on_send_sm();
                 deliver(none, 0);
@@ -460,7 +466,10 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 on_sink_cancel_ack();
                 deliver(none, 0);
             } else if constexpr (std::is_same_v<T, w::RdmaWrCompl>) {
-                return on_rdma_wr_compl(v, payload.where.invalidated);
+                if (!on_rdma_wr_compl(v, payload.where.invalidated))
+                    return false;
+                if (m.flags & w::flag::req_pipe)
+                    on_req_pipe();  // for the opposite half: our send half (6.1.2)
             } else if constexpr (std::is_same_v<T, w::ModeChange>) {
                 if (!on_mode_change_msg(v))
                     return false;
@@ -766,9 +775,9 @@ void Connection::teardown_if_done() {
 
 bool Connection::write_zcopy(std::span<const std::uint8_t> buf) {
     if (state_ != State::established || dup_ != Dup::none || send_ != SendTeardown::open ||
-        src_out_ || send_queued() > 0 || !oob_marks_.empty() || cfg_.bcopy_threshold == 0 ||
-        buf.size() <= cfg_.bcopy_threshold || buf.size() > 0xFFFFFFFFu || !qp_.rdma_capable() ||
-        peer_recv_size_ <= w::kBsdhSize + w::kSrcAvailHeaderSize) {
+        src_out_ || send_queued() > 0 || !oob_marks_.empty() || !zcopy_capable() ||
+        allowed().send_src_avail == Limit::none || buf.size() <= cfg_.bcopy_threshold ||
+        buf.size() > 0xFFFFFFFFu || peer_recv_size_ <= w::kBsdhSize + w::kSrcAvailHeaderSize) {
         return false;
     }
     // Remote Read only: the provider never writes into it.
@@ -782,8 +791,7 @@ bool Connection::write_zcopy(std::span<const std::uint8_t> buf) {
     // itself would wait for ever. Its data comes by Bcopy instead.
     if (src_in_ && !zread_)
         force_bcopy();
-    const std::size_t room = peer_recv_size_ - w::kBsdhSize - w::kSrcAvailHeaderSize;
-    src_out_ = SrcOut{buf, *region, std::min({kSrcAvailInline, room, buf.size() - 1}), 0, false};
+    src_out_ = SrcOut{buf, *region, 0, 0, false};  // inline_n: when it is sent (pump())
     ++stats_.zcopy_writes;
     pump();
     return true;
@@ -860,13 +868,32 @@ void Connection::on_rdma_read_done(std::uint64_t id, bool ok) {
 }
 
 bool Connection::on_src_avail(const w::SrcAvail& v, const Payload& inline_payload) {
-    // 11.2: one in process at a time, with at least one byte inline, which is
-    // part of the advertised buffer.
-    if (disconn_received() || src_in_ || v.payload.empty() || v.len <= v.payload.size())
+    if (allowed().accept_src_avail == Limit::none) {
+        violation_ = Error::mode_violation;  // our receive half is Buffered (Figure 25)
         return false;
-    // The inline bytes complete a SinkAvail of ours that crossed it (9.5.1
-    // step 1; the Data Source finds that SinkAvail stale): then Read Zcopy.
-    payload_received();
+    }
+    // One in process at a time (Combined: 11.2; Pipelined: our MaxAdverts is
+    // 1, 11.3). Combined: at least one byte inline, part of the advertised
+    // buffer (11.2); Pipelined: none (11.3).
+    const bool pipelined = mode_in_ == Mode::pipelined;
+    if (disconn_received() || src_in_ || v.len == 0 || v.len <= v.payload.size() ||
+        v.payload.empty() != pipelined) {
+        return false;
+    }
+    if (sink_out_ && sink_out_->advertised) {
+        // 11.3 rule 2b (Pipelined only: our SinkAvail exists only there): it
+        // crossed our SinkAvail; ignored, flow control processed as usual.
+        // The Data Source takes it as discarded (rule 1b).
+        ++stats_.src_avail_ignored;
+        deliver(inline_payload, 0);
+        return true;
+    }
+    // Combined: the inline bytes are ULP data (6.3.3.4). Pipelined: rule 2a,
+    // a SinkAvail of ours not sent yet is withdrawn (we must not send it).
+    if (!v.payload.empty())
+        payload_received();
+    else if (sink_out_)
+        finish_sink(0);
     deliver(inline_payload, 0);
     src_in_ = SrcIn{v.stag, v.va, v.len, static_cast<std::uint32_t>(v.payload.size()), 0, false};
     // 9.2's deadlock rule: a SrcAvail of ours is outstanding too, and no
@@ -988,8 +1015,8 @@ bool Connection::post_sink(std::span<std::uint8_t> out) {
     // Sink's threshold is at least their size.
     const std::size_t floor = std::max<std::size_t>(cfg_.bcopy_threshold, cfg_.recv_buf_size);
     if (state_ != State::established || dup_ != Dup::none || disconn_received() || llp_closed() ||
-        rx_bytes_ != 0 || src_in_ || zread_ || zread_result_ || sink_out_ ||
-        cfg_.bcopy_threshold == 0 || !qp_.rdma_capable() || out.size() <= floor ||
+        rx_bytes_ != 0 || src_in_ || zread_ || zread_result_ || sink_out_ || !zcopy_capable() ||
+        allowed().send_sink_avail == Limit::none || out.size() <= floor ||
         out.size() > kMaxBufferSize) {
         return false;
     }
@@ -1050,6 +1077,14 @@ void Connection::payload_sent() {
 }
 
 bool Connection::on_sink_avail(const w::SinkAvail& v) {
+    // Figure 25: only towards a Pipelined half (a Transaction as well). We
+    // never leave Pipelined Mode ourselves, so the 12.4 window in which a
+    // Data Source back in Combined Mode ignores SinkAvails does not occur.
+    const Permitted p = allowed();
+    if ((v.payload.empty() ? p.accept_sink_avail : p.accept_transaction) == Limit::none) {
+        violation_ = Error::mode_violation;
+        return false;
+    }
     if (v.len == 0 || v.len > kMaxBufferSize)
         return false;  // 6.3.3.1
     // 9.5.1 step 4: stale unless NonDiscards matches.
@@ -1058,12 +1093,21 @@ bool Connection::on_sink_avail(const w::SinkAvail& v) {
         ++stats_.sink_avail_stale;
         return true;
     }
-    // One at a time (9.5.5 forbids a new one before the last is Processed),
-    // and none while our SrcAvail is in process: a SinkAvail sent before the
-    // peer saw it is stale (the SrcAvail carries payload), one sent after
-    // breaks the one-advertisement rule (docs/protocol-notes.md, 11.2).
-    if (sink_in_ || (src_out_ && src_out_->advertised && !src_out_->forced))
+    // One at a time: our MaxAdverts is 1 (11.3; 9.5.5 forbids a new one
+    // before the last is Processed as well).
+    if (sink_in_)
         return false;
+    if (src_out_ && src_out_->advertised && !src_out_->forced) {
+        // 11.3 rule 1: it crossed our SrcAvail, which the Data Sink ignores
+        // (rule 2b): Write Zcopy, and what the SinkAvail leaves is advertised
+        // again. A Data Sink that had begun on our SrcAvail (read some,
+        // or had its inline bytes, which would make this stale) could not
+        // send a SinkAvail (rule 2a).
+        if (src_out_->acked > 0 || src_out_->inline_n > 0)
+            return false;
+        src_out_->advertised = false;
+        ++stats_.src_avail_superseded;
+    }
     sink_in_ = SinkIn{v.stag, v.va, v.len};
     ++stats_.sink_avail_received;
     return true;
@@ -1088,8 +1132,6 @@ bool Connection::write_into_sink() {
             src_out_.reset();
         } else if (so.buf.size() <= cfg_.bcopy_threshold) {
             cancel_src_out();
-        } else {
-            so.inline_n = std::min(so.inline_n, so.buf.size() - 1);
         }
     } else {
         // Queued bytes, unless one Data Message carries them all (Bcopy for
@@ -1249,6 +1291,14 @@ bool Connection::send(w::Body body, std::uint8_t flags, std::vector<std::uint8_t
     w::Message m;
     m.bufs = static_cast<std::uint16_t>(local_bufs());
     m.flags = flags;
+    // 6.1.2: our preference for the half we receive on, in the two
+    // completions only (an RdmaWrCompl's applies to the opposite half of the
+    // one it completes, which is that half). Pipelined lets us lend reader
+    // buffers (SinkAvail); the master ignores the bit in Buffered Mode.
+    const bool completion = std::holds_alternative<w::RdmaRdCompl>(body) ||
+                            std::holds_alternative<w::RdmaWrCompl>(body);
+    if (completion && zcopy_capable())
+        m.flags |= w::flag::req_pipe;
     m.mseq = next_mseq_;
     m.mseq_ack = ack_hold_ ? *ack_hold_ : last_rx_mseq_;
     m.body = std::move(body);
@@ -1320,8 +1370,15 @@ void Connection::pump() {
             continue;
         if (src_out_ && !src_out_->advertised && !src_out_->forced && c >= 3) {
             // 9.2 step 1: Len, STag and VA describe the whole buffer; in
-            // Combined Mode its first bytes travel in the SrcAvail (11.2).
+            // Combined Mode its first bytes travel in the SrcAvail (11.2),
+            // in Pipelined Mode none (11.3).
             SrcOut& so = *src_out_;
+            so.inline_n = mode_out_ == Mode::pipelined
+                              ? 0
+                              : std::min({kSrcAvailInline,
+                                          std::size_t{peer_recv_size_} - w::kBsdhSize -
+                                              w::kSrcAvailHeaderSize,
+                                          so.buf.size() - 1});
             const auto first = so.buf.first(so.inline_n);
             send(w::SrcAvail{.len = static_cast<std::uint32_t>(so.buf.size()),
                              .stag = so.region.stag,
@@ -1329,7 +1386,8 @@ void Connection::pump() {
                              .payload = {first.begin(), first.end()}},
                  take_pend_flag(false));
             so.advertised = true;
-            payload_sent();
+            if (so.inline_n > 0)
+                payload_sent();
             stats_.bytes_sent += so.inline_n;
             continue;
         }
@@ -1472,9 +1530,38 @@ bool Connection::on_mode_change_msg(const w::ModeChange& m) {
         violation_ = Error::bad_mode_change;
         return false;
     }
+    // 12.1: the Data Source sends it only once its SrcAvail is Processed.
+    if (!m.send_half && *to == Mode::buffered && src_in_) {
+        violation_ = Error::bad_mode_change;
+        return false;
+    }
     ++stats_.mode_changes_received;
     (m.send_half ? mode_out_ : mode_in_) = *to;  // the slave switches at once (12)
+    // 12.4, the Data Sink's only duty: state of an outstanding SinkAvail is
+    // invalidated (the Data Source completed its Writes before the
+    // ModeChange, so nothing more comes into the buffer).
+    if (!m.send_half && *to != Mode::pipelined && sink_out_)
+        finish_sink(0);
     return true;
+}
+
+bool Connection::zcopy_capable() const {
+    return qp_.rdma_capable() && cfg_.bcopy_threshold > 0;
+}
+
+void Connection::on_req_pipe() {
+    // 12.3: as Mode Master of our send half we follow the hint when we can
+    // do zero copy ourselves (a Pipelined Data Source must take SinkAvails,
+    // Figure 25). Never during a duplication or after our DisConn (no data
+    // is left to place). The Mode Master changes its mode at once (12); the
+    // ModeChange leaves before any later message of ours (control_ first).
+    if (mode_out_ != Mode::combined || !zcopy_capable() || dup_ != Dup::none ||
+        send_ != SendTeardown::open) {
+        return;
+    }
+    control_.push_back(Control{w::ModeChange{false, Mode::pipelined}});
+    mode_out_ = Mode::pipelined;
+    ++stats_.mode_changes_sent;
 }
 
 bool Connection::suspend(std::uint16_t dest_port) {

@@ -4,23 +4,29 @@
 // credits (9.1, 10), MSeq/MSeqAck (6.1.5-6), graceful and abortive close
 // (8.2), solicited events (14.2) and out-of-band data (9.5.3).
 //
-// Read Zcopy (9.2) in Combined Mode (11.2) when the QueuePair can do RDMA
-// Read and Config::bcopy_threshold is set: write_zcopy() advertises a buffer
-// with SrcAvail, the peer pulls it with RDMA Read (read_zcopy()) and answers
+// Read Zcopy (9.2) when the QueuePair can do RDMA Read and
+// Config::bcopy_threshold is set: write_zcopy() advertises a buffer with
+// SrcAvail, the peer pulls it with RDMA Read (read_zcopy()) and answers
 // RdmaRdCompl, or forces Bcopy with SendSm (9.5.2.1); SrcAvailCancel (9.5.4)
 // is answered.
 //
-// Write Zcopy (9.3) with the same one-advertisement-per-direction rule:
+// Flow Control Modes (11, 12; the tables are modes.hpp): both halves start
+// Combined. As Data Sink able to do zero copy we set REQ_PIPE in our
+// RdmaRdCompl/RdmaWrCompl Messages (6.1.2); as Data Source able to do it
+// we take the hint and move our half to Pipelined with ModeChange (12.3).
+// We never initiate another transition; a peer's ModeChange is applied.
+// Every advertisement is checked against Figure 25 for the current pair of
+// modes (mode_violation).
+//
+// Write Zcopy (9.3), Pipelined Mode only, one advertisement per direction:
 // post_sink() lends a reader's buffer with SinkAvail (NonDiscards, 9.5.1);
 // the peer RDMA-Writes queued bytes or a write_zcopy() buffer into it and
 // answers RdmaWrCompl, or a message with payload makes it stale (9.5.1);
 // cancel_sink() sends SinkAvailCancel and a current SinkAvail is answered
-// with SinkCancelAck (9.5.5). The draft's Figure 25 allows SinkAvail only
-// towards a Pipelined half-connection; docs/protocol-notes.md (9.3 / 11.2)
-// says why and how it is used here. Not yet: Transactions (a SinkAvail's
-// payload is delivered), Pipelined/Buffered Mode and ModeChange, receive
-// buffer resizing (a ChRcvBuf is answered with the unchanged size, 10.6).
-// See docs/sdp-wire.md.
+// with SinkCancelAck (9.5.5). Crossing SrcAvail/SinkAvail follow 11.3
+// (Write Zcopy wins). Not yet: sending Transactions (a received SinkAvail's
+// payload is delivered), MaxAdverts above 1, receive buffer resizing (a
+// ChRcvBuf is answered with the unchanged size, 10.6). See docs/sdp-wire.md.
 //
 // Socket duplication (13.1.1, 13.1.2): a SuspComm from the peer is answered
 // as the Remote Peer (In-Process operations finish, SuspCommAck, quiet, LLP
@@ -125,6 +131,7 @@ enum class Error : std::uint8_t {
     resume_failed,            // the new connection of a duplication failed (13.1.1 step 4)
     handed_off,               // the Local Peer handed its state over (13.1.1 step 5)
     bad_mode_change,          // a ModeChange its sender may not send (12, Figures 26, 27)
+    mode_violation,           // an advertisement the half-connection's mode forbids (11, Figure 25)
 };
 
 std::string_view to_string(State s);
@@ -139,7 +146,13 @@ struct Stats {
     std::uint64_t bytes_received = 0;
     std::uint64_t ignored = 0;                // messages for mechanisms not implemented yet
     std::uint64_t mode_changes_received = 0;  // ModeChange Messages applied (12)
-    std::uint64_t sink_avail_stale = 0;       // SinkAvail discarded as stale (9.5.1)
+    std::uint64_t mode_changes_sent = 0;      // ModeChange Messages of ours, as Mode Master
+    // 11.3 crossing rules: as Data Sink, SrcAvails ignored because our
+    // SinkAvail was outstanding (rule 2b); as Data Source, SrcAvails of ours
+    // taken as discarded because the peer's SinkAvail came (rule 1b).
+    std::uint64_t src_avail_ignored = 0;
+    std::uint64_t src_avail_superseded = 0;
+    std::uint64_t sink_avail_stale = 0;  // SinkAvail discarded as stale (9.5.1)
     // Read Zcopy (9.2): as Data Source, buffers advertised and bytes the
     // peer read; as Data Sink, RDMA Reads done and bytes placed by them;
     // SendSm sent and received (Bcopy forced, 9.5.2.1).
@@ -259,9 +272,11 @@ class Connection {
     [[nodiscard]] bool urgent_pending() const { return oob_pending_ > 0 || (urg_ && !urg_->taken); }
     void set_oob_inline(bool on) { oob_inline_ = on; }
     [[nodiscard]] bool oob_inline() const { return oob_inline_; }
-    // --- zero copy: Read Zcopy (9.2) in Combined Mode (11.2) ---------------
-    // Data Source: advertises `buf` with a SrcAvail carrying its first bytes;
-    // the peer RDMA-Reads the rest. True if started: `buf` must stay valid
+    // --- zero copy: Read Zcopy (9.2) -----------------------------------------
+    // Data Source: advertises `buf` with a SrcAvail (carrying its first bytes
+    // in Combined Mode, 11.2, none in Pipelined Mode, 11.3); the peer
+    // RDMA-Reads the rest (in Pipelined Mode a crossing SinkAvail of the
+    // peer's takes it by Write Zcopy instead, 11.3 rule 1). True if started: `buf` must stay valid
     // and unchanged until zcopy_write_pending() is false, and write() takes
     // nothing meanwhile (11.2: no payload while a SrcAvail is in process).
     // False, nothing done: not possible now (data still queued, a transfer
@@ -298,8 +313,10 @@ class Connection {
     // peer wrote (RdmaWrCompl), or nothing: a message with payload came
     // first (9.5.1 step 1: its bytes are readable()), the peer acknowledged
     // cancel_sink() (9.5.5), a DisConn came, or the connection ended.
-    // False, nothing done: not possible now (something readable, the peer's
-    // SrcAvail in process, a sink pending, `out` not larger than both
+    // False, nothing done: not possible now (our receive half not in
+    // Pipelined Mode (Figure 25; the peer moves it there after our REQ_PIPE
+    // hint), something readable, the peer's SrcAvail in process, a sink
+    // pending, `out` not larger than both
     // bcopy_threshold and the private buffer size (9.3 step 1), no RDMA,
     // DisConn received, registration refused). A reader that needs its
     // buffer filled (MSG_WAITALL) must not call this (9.3).
@@ -478,6 +495,13 @@ class Connection {
     bool pump_duplication();
     // A received ModeChange (12): applied, or false (bad_mode_change).
     bool on_mode_change_msg(const wire::ModeChange& m);
+    // What Figure 25 allows this end now.
+    [[nodiscard]] Permitted allowed() const { return permitted(mode_out_, mode_in_); }
+    // RDMA and a Bcopy threshold: this end can do zero copy at all.
+    [[nodiscard]] bool zcopy_capable() const;
+    // 6.1.2: a completion's REQ_PIPE, the Data Sink of our send half asking
+    // for Pipelined Mode (12.3).
+    void on_req_pipe();
     bool in_process() const;
     void cancel_src_out();
     void queue_tx(std::span<const std::uint8_t> bytes);

@@ -154,6 +154,11 @@ struct StreamStats {
     std::uint64_t write_zcopy_bytes_sent = 0;
     std::uint64_t write_zcopy_bytes_received = 0;
     std::uint64_t sink_avail_sent = 0;
+    // Flow Control Modes (12): ModeChange Messages we sent as Mode Master
+    // (our send half to Pipelined Mode after the reader's REQ_PIPE) and
+    // ModeChange Messages of the peer's that we applied.
+    std::uint64_t mode_changes_sent = 0;
+    std::uint64_t mode_changes_received = 0;
     // Socket duplication (13.1.1): SuspComm received, SuspCommAck sent,
     // connections resumed on a new LLP connection.
     std::uint64_t susp_comm_received = 0;

@@ -209,7 +209,7 @@ TEST(SdpStreamZcopy, OneWayLargeWritesAreReadByTheReader) {
 // Write Zcopy (9.3): the reader's 1 MiB buffers are lent with SinkAvail
 // whenever nothing is queued, and the (slow) writer's large writes go
 // straight into them by RDMA Write (RdmaWrCompl). A writer that is ahead
-// advertises first (SrcAvail) and the crossing SinkAvail is stale (9.5.1).
+// advertises first (SrcAvail); when they cross, Write Zcopy wins (11.3).
 TEST(SdpStreamZcopy, WriteZcopyIntoLentReaderBuffers) {
     ZcopyRun r{.n = 16u << 20,
                .write_chunk = 1 << 20,
@@ -219,6 +219,11 @@ TEST(SdpStreamZcopy, WriteZcopyIntoLentReaderBuffers) {
                .write_pause = 5ms,
                .lend = true};
     zcopy_transfer(r, sdp::Mechanism::zcopy, sdp::Mechanism::zcopy, false);
+    // The first large write goes by Read Zcopy in Combined Mode; its
+    // RdmaRdCompl carries the reader's REQ_PIPE and the writer moves the
+    // half to Pipelined Mode, where the reader may lend buffers (12.3).
+    EXPECT_EQ(r.client.mode_changes_sent, 1u);
+    EXPECT_EQ(r.server.mode_changes_received, 1u);
     EXPECT_GT(r.server.sink_avail_sent, 0u);
     EXPECT_GT(r.server.write_zcopy_bytes_received, 0u);
     EXPECT_EQ(r.server.write_zcopy_bytes_received, r.client.write_zcopy_bytes_sent);
@@ -226,8 +231,9 @@ TEST(SdpStreamZcopy, WriteZcopyIntoLentReaderBuffers) {
 }
 
 // 9.3: a reader that needs its buffer filled (Stream::read, MSG_WAITALL
-// style) never lends it; a Bcopy peer never uses a lent buffer (the Data
-// that comes instead completes it, 9.5.1).
+// style) never lends it; nor does a reader whose peer writes by Bcopy only:
+// that Data Source never moves its half to Pipelined Mode (12.3), and
+// SinkAvail exists only there (Figure 25).
 TEST(SdpStreamZcopy, ReadExactlyNeverLendsAndBcopyPeerFillsByData) {
     {
         ZcopyRun r{.n = 8u << 20,
@@ -250,7 +256,7 @@ TEST(SdpStreamZcopy, ReadExactlyNeverLendsAndBcopyPeerFillsByData) {
                    .write_pause = 2ms,
                    .lend = true};
         zcopy_transfer(r, sdp::Mechanism::bcopy, sdp::Mechanism::zcopy, false);
-        EXPECT_GT(r.server.sink_avail_sent, 0u);
+        EXPECT_EQ(r.server.sink_avail_sent, 0u);
         EXPECT_EQ(r.client.write_zcopy_bytes_sent, 0u);
         EXPECT_EQ(r.server.write_zcopy_bytes_received, 0u);
     }

@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "fake_qp.hpp"
+#include "zcopy_pair.hpp"
 
 namespace e = sdp::engine;
 namespace w = sdp::wire;
@@ -18,6 +18,7 @@ using sdp::test::FakeQp;
 using sdp::test::feed;
 using sdp::test::Pair;
 using sdp::test::pattern;
+using sdp::test::ZPair;
 using Bytes = std::vector<std::uint8_t>;
 
 namespace {
@@ -75,19 +76,6 @@ void new_llp(Pair& p) {
     }
     p.llp_down = false;
 }
-
-// Two engines with RDMA Read (Read Zcopy, 9.2), set up.
-e::Config zcopy_config() {
-    e::Config c;
-    c.bcopy_threshold = 8192;
-    return c;
-}
-struct ZPair : Pair {
-    ZPair() : Pair(zcopy_config(), zcopy_config()) {
-        qa.rdma = qb.rdma = true;
-        EXPECT_EQ(handshake(), e::Error::none);
-    }
-};
 
 // Steps 4-8 on a new LLP: a (Remote Peer) connects, b accepts.
 void resume(Pair& p) {
@@ -387,6 +375,8 @@ TEST(SdpEngineDuplication, Section13_1_1_SuspCommAfterDisConnResets) {
 // the streams go on afresh on the new connection.
 TEST(SdpEngineDuplication, Section13_1_1_LentBuffersEndWithTheTransition) {
     ZPair p;
+    p.pipeline();
+    p.pipeline(false);
     Bytes sink_a(100000), sink_b(100000);
     ASSERT_TRUE(p.a.post_sink(sink_a));
     ASSERT_TRUE(p.b.post_sink(sink_b));

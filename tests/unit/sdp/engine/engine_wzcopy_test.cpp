@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Write Zcopy (9.3) with one advertisement per direction (Combined Mode,
-// 11.2, as docs/protocol-notes.md reads it): two engines back to back on the
-// fake QP pair with RDMA Read and Write emulated (regions, STags, remote
-// invalidate, tagged placement checks).
+// Write Zcopy (9.3) with one advertisement per direction, in Pipelined Mode
+// (11.3, Figure 25; ZPair::pipeline() gets there the way the engine does in
+// use): two engines back to back on the fake QP pair with RDMA Read and
+// Write emulated (regions, STags, remote invalidate, tagged placement
+// checks).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 namespace e = sdp::engine;
 namespace w = sdp::wire;
 using sdp::test::decoded;
+using sdp::test::kPipelinePayloads;
 using sdp::test::Pair;
 using sdp::test::pattern;
 using sdp::test::sent_with;
@@ -47,6 +49,8 @@ void expect_bytes_then_current_sink(ZPair& p, Bytes& sink, const Bytes& expected
 // STag; both regions gone after.
 TEST(SdpEngineWriteZcopy, SinkAvailRdmaWriteRdmaWrCompl) {
     ZPair p;
+    p.pipeline();
+    const auto zcopy_before = p.b.stats().zcopy_bytes_received;
     Bytes sink(100000);
     ASSERT_TRUE(p.b.post_sink(sink));
     EXPECT_TRUE(p.b.sink_pending());
@@ -55,7 +59,7 @@ TEST(SdpEngineWriteZcopy, SinkAvailRdmaWriteRdmaWrCompl) {
     ASSERT_EQ(avail.size(), 1u);
     const auto sa = std::get<w::SinkAvail>(decoded(avail[0]).body);
     EXPECT_EQ(sa.len, sink.size());
-    EXPECT_EQ(sa.non_discards, 0u);
+    EXPECT_EQ(sa.non_discards, kPipelinePayloads);
     EXPECT_TRUE(sa.payload.empty());
     EXPECT_EQ(p.a.stats().sink_avail_received, 1u);
 
@@ -76,7 +80,7 @@ TEST(SdpEngineWriteZcopy, SinkAvailRdmaWriteRdmaWrCompl) {
     EXPECT_TRUE(p.qb.regions.empty()) << "the sink's region is gone";
     EXPECT_EQ(p.a.stats().rdma_write_bytes, data.size());
     EXPECT_EQ(p.b.stats().sink_bytes_received, data.size());
-    EXPECT_EQ(p.b.stats().zcopy_bytes_received, data.size());
+    EXPECT_EQ(p.b.stats().zcopy_bytes_received - zcopy_before, data.size());
     EXPECT_TRUE(p.faults.empty());
     // The stream goes on (Bcopy), and a second SinkAvail is current again.
     const Bytes tail = pattern(1000, 2);
@@ -89,6 +93,7 @@ TEST(SdpEngineWriteZcopy, SinkAvailRdmaWriteRdmaWrCompl) {
 // what was written, the rest of the stream comes later.
 TEST(SdpEngineWriteZcopy, PartialFill) {
     ZPair p;
+    p.pipeline();
     Bytes sink(300000);
     ASSERT_TRUE(p.b.post_sink(sink));
     p.run();
@@ -110,6 +115,7 @@ TEST(SdpEngineWriteZcopy, PartialFill) {
 // advertised with SrcAvail and pulled with RDMA Read.
 TEST(SdpEngineWriteZcopy, WriterBufferIntoSinkThenSrcAvailForTheRest) {
     ZPair p;
+    p.pipeline();
     Bytes sink(100000);
     p.lend_b(sink);
     const Bytes data = pattern(300000, 4);
@@ -144,6 +150,7 @@ TEST(SdpEngineWriteZcopy, WriterBufferIntoSinkThenSrcAvailForTheRest) {
 // and the counters agree again: the next SinkAvail is current and used.
 TEST(SdpEngineWriteZcopy, StaleSinkAvailViaNonDiscards) {
     ZPair p;
+    p.pipeline();
     const Bytes small = pattern(1000, 5);
     ASSERT_EQ(p.a.write(small), small.size());  // a Data Message on its way
     Bytes sink(100000);
@@ -161,7 +168,7 @@ TEST(SdpEngineWriteZcopy, StaleSinkAvailViaNonDiscards) {
     p.run();
     const auto avail = sent_with(p.qb.sent_log, w::Mid::sink_avail);
     ASSERT_EQ(avail.size(), 2u);
-    EXPECT_EQ(std::get<w::SinkAvail>(decoded(avail[1]).body).non_discards, 0u);
+    EXPECT_EQ(std::get<w::SinkAvail>(decoded(avail[1]).body).non_discards, kPipelinePayloads);
     EXPECT_EQ(p.a.stats().sink_avail_received, 1u) << "current";
     const Bytes big = pattern(80000, 6);
     ASSERT_EQ(p.a.write(big), big.size());
@@ -170,10 +177,42 @@ TEST(SdpEngineWriteZcopy, StaleSinkAvailViaNonDiscards) {
     EXPECT_TRUE(std::equal(big.begin(), big.end(), sink.begin()));
 }
 
+// 9.5.1's own example: SinkAvails whose NonDiscards differs from
+// PotentialNonDiscards are stale and decrement it. 9.5.5: the current one
+// is Unprocessed until used, so a SinkAvailCancel discards it with exactly
+// one SinkCancelAck; "If all SinkAvail advertisements have been Processed,
+// the Data Source MUST ignore the SinkAvailCancel Message".
+TEST(SdpEngineWriteZcopy, Section9_5_1StaleRuleAndCancel) {
+    ZPair p;
+    p.pipeline(false);  // b's send half: b takes SinkAvails
+    // b sends two Data Messages to a: PotentialNonDiscards grows by 2.
+    const Bytes two = pattern(10, 1);
+    p.b.write(two);
+    p.run();
+    p.b.write(two);
+    p.run();
+    const auto sent = p.qb.sent_log.size();
+    // Three SinkAvails crossing those two messages, NonDiscards as before
+    // them: the first two are stale, the third current.
+    for (int i = 0; i < 3; ++i)
+        p.inject(w::SinkAvail{
+            .len = 100000, .stag = 9, .va = 0, .non_discards = kPipelinePayloads, .payload = {}});
+    EXPECT_EQ(p.b.stats().sink_avail_stale, 2u);
+    EXPECT_EQ(p.b.stats().sink_avail_received, 1u);
+    p.inject(w::SinkAvailCancel{});
+    p.inject(w::SinkAvailCancel{});  // nothing left: ignored
+    EXPECT_EQ(p.b.state(), e::State::established);
+    std::size_t acks = 0;
+    for (std::size_t i = sent; i < p.qb.sent_log.size(); ++i)
+        acks += w::mid_of(decoded(p.qb.sent_log[i]).body) == w::Mid::sink_cancel_ack;
+    EXPECT_EQ(acks, 1u);
+}
+
 // 9.5.2.2: a small write goes as Data although a SinkAvail is current; the
 // Data completes it at the sink, and neither side counts that message.
 TEST(SdpEngineWriteZcopy, SmallWriteUsesDataInsteadOfTheSinkAvail) {
     ZPair p;
+    p.pipeline();
     Bytes sink(100000);
     p.lend_b(sink);
     const Bytes small = pattern(500, 7);
@@ -190,6 +229,7 @@ TEST(SdpEngineWriteZcopy, SmallWriteUsesDataInsteadOfTheSinkAvail) {
 // reader's again only then, and data after it comes by Bcopy.
 TEST(SdpEngineWriteZcopy, SinkAvailCancelWithSomethingToCancel) {
     ZPair p;
+    p.pipeline();
     Bytes sink(100000);
     p.lend_b(sink);
     p.b.cancel_sink();
@@ -217,6 +257,7 @@ TEST(SdpEngineWriteZcopy, SinkAvailCancelWithSomethingToCancel) {
 TEST(SdpEngineWriteZcopy, SinkAvailCancelWithNothingToCancel) {
     {
         ZPair p;
+        p.pipeline();
         Bytes sink(100000);
         p.lend_b(sink);
         const Bytes small = pattern(300, 9);
@@ -229,6 +270,7 @@ TEST(SdpEngineWriteZcopy, SinkAvailCancelWithNothingToCancel) {
     }
     {
         ZPair p;
+        p.pipeline();
         Bytes sink(100000);
         p.lend_b(sink);
         const Bytes data = pattern(70000, 10);
@@ -249,40 +291,124 @@ TEST(SdpEngineWriteZcopy, SinkAvailCancelWithNothingToCancel) {
     }
 }
 
-// Crossing SrcAvail and SinkAvail in Combined Mode (11.2): the SrcAvail's
-// inline payload completes the SinkAvail at the sink (9.5.1 step 1), the
-// source finds the SinkAvail stale, and the rest goes by Read Zcopy. While
-// the peer's SrcAvail is in process the sink does not advertise.
-TEST(SdpEngineWriteZcopy, CrossingSrcAvailAndSinkAvail) {
+// Combined Mode (11.2, Figure 25): no SinkAvail at all. A large reader
+// cannot lend its buffer until the Data Source has moved the half to
+// Pipelined Mode; it asks with REQ_PIPE in its RdmaRdCompl (6.1.2), which
+// the Data Source takes (12.3): ModeChange S=0 PIPE_MODE, then SrcAvails
+// without payload (11.3).
+TEST(SdpEngineWriteZcopy, Section11_2NoSinkAvailUntilPipelined) {
     ZPair p;
+    Bytes sink(100000);
+    EXPECT_FALSE(p.b.post_sink(sink)) << "Combined Mode";
+    EXPECT_TRUE(sent_with(p.qb.sent_log, w::Mid::sink_avail).empty());
+    p.pipeline();
+    EXPECT_EQ(p.a.stats().mode_changes_sent, 1u);
+    EXPECT_EQ(p.b.stats().mode_changes_received, 1u);
+    EXPECT_EQ(p.a.mode_in(), e::Mode::combined) << "the other half stays";
+    EXPECT_EQ(p.b.mode_out(), e::Mode::combined);
+    const Bytes data = pattern(200000, 11);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run();
+    const auto avail = sent_with(p.qa.sent_log, w::Mid::src_avail);
+    ASSERT_EQ(avail.size(), 1u);
+    EXPECT_TRUE(std::get<w::SrcAvail>(decoded(avail[0]).body).payload.empty()) << "11.3";
+    EXPECT_EQ(p.b.zcopy_readable(), data.size());
+    Bytes got(data.size());
+    ASSERT_TRUE(p.b.read_zcopy(got));
+    p.run();
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size()));
+    EXPECT_EQ(got, data);
+    EXPECT_TRUE(p.b.post_sink(sink)) << "Pipelined Mode";
+    EXPECT_TRUE(p.faults.empty());
+}
+
+// 11.3's crossing rules: b's SinkAvail and a's SrcAvail cross. b ignores
+// the SrcAvail (rule 2b), a takes it as discarded and uses Write Zcopy
+// (rule 1a/b), then advertises what the SinkAvail left with a new SrcAvail,
+// which b reads (rule 2a: it has no SinkAvail then). While the peer's
+// SrcAvail is in process, b does not advertise.
+TEST(SdpEngineWriteZcopy, Section11_3CrossingSrcAvailAndSinkAvail) {
+    ZPair p;
+    p.pipeline();
     Bytes sink(100000);
     ASSERT_TRUE(p.b.post_sink(sink));
     const Bytes data = pattern(200000, 11);
     ASSERT_TRUE(p.a.write_zcopy(data));
     p.run();
+    EXPECT_EQ(p.b.stats().src_avail_ignored, 1u);
+    EXPECT_EQ(p.a.stats().src_avail_superseded, 1u);
+    EXPECT_EQ(p.a.stats().sink_avail_stale, 0u) << "no payload crossed it";
     EXPECT_FALSE(p.b.sink_pending());
-    EXPECT_FALSE(p.b.take_zcopy_read().has_value());
-    EXPECT_EQ(p.a.stats().sink_avail_stale, 1u);
-    EXPECT_EQ(p.b.stats().sink_avail_completed_by_data, 1u);
-    EXPECT_FALSE(p.b.post_sink(sink)) << "the peer's SrcAvail is in process";
-    Bytes got;
-    p.read_b(got);
-    ASSERT_GT(p.b.zcopy_readable(), 0u);
-    EXPECT_FALSE(p.b.post_sink(sink));
-    const std::size_t at = got.size();
+    ASSERT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(sink.size()));
+    EXPECT_TRUE(std::equal(sink.begin(), sink.end(), data.begin()));
+    EXPECT_EQ(sent_with(p.qa.sent_log, w::Mid::src_avail).size(), 2u) << "advertised again";
+    ASSERT_EQ(p.b.zcopy_readable(), data.size() - sink.size());
+    Bytes other(100000);
+    EXPECT_FALSE(p.b.post_sink(other)) << "the peer's SrcAvail is in process (2a)";
+    Bytes got = sink;
     got.resize(data.size());
-    ASSERT_TRUE(p.b.read_zcopy(std::span(got).subspan(at)));
+    ASSERT_TRUE(p.b.read_zcopy(std::span(got).subspan(sink.size())));
     p.run();
-    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size() - at));
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size() - sink.size()));
     EXPECT_EQ(got, data);
     EXPECT_FALSE(p.a.zcopy_write_pending());
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_TRUE(p.qb.regions.empty());
     EXPECT_TRUE(p.faults.empty());
+}
+
+// 12.4, the Data Sink's side: a ModeChange back to Combined Mode ends our
+// outstanding SinkAvail (its state is invalidated, nothing was written) and
+// no SinkAvail may go after it; SrcAvails carry payload again (11.2).
+TEST(SdpEngineWriteZcopy, Section12_4BackToCombinedEndsTheSinkAvail) {
+    ZPair p;
+    p.pipeline();
+    Bytes sink(100000);
+    p.lend_b(sink);
+    ASSERT_FALSE(p.qb.regions.empty());
+    p.inject(w::ModeChange{false, e::Mode::combined});
+    EXPECT_EQ(p.b.state(), e::State::established);
+    EXPECT_EQ(p.b.mode_in(), e::Mode::combined);
+    EXPECT_FALSE(p.b.sink_pending());
+    EXPECT_FALSE(p.b.take_zcopy_read().has_value());
+    EXPECT_TRUE(p.qb.regions.empty());
+    EXPECT_FALSE(p.b.post_sink(sink));
+    // A SrcAvail without payload is Pipelined-only (11.2: more than zero).
+    p.inject(w::SrcAvail{.len = 100000, .stag = 5, .va = 0, .payload = {}});
+    EXPECT_EQ(p.b.state(), e::State::reset);
+}
+
+// 11.3: in Pipelined Mode a SrcAvail MUST NOT carry payload; 12.1: the
+// Data Source may not move to Buffered Mode while its SrcAvail is
+// unprocessed; Figure 25: no SrcAvail towards a Buffered half.
+TEST(SdpEngineWriteZcopy, ModeRulesOnSrcAvail) {
+    {
+        ZPair p;
+        p.pipeline();
+        p.inject(w::SrcAvail{.len = 100000, .stag = 5, .va = 0, .payload = pattern(10, 1)});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+    }
+    {
+        ZPair p;
+        p.inject(w::SrcAvail{.len = 100000, .stag = 5, .va = 0, .payload = pattern(10, 1)});
+        ASSERT_EQ(p.b.state(), e::State::established);
+        p.inject(w::ModeChange{false, e::Mode::buffered});
+        EXPECT_EQ(p.b.error(), e::Error::bad_mode_change);
+    }
+    {
+        ZPair p;
+        p.inject(w::ModeChange{false, e::Mode::buffered});
+        ASSERT_EQ(p.b.mode_in(), e::Mode::buffered);
+        p.inject(w::SrcAvail{.len = 100000, .stag = 5, .va = 0, .payload = pattern(10, 1)});
+        EXPECT_EQ(p.b.error(), e::Error::mode_violation);
+    }
 }
 
 // A SendSm'd rest goes as Data Messages (9.5.2.1) even when the sink then
 // advertises a buffer: that Data completes the SinkAvail instead.
 TEST(SdpEngineWriteZcopy, SendSmRestIsNotWrittenIntoASinkAvail) {
     ZPair p;
+    p.pipeline();
     const Bytes data = pattern(200000, 12);
     ASSERT_TRUE(p.a.write_zcopy(data));
     p.run();
@@ -309,6 +435,12 @@ TEST(SdpEngineWriteZcopy, SendSmRestIsNotWrittenIntoASinkAvail) {
 TEST(SdpEngineWriteZcopy, WhatNeverAdvertises) {
     {
         ZPair p;
+        Bytes big(100000);
+        EXPECT_FALSE(p.b.post_sink(big)) << "Combined Mode (Figure 25)";
+    }
+    {
+        ZPair p;
+        p.pipeline();
         Bytes buf(16384);  // the private buffer size
         EXPECT_FALSE(p.b.post_sink(buf));
         Bytes big(100000);
@@ -328,26 +460,26 @@ TEST(SdpEngineWriteZcopy, WhatNeverAdvertises) {
     }
     {
         ZPair p;
+        p.pipeline();
         p.qb.refuse_registration = true;
         Bytes big(100000);
         EXPECT_FALSE(p.b.post_sink(big));
         EXPECT_TRUE(sent_with(p.qb.sent_log, w::Mid::sink_avail).empty());
     }
     {
-        // A Bcopy-only source keeps the SinkAvail unused: the next Data
-        // completes it and the counters stay in step.
+        // A Bcopy-only source never takes the REQ_PIPE hint (it could not
+        // take a SinkAvail, Figure 25): its half stays Combined.
         ZPair p(zcopy_config(0), zcopy_config());
         Bytes sink(100000);
-        p.lend_b(sink);
-        const Bytes data = pattern(100000, 13);
-        ASSERT_EQ(p.a.write(data), data.size());
+        EXPECT_FALSE(p.b.post_sink(sink));
+        p.b.write(pattern(100, 13));
         p.run();
-        EXPECT_FALSE(p.b.sink_pending());
-        expect_bytes_then_current_sink(p, sink, data);
+        EXPECT_EQ(p.a.mode_out(), e::Mode::combined);
     }
     {
         // DisConn while the SinkAvail waits: nothing will be written.
         ZPair p;
+        p.pipeline();
         Bytes sink(100000);
         p.lend_b(sink);
         p.a.shutdown_write();
@@ -370,6 +502,7 @@ TEST(SdpEngineWriteZcopy, ViolationsResetTheConnection) {
     }
     {
         ZPair p;
+        p.pipeline();
         Bytes sink(100000);
         p.lend_b(sink);
         p.inject(w::RdmaWrCompl{100001});
@@ -378,19 +511,31 @@ TEST(SdpEngineWriteZcopy, ViolationsResetTheConnection) {
     }
     {
         ZPair p;
+        p.pipeline();
         Bytes sink(100000);
         p.lend_b(sink);
         p.inject(w::RdmaWrCompl{100}, 0xdead);
         EXPECT_EQ(p.b.state(), e::State::reset);
     }
     {
-        ZPair p;
-        p.inject(w::SinkAvail{.len = 0, .stag = 9, .va = 0, .non_discards = 0, .payload = {}});
+        ZPair p;  // Figure 25: towards a Combined half
+        p.inject(w::SinkAvail{.len = 100, .stag = 9, .va = 0, .non_discards = 0, .payload = {}});
         EXPECT_EQ(p.b.state(), e::State::reset);
+        EXPECT_EQ(p.b.error(), e::Error::mode_violation);
     }
     {
         ZPair p;
-        const w::SinkAvail sa{.len = 100000, .stag = 9, .va = 0, .non_discards = 0, .payload = {}};
+        p.pipeline(false);
+        p.inject(w::SinkAvail{
+            .len = 0, .stag = 9, .va = 0, .non_discards = kPipelinePayloads, .payload = {}});
+        EXPECT_EQ(p.b.state(), e::State::reset);
+        EXPECT_EQ(p.b.error(), e::Error::unexpected_message);
+    }
+    {
+        ZPair p;
+        p.pipeline(false);
+        const w::SinkAvail sa{
+            .len = 100000, .stag = 9, .va = 0, .non_discards = kPipelinePayloads, .payload = {}};
         p.inject(sa);
         EXPECT_EQ(p.b.state(), e::State::established);
         p.inject(sa);
@@ -398,6 +543,7 @@ TEST(SdpEngineWriteZcopy, ViolationsResetTheConnection) {
     }
     {
         ZPair p;
+        p.pipeline();
         Bytes sink(100000);
         p.lend_b(sink);
         const std::uint32_t stag = p.qb.regions.begin()->first;
@@ -417,6 +563,8 @@ TEST(SdpEngineWriteZcopy, ViolationsResetTheConnection) {
 // SinkAvail itself, current, is filled by the next large write.
 TEST(SdpEngineWriteZcopy, TransactionSinkAvailWithPayload) {
     ZPair p;
+    p.pipeline();       // a to b: b may lend
+    p.pipeline(false);  // b to a: b may accept a Transaction (Figure 25)
     Bytes own(100000);
     ASSERT_TRUE(p.b.post_sink(own));  // b lends a buffer for a's data
     p.run();
@@ -427,7 +575,7 @@ TEST(SdpEngineWriteZcopy, TransactionSinkAvailWithPayload) {
     p.inject(w::SinkAvail{.len = static_cast<std::uint32_t>(reply.size()),
                           .stag = region->stag,
                           .va = region->to,
-                          .non_discards = 0,
+                          .non_discards = kPipelinePayloads,
                           .payload = command});
     EXPECT_EQ(p.b.state(), e::State::established);
     EXPECT_FALSE(p.b.sink_pending()) << "the payload completed b's SinkAvail";
