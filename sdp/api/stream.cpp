@@ -749,6 +749,22 @@ std::size_t Stream::write(std::span<const std::uint8_t> buf, std::error_code& ec
     return impl_->on_path([&](auto& p) { return p.write(buf, ec); });
 }
 
+std::size_t Stream::transact(std::span<const std::uint8_t> request, std::span<std::uint8_t> reply,
+                             std::error_code& ec) {
+    ec.clear();
+    if (!impl_) {
+        ec = std::make_error_code(std::errc::not_connected);
+        return 0;
+    }
+    if (impl_->sdp && !request.empty()) {
+        if (auto n = impl_->sdp->transact(request, reply, ec)) {
+            return *n;
+        }
+    }
+    write(request, ec);
+    return ec ? 0 : read_some(reply, ec);
+}
+
 std::error_code Stream::shutdown_write() {
     if (!impl_) {
         return std::make_error_code(std::errc::not_connected);
@@ -811,6 +827,7 @@ StreamStats Stream::stats() const {
     st.write_zcopy_bytes_sent = e.rdma_write_bytes;
     st.write_zcopy_bytes_received = e.sink_bytes_received;
     st.sink_avail_sent = e.sink_avail_sent;
+    st.transactions_sent = e.transactions_sent;
     st.mode_changes_sent = e.mode_changes_sent;
     st.mode_changes_received = e.mode_changes_received;
     st.susp_comm_received = e.susp_comm_received;

@@ -16,6 +16,10 @@ constexpr std::uint32_t kMaxBufferSize = 0x80000000u;  // 2^31 (6.2.1.5)
 constexpr std::uint64_t kMaxOobDistance = 65535;       // 9.5.3
 // ULP bytes a Combined-Mode SrcAvail carries (11.2: more than zero).
 constexpr std::size_t kSrcAvailInline = 64;
+// MaxAdverts we announce (6.2.1.3): one SrcAvail and one SinkAvail
+// outstanding per direction, the most the engine keeps track of; a peer that
+// sends more within Pipelined Mode breaks our limit (11.3).
+constexpr std::uint16_t kMaxAdverts = 1;
 
 }  // namespace
 
@@ -95,7 +99,6 @@ Connection::Connection(Role role, const Config& cfg, QueuePair& qp)
         cfg_.recv_buf_size, static_cast<std::uint32_t>(w::kMinPrivateBufferSize), kMaxBufferSize);
     cfg_.send_buf_size = std::clamp<std::uint32_t>(
         cfg_.send_buf_size, static_cast<std::uint32_t>(w::kMinPrivateBufferSize), kMaxBufferSize);
-    cfg_.max_adverts = std::max<std::uint16_t>(cfg_.max_adverts, 1);
     cfg_.ird = std::max<std::uint16_t>(cfg_.ird, 1);
     cfg_.ord = std::max<std::uint16_t>(cfg_.ord, 1);
     cfg_.major &= 0x0F;
@@ -116,7 +119,7 @@ std::vector<std::uint8_t> Connection::connect() {
     m.bufs = static_cast<std::uint16_t>(local_bufs());
     m.body = w::Hello{.major = cfg_.major,
                       .minor = cfg_.minor,
-                      .max_adverts = cfg_.max_adverts,
+                      .max_adverts = kMaxAdverts,
                       .des_rem_rcv_sz = cfg_.send_buf_size,
                       .local_rcv_sz = cfg_.recv_buf_size,
                       .loc_ird = ird_,
@@ -162,7 +165,7 @@ Error Connection::accept(std::span<const std::uint8_t> hello) {
     ack.bufs = static_cast<std::uint16_t>(local_bufs());
     ack.body = w::HelloAck{.major = cfg_.major,
                            .minor = cfg_.minor,
-                           .max_adverts = cfg_.max_adverts,
+                           .max_adverts = kMaxAdverts,
                            .act_rcv_sz = cfg_.recv_buf_size,
                            .loc_ird = ird_,
                            .loc_ord = ord_};
@@ -1011,6 +1014,10 @@ void Connection::drop_zcopy() {
 // such a SinkAvail on arrival.
 
 bool Connection::post_sink(std::span<std::uint8_t> out) {
+    return lend(out, {});
+}
+
+bool Connection::lend(std::span<std::uint8_t> out, std::span<const std::uint8_t> request) {
     // 9.3 step 1 / 9.5.1: larger than the private buffers, and the Data
     // Sink's threshold is at least their size.
     const std::size_t floor = std::max<std::size_t>(cfg_.bcopy_threshold, cfg_.recv_buf_size);
@@ -1023,8 +1030,43 @@ bool Connection::post_sink(std::span<std::uint8_t> out) {
     auto region = qp_.register_region(out, Access::remote_write);
     if (!region)
         return false;
-    sink_out_ = SinkOut{out, *region, false, false};
+    sink_out_ = SinkOut{out, *region, false, false, {request.begin(), request.end()}};
     pump();
+    return true;
+}
+
+std::size_t Connection::max_transaction_request() const {
+    // One message: the SinkAvail header and the request in the peer's
+    // private buffer, and in one of our send blocks.
+    const std::size_t limit =
+        std::min<std::size_t>(peer_recv_size_, cfg_.send_buf_size) - w::kBsdhSize;
+    return peer_recv_size_ > w::kBsdhSize + w::kSinkAvailHeaderSize
+               ? limit - w::kSinkAvailHeaderSize
+               : 0;
+}
+
+bool Connection::transact(std::span<const std::uint8_t> request, std::span<std::uint8_t> reply) {
+    // 9.4 / Figure 25: the request is the next data of our send half, so
+    // nothing of that half may precede it (queued bytes, an advertised
+    // buffer, an urgent byte), and it must be writable; the SinkAvail is
+    // our receive half's, under post_sink()'s rules.
+    if (request.empty() || request.size() > max_transaction_request() || !writable() ||
+        send_queued() > 0 || src_out_ || !oob_marks_.empty() ||
+        allowed().send_transaction == Limit::none) {
+        return false;
+    }
+    if (!lend(reply, request))
+        return false;
+    if (!sink_out_->advertised) {
+        // No credit for a message with payload now (10.5): the request goes
+        // as Data, first in the queue (nothing was queued), and the
+        // SinkAvail by itself. A request never waits inside a SinkAvail, so
+        // withdrawing that SinkAvail (9.5.1, 11.3 rule 2a, a reset) never
+        // takes written bytes with it.
+        queue_tx(sink_out_->request);
+        sink_out_->request.clear();
+        pump();
+    }
     return true;
 }
 
@@ -1297,8 +1339,8 @@ bool Connection::send(w::Body body, std::uint8_t flags, std::vector<std::uint8_t
     // buffers (SinkAvail); the master ignores the bit in Buffered Mode.
     const bool completion = std::holds_alternative<w::RdmaRdCompl>(body) ||
                             std::holds_alternative<w::RdmaWrCompl>(body);
-    if (completion && zcopy_capable())
-        m.flags |= w::flag::req_pipe;
+    if (completion && zcopy_capable() && mode_in_ != Mode::buffered)
+        m.flags |= w::flag::req_pipe;  // the slave's hint only (Buffered: we are master)
     m.mseq = next_mseq_;
     m.mseq_ack = ack_hold_ ? *ack_hold_ : last_rx_mseq_;
     m.body = std::move(body);
@@ -1312,6 +1354,8 @@ bool Connection::send(w::Body body, std::uint8_t flags, std::vector<std::uint8_t
     } else {
         qp_.post_send_owned(w::encode(m), w::is_solicited(m));
     }
+    if (std::holds_alternative<w::ModeChange>(m.body))
+        ++stats_.mode_changes_sent;
     ++next_mseq_;
     ++sent_after_setup_;
     last_adv_bufs_ = m.bufs;
@@ -1352,18 +1396,27 @@ void Connection::pump() {
             send(std::move(ctl.body), take_pend_flag(false), nullptr, ctl.invalidate);
             continue;
         }
-        if (sink_out_ && !sink_out_->advertised && may_control) {
+        if (sink_out_ && !sink_out_->advertised &&
+            (sink_out_->request.empty() ? may_control : c >= 3)) {
             // 9.3 step 1: Len, STag and VA describe the whole buffer;
-            // NonDiscards as of now (6.3.3.4).
+            // NonDiscards as of now (6.3.3.4). A Transaction's request
+            // (9.4) is ULP payload: 10.5's three credits.
             SinkOut& so = *sink_out_;
+            const std::size_t n = so.request.size();
             send(w::SinkAvail{.len = static_cast<std::uint32_t>(so.buf.size()),
                               .stag = so.region.stag,
                               .va = so.region.to,
                               .non_discards = non_discards_,
-                              .payload = {}},
+                              .payload = std::move(so.request)},
                  take_pend_flag(false));
+            so.request.clear();
             so.advertised = true;
             ++stats_.sink_avail_sent;
+            if (n > 0) {
+                ++stats_.transactions_sent;
+                stats_.bytes_sent += n;
+                payload_sent();
+            }
             continue;
         }
         if (sink_in_ && may_control && write_into_sink())
@@ -1497,6 +1550,14 @@ bool Connection::on_susp_comm(const w::SuspComm& v) {
         return std::holds_alternative<w::SrcAvailCancel>(c.body) ||
                std::holds_alternative<w::SendSm>(c.body);
     });
+    // A ModeChange of ours still queued: the peer never saw it, and the new
+    // connection starts Combined anyway (12, 8). Left queued, it would need
+    // credit the quiet peer cannot give, and the wait would reset us.
+    if (std::erase_if(control_, [](const Control& c) {
+            return std::holds_alternative<w::ModeChange>(c.body);
+        }) > 0) {
+        mode_out_ = Mode::combined;
+    }
     // Write Zcopy: the peer's SinkAvail is not In-Process here (our RDMA
     // Writes complete when posted), and the peer writes nothing into ours
     // after its SuspComm: both are cancelled by the transition.
@@ -1561,7 +1622,6 @@ void Connection::on_req_pipe() {
     }
     control_.push_back(Control{w::ModeChange{false, Mode::pipelined}});
     mode_out_ = Mode::pipelined;
-    ++stats_.mode_changes_sent;
 }
 
 bool Connection::suspend(std::uint16_t dest_port) {

@@ -24,9 +24,10 @@
 // answers RdmaWrCompl, or a message with payload makes it stale (9.5.1);
 // cancel_sink() sends SinkAvailCancel and a current SinkAvail is answered
 // with SinkCancelAck (9.5.5). Crossing SrcAvail/SinkAvail follow 11.3
-// (Write Zcopy wins). Not yet: sending Transactions (a received SinkAvail's
-// payload is delivered), MaxAdverts above 1, receive buffer resizing (a
-// ChRcvBuf is answered with the unchanged size, 10.6). See docs/sdp-wire.md.
+// (Write Zcopy wins). Transactions (9.4): transact() sends a SinkAvail with
+// the request as payload; a received one's payload is delivered. Not yet:
+// MaxAdverts above 1, receive buffer resizing (a ChRcvBuf is answered with
+// the unchanged size, 10.6). See docs/sdp-wire.md.
 //
 // Socket duplication (13.1.1, 13.1.2): a SuspComm from the peer is answered
 // as the Remote Peer (In-Process operations finish, SuspCommAck, quiet, LLP
@@ -64,7 +65,6 @@ struct Config {
     std::uint32_t send_buf_size = 16 * 1024;
     // Bytes write() buffers before it accepts no more.
     std::size_t send_queue_limit = 256 * 1024;
-    std::uint16_t max_adverts = 1;
     // Read Zcopy (9.2): write_zcopy() takes buffers larger than this, and a
     // read_zcopy() buffer smaller than both this and the advertised rest is
     // unsuitable (SendSm). 0: Bcopy only (a peer's SrcAvail gets SendSm).
@@ -169,6 +169,7 @@ struct Stats {
     // written (also in zcopy_bytes_sent), current SinkAvails used up by a
     // Data Message instead (9.5.2.2), SinkCancelAcks sent.
     std::uint64_t sink_avail_sent = 0;
+    std::uint64_t transactions_sent = 0;  // of those, with a request (9.4)
     std::uint64_t sink_bytes_received = 0;
     std::uint64_t sink_avail_completed_by_data = 0;
     std::uint64_t sink_avail_cancel_sent = 0;
@@ -321,6 +322,16 @@ class Connection {
     // DisConn received, registration refused). A reader that needs its
     // buffer filled (MSG_WAITALL) must not call this (9.3).
     bool post_sink(std::span<std::uint8_t> out);
+    // Transaction (9.4): post_sink(reply) whose SinkAvail also carries
+    // `request`, the next bytes of our outgoing stream (a command whose
+    // reply the peer may RDMA-Write into `reply`). Besides post_sink()'s
+    // conditions: Figure 25 permits it (our receive half Pipelined),
+    // nothing queued or advertised before it (stream order, 11.2/11.3), no
+    // urgent byte pending, writable, and `request` fits one message
+    // (max_transaction_request()). False, nothing done: write() the request
+    // and post_sink() (or read) as usual.
+    bool transact(std::span<const std::uint8_t> request, std::span<std::uint8_t> reply);
+    [[nodiscard]] std::size_t max_transaction_request() const;
     [[nodiscard]] bool sink_pending() const { return sink_out_.has_value(); }
     // The reader gives up on its post_sink() buffer (timeout, close): not
     // advertised yet, it is withdrawn at once; otherwise SinkAvailCancel
@@ -482,6 +493,9 @@ class Connection {
     // Data Source: RDMA-Writes into the peer's SinkAvail if there is
     // something to write; true if it did.
     bool write_into_sink();
+    // post_sink() and transact(): `out` lent, with `request` as the
+    // SinkAvail's payload if not empty.
+    bool lend(std::span<std::uint8_t> out, std::span<const std::uint8_t> request);
     // Data Sink: the advertisement is done; `placed` bytes are the reader's.
     void finish_sink(std::size_t placed);
     void force_bcopy();  // Data Sink: SendSm for the advertisement in process
@@ -646,6 +660,8 @@ class Connection {
         Region region;
         bool advertised = false;  // SinkAvail sent
         bool cancelled = false;   // SinkAvailCancel sent
+        // A Transaction's request (9.4): ULP payload of the SinkAvail.
+        std::vector<std::uint8_t> request;
     };
     std::optional<SinkOut> sink_out_;
     // 9.5.2.1: the stream offset up to which queued bytes are the rest of a

@@ -492,7 +492,8 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
         }
         // Nothing queued and a large buffer: lend it for Write Zcopy.
         if (may_lend && !stop_at_urgent) {
-            if (auto z = read_sink_locked(lk, out, ec)) {
+            bool lent = false;
+            if (auto z = lend_locked(lk, out, {}, ec, lent)) {
                 return *z;
             }
         }
@@ -560,19 +561,22 @@ std::optional<std::size_t> SoftChannel::read_zcopy_locked(std::unique_lock<std::
     return 0;
 }
 
-std::optional<std::size_t> SoftChannel::read_sink_locked(std::unique_lock<std::mutex>& lk,
-                                                         std::span<std::uint8_t> out,
-                                                         std::error_code& ec) {
+std::optional<std::size_t> SoftChannel::lend_locked(std::unique_lock<std::mutex>& lk,
+                                                    std::span<std::uint8_t> out,
+                                                    std::span<const std::uint8_t> request,
+                                                    std::error_code& ec, bool& lent) {
     auto& c = core_.sdp();
     // Not with io_timeout: a read that gives up must revoke the buffer
     // (SinkAvailCancel, 9.5.5) and keep it lent until the peer answers, and
     // an idle peer's driver answers nothing until its application calls in,
     // so the timeout would end in a reset (docs/sdp.md, "Zero copy").
-    if (io_timeout_.count() > 0 || c.bcopy_threshold() == 0 || out.size() <= c.bcopy_threshold() ||
-        !c.post_sink(out)) {
+    lent = io_timeout_.count() == 0 && c.bcopy_threshold() > 0 &&
+           out.size() > c.bcopy_threshold() &&
+           (request.empty() ? c.post_sink(out) : c.transact(request, out));
+    if (!lent) {
         return std::nullopt;
     }
-    service_locked();  // the SinkAvail goes out now
+    service_locked();  // the SinkAvail (with a Transaction's request) goes out now
     if (!drive_lent(
             lk, [&] { return !c.sink_pending(); }, ec)) {
         return 0;  // not reached without io_timeout
@@ -582,8 +586,26 @@ std::optional<std::size_t> SoftChannel::read_sink_locked(std::unique_lock<std::m
         return n;
     }
     // Stale (9.5.1: a message with payload came first), DisConn or an
-    // error: read_some() goes on and reads or reports it.
+    // error: the caller reads or reports it.
     return std::nullopt;
+}
+
+std::optional<std::size_t> SoftChannel::transact(std::span<const std::uint8_t> request,
+                                                 std::span<std::uint8_t> reply,
+                                                 std::error_code& ec) {
+    ec.clear();
+    std::unique_lock lk(mu_);
+    refresh_locked();
+    bool lent = false;
+    if (auto n = lend_locked(lk, reply, request, ec, lent)) {
+        return n;
+    }
+    if (!lent) {
+        return std::nullopt;  // nothing sent: the caller writes and reads
+    }
+    // The request went; the reply came as data (or DisConn, or an error).
+    lk.unlock();
+    return read_some(reply, ec);
 }
 
 bool SoftChannel::drive_lent(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done,

@@ -147,6 +147,15 @@ class SoftChannel {
     // Blocks until every byte is queued in the SDP engine (as a kernel
     // socket's send buffer); returns the count queued.
     std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec);
+    // Transaction (9.4), with zero copy and no io_timeout: `request` goes
+    // in the SinkAvail that lends `reply`, and the call returns what the
+    // peer wrote into it (RDMA Write). nullopt, nothing sent: not possible
+    // now (Bcopy, the receive half not Pipelined yet, data queued or
+    // readable, a reply buffer not larger than the threshold, ...): the
+    // caller writes and reads as usual. Once sent, a reply that comes as
+    // data (a stale or unused SinkAvail) is read as by read_some().
+    std::optional<std::size_t> transact(std::span<const std::uint8_t> request,
+                                        std::span<std::uint8_t> reply, std::error_code& ec);
     // Half-close (DisConn after the queued data).
     void shutdown_write(std::error_code& ec);
     // Graceful close: DisConn, wait up to `linger` for the peer's DisConn
@@ -190,11 +199,15 @@ class SoftChannel {
     std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                   std::span<const std::uint8_t> in,
                                                   std::error_code& ec);
-    // Write Zcopy (9.3) for read_some(): `out` lent with SinkAvail until the
-    // peer wrote into it, a message made it stale or a cancel went through;
-    // nullopt: not lent or nothing placed, read on with Bcopy.
-    std::optional<std::size_t> read_sink_locked(std::unique_lock<std::mutex>& lk,
-                                                std::span<std::uint8_t> out, std::error_code& ec);
+    // Write Zcopy (9.3) for read_some() and transact(): `out` lent with
+    // SinkAvail (carrying `request` if not empty: a Transaction, 9.4) until
+    // the peer wrote into it, a message made it stale or a cancel went
+    // through; the bytes placed. nullopt: not lent (`lent` false) or nothing
+    // placed; read on with Bcopy.
+    std::optional<std::size_t> lend_locked(std::unique_lock<std::mutex>& lk,
+                                           std::span<std::uint8_t> out,
+                                           std::span<const std::uint8_t> request,
+                                           std::error_code& ec, bool& lent);
     // After an abort: the AbortConn written and acknowledged (bounded by
     // kAbortLinger); false when none went out and the socket must be reset.
     bool finish_abort_locked(std::unique_lock<std::mutex>& lk);

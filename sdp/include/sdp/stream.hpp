@@ -154,6 +154,8 @@ struct StreamStats {
     std::uint64_t write_zcopy_bytes_sent = 0;
     std::uint64_t write_zcopy_bytes_received = 0;
     std::uint64_t sink_avail_sent = 0;
+    // Of those, Transactions (9.4): SinkAvails that carried a request.
+    std::uint64_t transactions_sent = 0;
     // Flow Control Modes (12): ModeChange Messages we sent as Mode Master
     // (our send half to Pipelined Mode after the reader's REQ_PIPE) and
     // ModeChange Messages of the peer's that we applied.
@@ -225,6 +227,16 @@ class Stream {
     // Blocks until every byte is queued for sending. Errors: broken_pipe
     // (after shutdown_write or the peer closed), connection_reset.
     std::size_t write(std::span<const std::uint8_t> buf, std::error_code& ec);
+    // A request/reply exchange (9.4, Transactions): writes `request`, then
+    // reads some bytes of the reply into `reply`, as write() followed by
+    // read_some(). With zero copy (mechanism zcopy, no io_timeout) on the
+    // soft provider, once the peer's half is in Pipelined Mode, the request
+    // travels inside the SinkAvail that lends `reply`, and the peer's reply
+    // write goes straight into it by RDMA Write: one message instead of
+    // two. `reply` must be larger than zcopy_threshold for that; otherwise,
+    // and on every other path, it is exactly write() + read_some().
+    std::size_t transact(std::span<const std::uint8_t> request, std::span<std::uint8_t> reply,
+                         std::error_code& ec);
     // Half-close: the peer reads EOF after the queued data.
     std::error_code shutdown_write();
 

@@ -376,6 +376,82 @@ TEST(SdpStreamZcopy, ReadWithTimeoutDoesNotLend) {
     EXPECT_TRUE(ok);
 }
 
+// Transactions (9.4) end to end: once the server has moved its send half
+// to Pipelined Mode (its first large write goes by Read Zcopy; the client's
+// RdmaRdCompl carries REQ_PIPE), each transact() sends the command inside
+// the SinkAvail that lends the reply buffer, and the server's reply write
+// goes straight into it. Every reply is checked; the same calls over Bcopy
+// are write() + read_some() and give the same bytes.
+std::vector<std::uint8_t> pattern_bytes(std::size_t n, std::uint32_t seed) {
+    std::vector<std::uint8_t> v(n);
+    pattern(v, 0, seed);
+    return v;
+}
+
+void transactions(sdp::Mechanism mech, sdp::StreamStats& client_stats) {
+    auto o = opts();
+    o.mechanism = mech;
+    o.io_timeout = {};  // reads may lend only without it
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p, o, o));
+    constexpr int kRounds = 20;
+    constexpr std::size_t kReply = 200 * 1024;
+    std::error_code sec;
+    std::thread server([&] {
+        sec = send_pattern(p.server, 1 << 20, 30);  // the greeting
+        std::vector<std::uint8_t> cmd(8);
+        for (int i = 0; i < kRounds && !sec; ++i) {
+            if (p.server.read(cmd, sec) != cmd.size())
+                break;
+            const std::vector<std::uint8_t> reply = pattern_bytes(kReply, cmd[0]);
+            p.server.write(reply, sec);
+        }
+    });
+    std::error_code ec;
+    std::vector<std::uint8_t> greeting(1 << 20);
+    ASSERT_EQ(p.client.read(greeting, ec), greeting.size()) << ec.message();
+    bool ok = true;
+    for (int i = 0; i < kRounds && ok; ++i) {
+        std::vector<std::uint8_t> cmd(8, static_cast<std::uint8_t>(40 + i));
+        std::vector<std::uint8_t> reply(256 * 1024);
+        std::size_t n = p.client.transact(cmd, reply, ec);
+        while (!ec && n > 0 && n < kReply) {
+            const std::size_t k = p.client.read_some(std::span(reply).subspan(n, kReply - n), ec);
+            if (k == 0)
+                break;
+            n += k;
+        }
+        ASSERT_FALSE(ec) << ec.message() << " " << p.client.describe();
+        ASSERT_EQ(n, kReply);
+        reply.resize(kReply);
+        ok = reply == pattern_bytes(kReply, cmd[0]);
+        EXPECT_TRUE(ok) << "round " << i;
+    }
+    server.join();
+    EXPECT_FALSE(sec) << sec.message();
+    client_stats = p.client.stats();
+    std::error_code sc;
+    std::thread closer([&] { sc = p.server.close(); });
+    EXPECT_FALSE(p.client.close());
+    closer.join();
+    EXPECT_FALSE(sc) << sc.message();
+}
+
+TEST(SdpStreamZcopy, Section9_4TransactionsLendTheReplyBuffer) {
+    sdp::StreamStats st;
+    ASSERT_NO_FATAL_FAILURE(transactions(sdp::Mechanism::zcopy, st));
+    EXPECT_GT(st.transactions_sent, 0u);
+    EXPECT_GT(st.write_zcopy_bytes_received, 0u);
+    EXPECT_EQ(st.mode_changes_received, 1u);
+}
+
+TEST(SdpStreamZcopy, Section9_4TransactionsOverBcopyAreWriteAndRead) {
+    sdp::StreamStats st;
+    ASSERT_NO_FATAL_FAILURE(transactions(sdp::Mechanism::bcopy, st));
+    EXPECT_EQ(st.transactions_sent, 0u);
+    EXPECT_EQ(st.zcopy_bytes_received, 0u);
+}
+
 TEST(SdpStream, OneByte) {
     transfer(1);
 }

@@ -376,6 +376,7 @@ TEST(SdpEngineWriteZcopy, Section12_4BackToCombinedEndsTheSinkAvail) {
     // A SrcAvail without payload is Pipelined-only (11.2: more than zero).
     p.inject(w::SrcAvail{.len = 100000, .stag = 5, .va = 0, .payload = {}});
     EXPECT_EQ(p.b.state(), e::State::reset);
+    EXPECT_EQ(p.b.error(), e::Error::unexpected_message);
 }
 
 // 11.3: in Pipelined Mode a SrcAvail MUST NOT carry payload; 12.1: the
@@ -387,6 +388,7 @@ TEST(SdpEngineWriteZcopy, ModeRulesOnSrcAvail) {
         p.pipeline();
         p.inject(w::SrcAvail{.len = 100000, .stag = 5, .va = 0, .payload = pattern(10, 1)});
         EXPECT_EQ(p.b.state(), e::State::reset);
+        EXPECT_EQ(p.b.error(), e::Error::unexpected_message);
     }
     {
         ZPair p;
@@ -465,16 +467,6 @@ TEST(SdpEngineWriteZcopy, WhatNeverAdvertises) {
         Bytes big(100000);
         EXPECT_FALSE(p.b.post_sink(big));
         EXPECT_TRUE(sent_with(p.qb.sent_log, w::Mid::sink_avail).empty());
-    }
-    {
-        // A Bcopy-only source never takes the REQ_PIPE hint (it could not
-        // take a SinkAvail, Figure 25): its half stays Combined.
-        ZPair p(zcopy_config(0), zcopy_config());
-        Bytes sink(100000);
-        EXPECT_FALSE(p.b.post_sink(sink));
-        p.b.write(pattern(100, 13));
-        p.run();
-        EXPECT_EQ(p.a.mode_out(), e::Mode::combined);
     }
     {
         // DisConn while the SinkAvail waits: nothing will be written.
@@ -593,4 +585,145 @@ TEST(SdpEngineWriteZcopy, TransactionSinkAvailWithPayload) {
     ASSERT_FALSE(p.qb.outbound.empty());
     EXPECT_EQ(w::mid_of(decoded(p.qb.outbound.back()).body), w::Mid::rdma_wr_compl);
     EXPECT_EQ(p.qb.outbound.back().invalidate, region->stag);
+}
+
+// 9.4, the sending side of a Transaction: one SinkAvail carries the
+// command (ULP payload of our send half) and lends the reply buffer (our
+// receive half, which must be Pipelined, Figure 25); the peer reads the
+// command and RDMA-Writes its reply straight into the buffer.
+TEST(SdpEngineWriteZcopy, Section9_4TransactionCommandAndReply) {
+    ZPair p;
+    p.pipeline(false);  // b to a: a may lend
+    const Bytes command = pattern(300, 20);
+    Bytes reply(200000);
+    ASSERT_TRUE(p.a.transact(command, reply));
+    p.run();
+    const auto avail = sent_with(p.qa.sent_log, w::Mid::sink_avail);
+    ASSERT_EQ(avail.size(), 1u);
+    const auto sa = std::get<w::SinkAvail>(decoded(avail[0]).body);
+    EXPECT_EQ(sa.payload, command);
+    EXPECT_EQ(sa.len, reply.size());
+    EXPECT_TRUE(sent_with(p.qa.sent_log, w::Mid::data).empty()) << "one message, not two";
+    EXPECT_EQ(p.a.stats().transactions_sent, 1u);
+    EXPECT_EQ(p.b.stats().sink_avail_received, 1u);
+    Bytes got(command.size() + 10);
+    ASSERT_EQ(p.b.read(got), command.size());
+    got.resize(command.size());
+    EXPECT_EQ(got, command);
+    const Bytes answer = pattern(150000, 21);
+    ASSERT_EQ(p.b.write(answer), answer.size());
+    p.run();
+    ASSERT_FALSE(p.a.sink_pending());
+    ASSERT_EQ(p.a.take_zcopy_read(), std::optional<std::size_t>(answer.size()));
+    EXPECT_TRUE(std::equal(answer.begin(), answer.end(), reply.begin()));
+    EXPECT_GE(p.qb.writes, 1u);
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_TRUE(p.faults.empty());
+    // The next command goes the same way: the counters still agree (9.5.1).
+    ASSERT_TRUE(p.a.transact(command, reply));
+    p.run();
+    EXPECT_EQ(p.b.stats().sink_avail_received, 2u);
+    EXPECT_EQ(p.b.stats().sink_avail_stale, 0u);
+}
+
+// 9.4 / Figure 25 / stream order: when a Transaction may not be sent.
+TEST(SdpEngineWriteZcopy, Section9_4WhenNoTransaction) {
+    const Bytes command = pattern(100, 22);
+    Bytes reply(200000);
+    {
+        ZPair p;
+        EXPECT_FALSE(p.a.transact(command, reply)) << "receive half Combined (Figure 25)";
+    }
+    {
+        ZPair p;
+        p.pipeline(false);
+        EXPECT_FALSE(p.a.transact({}, reply)) << "no request";
+        const Bytes big = pattern(p.a.max_transaction_request() + 1, 1);
+        EXPECT_FALSE(p.a.transact(big, reply)) << "larger than one message";
+        Bytes small(1000);
+        EXPECT_FALSE(p.a.transact(command, small)) << "reply buffer below the threshold";
+        EXPECT_FALSE(p.a.sink_pending());
+        EXPECT_TRUE(p.qa.regions.empty());
+    }
+    {
+        ZPair p;
+        p.pipeline(false);
+        p.a.shutdown_write();
+        EXPECT_FALSE(p.a.transact(command, reply)) << "after shutdown_write";
+    }
+    {
+        ZPair p;
+        p.pipeline(false);
+        const Bytes first = pattern(p.a.bcopy_threshold() * 3, 23);
+        ASSERT_TRUE(p.a.write_zcopy(first));
+        EXPECT_FALSE(p.a.transact(command, reply)) << "behind an advertised buffer (11.2)";
+    }
+}
+
+// 6.1.2: REQ_PIPE goes in RdmaRdCompl and RdmaWrCompl only. The bit in an
+// RdmaWrCompl applies to the opposite half: b, which lent a buffer on the a
+// to b half, gets a's RdmaWrCompl with REQ_PIPE and moves its own send half
+// (b to a) to Pipelined Mode (12.3).
+TEST(SdpEngineWriteZcopy, Section6_1_2ReqPipeOnlyInCompletions) {
+    ZPair p;
+    p.pipeline();
+    Bytes sink(100000);
+    p.lend_b(sink);
+    const Bytes data = pattern(80000, 24);
+    ASSERT_EQ(p.a.write(data), data.size());
+    p.run();
+    ASSERT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size()));
+    const auto wr = sent_with(p.qa.sent_log, w::Mid::rdma_wr_compl);
+    ASSERT_EQ(wr.size(), 1u);
+    EXPECT_TRUE(decoded(wr[0]).flags & w::flag::req_pipe);
+    EXPECT_EQ(p.b.mode_out(), e::Mode::pipelined);
+    EXPECT_EQ(p.a.mode_in(), e::Mode::pipelined);
+    EXPECT_EQ(p.b.stats().mode_changes_sent, 1u);
+    const auto mc = sent_with(p.qb.sent_log, w::Mid::mode_change);
+    ASSERT_EQ(mc.size(), 1u);
+    EXPECT_EQ(std::get<w::ModeChange>(decoded(mc[0]).body),
+              (w::ModeChange{false, e::Mode::pipelined}));
+    // And nowhere else.
+    for (const auto* log : {&p.qa.sent_log, &p.qb.sent_log}) {
+        for (const auto& pk : *log) {
+            if (pk.close || pk.write)
+                continue;
+            const w::Message m = decoded(pk);
+            const auto mid = w::mid_of(m.body);
+            if (mid != w::Mid::rdma_rd_compl && mid != w::Mid::rdma_wr_compl) {
+                EXPECT_FALSE(m.flags & w::flag::req_pipe) << w::to_string(mid);
+            }
+        }
+    }
+}
+
+// 11.3 rule 2a from the other side: a Data Sink that began reading our
+// SrcAvail (an RdmaRdCompl for part of it) may not send a SinkAvail; a
+// current one then is a violation, not a reason to drop the SrcAvail.
+TEST(SdpEngineWriteZcopy, Section11_3SinkAvailAfterAPartialReadIsAViolation) {
+    ZPair p;
+    p.pipeline(false);  // b to a
+    const Bytes data = pattern(100000, 25);
+    ASSERT_TRUE(p.b.write_zcopy(data));
+    p.run();
+    ASSERT_EQ(p.a.zcopy_readable(), data.size());
+    Bytes part(40000);
+    ASSERT_TRUE(p.a.read_zcopy(part));
+    p.run();
+    ASSERT_EQ(p.a.take_zcopy_read(), std::optional<std::size_t>(part.size()));
+    ASSERT_TRUE(p.b.zcopy_write_pending());
+    p.inject(w::SinkAvail{
+        .len = 100000, .stag = 9, .va = 0, .non_discards = kPipelinePayloads, .payload = {}});
+    EXPECT_EQ(p.b.state(), e::State::reset);
+    EXPECT_EQ(p.b.error(), e::Error::unexpected_message);
+    EXPECT_EQ(p.b.stats().src_avail_superseded, 0u);
+}
+
+// 6.2.1.3: we announce MaxAdverts 1, the most the engine tracks.
+TEST(SdpEngineWriteZcopy, HelloAnnouncesMaxAdvertsOne) {
+    sdp::test::FakeQp q;
+    e::Connection c(e::Role::connecting, zcopy_config(), q);
+    const auto r = w::decode(c.connect());
+    ASSERT_TRUE(std::holds_alternative<w::Message>(r));
+    EXPECT_EQ(std::get<w::Hello>(std::get<w::Message>(r).body).max_adverts, 1u);
 }
