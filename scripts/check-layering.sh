@@ -26,6 +26,7 @@ cores=(
   libpmclient/include/pmclient/message.hpp
   libpmclient/src/connect_core/connect_procedure.hpp
   libpmclient/src/connect_core/connect_procedure.cpp
+  sdp/bytes
   sdp/wire
   sdp/engine
   sdp/iwarp

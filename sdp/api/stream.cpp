@@ -18,6 +18,7 @@
 
 #include "internal.hpp"
 #include "libpmclient/src/connect_core/blocking_connect.hpp"
+#include "sdp/bytes/byte_order.hpp"
 #include "sdp/io/channel.hpp"
 #include "sdp/iwarp/mpa.hpp"
 #include "sdp/wire/message.hpp"
@@ -29,66 +30,69 @@
 
 namespace sdp {
 
-const char* to_string(Transport t) {
-    switch (t) {
-        case Transport::sdp:
-            return "sdp";
-        case Transport::tcp:
-            return "tcp";
-        case Transport::none:
-            break;
+namespace {
+
+// An enum's names: to_string gives the first entry for a value (`other` for
+// a value not listed), parse accepts every entry.
+template <typename E>
+struct Named {
+    E value;
+    const char* name;
+};
+
+template <typename E, std::size_t N>
+const char* name_of(const Named<E> (&names)[N], E v, const char* other) {
+    for (const auto& n : names) {
+        if (n.value == v) {
+            return n.name;
+        }
     }
-    return "none";
+    return other;
+}
+
+template <typename E, std::size_t N>
+std::optional<E> parse_name(const Named<E> (&names)[N], std::string_view name) {
+    for (const auto& n : names) {
+        if (name == n.name) {
+            return n.value;
+        }
+    }
+    return std::nullopt;
+}
+
+constexpr Named<Transport> kTransportNames[] = {
+    {Transport::sdp, "sdp"}, {Transport::tcp, "tcp"}, {Transport::none, "none"}};
+
+constexpr Named<Provider> kProviderNames[] = {{Provider::soft, "soft"},
+                                              {Provider::rdma, "rdma"},
+                                              {Provider::automatic, "auto"},
+                                              {Provider::automatic, "automatic"}};
+
+constexpr Named<Mechanism> kMechanismNames[] = {{Mechanism::bcopy, "bcopy"},
+                                                {Mechanism::zcopy, "zcopy"},
+                                                {Mechanism::automatic, "auto"},
+                                                {Mechanism::automatic, "automatic"}};
+
+}  // namespace
+
+const char* to_string(Transport t) {
+    return name_of(kTransportNames, t, "none");
 }
 
 const char* to_string(Provider p) {
-    switch (p) {
-        case Provider::soft:
-            return "soft";
-        case Provider::rdma:
-            return "rdma";
-        case Provider::automatic:
-            break;
-    }
-    return "auto";
+    return name_of(kProviderNames, p, "auto");
 }
 
 std::optional<Provider> parse_provider(std::string_view name) {
-    if (name == "soft") {
-        return Provider::soft;
-    }
-    if (name == "rdma") {
-        return Provider::rdma;
-    }
-    if (name == "auto" || name == "automatic") {
-        return Provider::automatic;
-    }
-    return std::nullopt;
+    return parse_name(kProviderNames, name);
 }
 
 const char* to_string(Mechanism m) {
-    switch (m) {
-        case Mechanism::bcopy:
-            return "bcopy";
-        case Mechanism::zcopy:
-            return "zcopy";
-        case Mechanism::automatic:
-            break;
-    }
-    return "auto";
+    return name_of(kMechanismNames, m, "auto");
 }
 
 std::optional<Mechanism> parse_mechanism(std::string_view name) {
-    if (name == "bcopy") {
-        return Mechanism::bcopy;
-    }
-    if (name == "zcopy") {
-        return Mechanism::zcopy;
-    }
-    if (name == "auto" || name == "automatic") {
-        return Mechanism::automatic;
-    }
-    return std::nullopt;
+    return parse_name(kMechanismNames, name);
 }
 
 bool rdma_available(std::string* why) {
@@ -878,76 +882,30 @@ constexpr std::size_t kHandoffMaxData = 64u * 1024 * 1024;
 // The largest receive Private Buffer take_over() accepts from a Handoff.
 constexpr std::uint32_t kHandoffMaxBuffer = 16u * 1024 * 1024;
 
-void put_u16(std::vector<std::uint8_t>& b, std::uint16_t v) {
-    b.push_back(static_cast<std::uint8_t>(v >> 8));
-    b.push_back(static_cast<std::uint8_t>(v));
-}
-
-void put_u32(std::vector<std::uint8_t>& b, std::uint32_t v) {
-    put_u16(b, static_cast<std::uint16_t>(v >> 16));
-    put_u16(b, static_cast<std::uint16_t>(v));
-}
-
 void put_endpoint(std::vector<std::uint8_t>& b, const pm::Endpoint& e) {
     const bool v4 = e.address.is_v4();
     b.push_back(v4 ? 4 : 6);
     const auto& a = e.address.bytes();
     b.insert(b.end(), a.begin(), a.begin() + (v4 ? 4 : 16));
-    put_u16(b, e.port);
+    bytes::put16(b, e.port);
 }
 
-// Reads from the front of `in`; every get fails (false) past its end.
-struct Reader {
-    std::span<const std::uint8_t> in;
-    bool take(std::size_t n, std::span<const std::uint8_t>& out) {
-        if (in.size() < n) {
-            return false;
-        }
-        out = in.first(n);
-        in = in.subspan(n);
-        return true;
+// put_endpoint's inverse; false past the end of `r` or on a bad family.
+bool read_endpoint(bytes::Reader& r, pm::Endpoint& e) {
+    std::uint8_t fam = 0;
+    std::span<const std::uint8_t> a;
+    if (!r.u8(fam) || (fam != 4 && fam != 6) || !r.take(fam == 4 ? 4 : 16, a)) {
+        return false;
     }
-    bool u8(std::uint8_t& v) {
-        std::span<const std::uint8_t> s;
-        if (!take(1, s)) {
-            return false;
-        }
-        v = s[0];
-        return true;
+    if (fam == 4) {
+        e.address = pm::IpAddress::v4({a[0], a[1], a[2], a[3]});
+    } else {
+        std::array<std::uint8_t, 16> b{};
+        std::copy(a.begin(), a.end(), b.begin());
+        e.address = pm::IpAddress::v6(b);
     }
-    bool u16(std::uint16_t& v) {
-        std::span<const std::uint8_t> s;
-        if (!take(2, s)) {
-            return false;
-        }
-        v = static_cast<std::uint16_t>((s[0] << 8) | s[1]);
-        return true;
-    }
-    bool u32(std::uint32_t& v) {
-        std::uint16_t hi = 0;
-        std::uint16_t lo = 0;
-        if (!u16(hi) || !u16(lo)) {
-            return false;
-        }
-        v = (static_cast<std::uint32_t>(hi) << 16) | lo;
-        return true;
-    }
-    bool endpoint(pm::Endpoint& e) {
-        std::uint8_t fam = 0;
-        std::span<const std::uint8_t> a;
-        if (!u8(fam) || (fam != 4 && fam != 6) || !take(fam == 4 ? 4 : 16, a)) {
-            return false;
-        }
-        if (fam == 4) {
-            e.address = pm::IpAddress::v4({a[0], a[1], a[2], a[3]});
-        } else {
-            std::array<std::uint8_t, 16> b{};
-            std::copy(a.begin(), a.end(), b.begin());
-            e.address = pm::IpAddress::v6(b);
-        }
-        return u16(e.port);
-    }
-};
+    return r.u16(e.port);
+}
 
 std::error_code errc(std::errc e) {
     return std::make_error_code(e);
@@ -961,20 +919,20 @@ std::vector<std::uint8_t> Handoff::encode() const {
     b.insert(b.end(), std::begin(kHandoffMagic), std::end(kHandoffMagic));
     b.push_back(kHandoffVersion);
     b.push_back(static_cast<std::uint8_t>((write_shut ? 1 : 0) | (peer_accepted ? 2 : 0)));
-    put_u16(b, ird);
-    put_u16(b, ord);
-    put_u32(b, recv_buf_size);
+    bytes::put16(b, ird);
+    bytes::put16(b, ord);
+    bytes::put32(b, recv_buf_size);
     put_endpoint(b, peer);
     put_endpoint(b, local);
-    put_u32(b, static_cast<std::uint32_t>(unread.size()));
-    put_u32(b, static_cast<std::uint32_t>(unsent.size()));
+    bytes::put32(b, static_cast<std::uint32_t>(unread.size()));
+    bytes::put32(b, static_cast<std::uint32_t>(unsent.size()));
     b.insert(b.end(), unread.begin(), unread.end());
     b.insert(b.end(), unsent.begin(), unsent.end());
     return b;
 }
 
-std::optional<Handoff> Handoff::decode(std::span<const std::uint8_t> bytes) {
-    Reader r{bytes};
+std::optional<Handoff> Handoff::decode(std::span<const std::uint8_t> in) {
+    bytes::Reader r{in};
     std::span<const std::uint8_t> magic;
     std::uint8_t version = 0;
     std::uint8_t flags = 0;
@@ -983,8 +941,8 @@ std::optional<Handoff> Handoff::decode(std::span<const std::uint8_t> bytes) {
     std::uint32_t n_unsent = 0;
     if (!r.take(4, magic) || !std::equal(magic.begin(), magic.end(), std::begin(kHandoffMagic)) ||
         !r.u8(version) || version != kHandoffVersion || !r.u8(flags) || (flags & ~3u) != 0 ||
-        !r.u16(h.ird) || !r.u16(h.ord) || !r.u32(h.recv_buf_size) || !r.endpoint(h.peer) ||
-        !r.endpoint(h.local) || !r.u32(n_unread) || !r.u32(n_unsent)) {
+        !r.u16(h.ird) || !r.u16(h.ord) || !r.u32(h.recv_buf_size) || !read_endpoint(r, h.peer) ||
+        !read_endpoint(r, h.local) || !r.u32(n_unread) || !r.u32(n_unsent)) {
         return std::nullopt;
     }
     const std::uint64_t total = std::uint64_t{n_unread} + n_unsent;

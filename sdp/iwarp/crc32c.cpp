@@ -4,6 +4,8 @@
 #include <array>
 #include <cstring>
 
+#include "sdp/bytes/byte_order.hpp"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <nmmintrin.h>
@@ -37,11 +39,6 @@ constexpr Tables make_tables() {
 
 constexpr Tables kTables = make_tables();
 
-std::uint32_t load_le32(const std::uint8_t* p) {
-    return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
-           static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
-}
-
 using UpdateFn = std::uint32_t (*)(std::uint32_t, const std::uint8_t*, std::size_t);
 
 // Chosen once: carry-less multiply folding (VPCLMULQDQ + AVX-512), else the
@@ -60,8 +57,8 @@ namespace detail {
 std::uint32_t crc32c_update_sw(std::uint32_t state, const std::uint8_t* p, std::size_t n) {
     std::uint32_t c = state;
     while (n >= 8) {
-        const std::uint32_t lo = load_le32(p) ^ c;
-        const std::uint32_t hi = load_le32(p + 4);
+        const std::uint32_t lo = bytes::get32<bytes::Order::little>(p) ^ c;
+        const std::uint32_t hi = bytes::get32<bytes::Order::little>(p + 4);
         c = kTables[7][lo & 0xFFu] ^ kTables[6][(lo >> 8) & 0xFFu] ^
             kTables[5][(lo >> 16) & 0xFFu] ^ kTables[4][lo >> 24] ^ kTables[3][hi & 0xFFu] ^
             kTables[2][(hi >> 8) & 0xFFu] ^ kTables[1][(hi >> 16) & 0xFFu] ^ kTables[0][hi >> 24];

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sdp/iwarp/ddp_rdmap.hpp"
 
-#include "sdp/iwarp/byte_order.hpp"
+#include "sdp/bytes/byte_order.hpp"
 
 namespace sdp::iwarp {
 
@@ -24,7 +24,7 @@ Result<DdpSegment, DdpError> decode_ddp(std::span<const std::uint8_t> ulpdu) {
         return unexpected(DdpError::too_short);
     }
     DdpHeader h;
-    const std::uint16_t ctrl = be::get16(ulpdu.data());
+    const std::uint16_t ctrl = bytes::get16(ulpdu.data());
     h.tagged = (ctrl & kCtrlTagged) != 0;
     h.last = (ctrl & kCtrlLast) != 0;
     h.ddp_version = static_cast<std::uint8_t>((ctrl >> 8) & 3);
@@ -35,27 +35,27 @@ Result<DdpSegment, DdpError> decode_ddp(std::span<const std::uint8_t> ulpdu) {
     }
     const std::uint8_t* p = ulpdu.data() + 2;
     if (h.tagged) {
-        h.stag = be::get32(p);
-        h.to = be::get64(p + 4);
+        h.stag = bytes::get32(p);
+        h.to = bytes::get64(p + 4);
     } else {
-        h.inval_stag = be::get32(p);
-        h.qn = be::get32(p + 4);
-        h.msn = be::get32(p + 8);
-        h.mo = be::get32(p + 12);
+        h.inval_stag = bytes::get32(p);
+        h.qn = bytes::get32(p + 4);
+        h.msn = bytes::get32(p + 8);
+        h.mo = bytes::get32(p + 12);
     }
     return DdpSegment{h, ulpdu.subspan(h.size())};
 }
 
 void encode_ddp(std::vector<std::uint8_t>& out, const DdpHeader& h) {
-    be::put16(out, h.ctrl());
+    bytes::put16(out, h.ctrl());
     if (h.tagged) {
-        be::put32(out, h.stag);
-        be::put64(out, h.to);
+        bytes::put32(out, h.stag);
+        bytes::put64(out, h.to);
     } else {
-        be::put32(out, h.inval_stag);
-        be::put32(out, h.qn);
-        be::put32(out, h.msn);
-        be::put32(out, h.mo);
+        bytes::put32(out, h.inval_stag);
+        bytes::put32(out, h.qn);
+        bytes::put32(out, h.msn);
+        bytes::put32(out, h.mo);
     }
 }
 
@@ -71,20 +71,20 @@ Result<ReadRequest, DdpError> decode_read_request(std::span<const std::uint8_t> 
         return unexpected(DdpError::too_short);
     }
     ReadRequest r;
-    r.sink_stag = be::get32(p.data());
-    r.sink_to = be::get64(p.data() + 4);
-    r.size = be::get32(p.data() + 12);
-    r.src_stag = be::get32(p.data() + 16);
-    r.src_to = be::get64(p.data() + 20);
+    r.sink_stag = bytes::get32(p.data());
+    r.sink_to = bytes::get64(p.data() + 4);
+    r.size = bytes::get32(p.data() + 12);
+    r.src_stag = bytes::get32(p.data() + 16);
+    r.src_to = bytes::get64(p.data() + 20);
     return r;
 }
 
 void encode_read_request(std::vector<std::uint8_t>& out, const ReadRequest& r) {
-    be::put32(out, r.sink_stag);
-    be::put64(out, r.sink_to);
-    be::put32(out, r.size);
-    be::put32(out, r.src_stag);
-    be::put64(out, r.src_to);
+    bytes::put32(out, r.sink_stag);
+    bytes::put64(out, r.sink_to);
+    bytes::put32(out, r.size);
+    bytes::put32(out, r.src_stag);
+    bytes::put64(out, r.src_to);
 }
 
 Result<TerminateHeader, DdpError> decode_terminate(std::span<const std::uint8_t> p) {
@@ -103,7 +103,7 @@ Result<TerminateHeader, DdpError> decode_terminate(std::span<const std::uint8_t>
         if (p.size() < off + 2) {
             return unexpected(DdpError::too_short);
         }
-        t.ddp_segment_length = be::get16(p.data() + off);
+        t.ddp_segment_length = bytes::get16(p.data() + off);
         off += 2;
     }
     if (t.d) {
@@ -136,7 +136,7 @@ void encode_terminate(std::vector<std::uint8_t>& out, const TerminateHeader& t) 
         static_cast<std::uint8_t>((t.m ? 0x80 : 0) | (t.d ? 0x40 : 0) | (t.r ? 0x20 : 0)));
     out.push_back(0);
     if (t.m || t.d) {
-        be::put16(out, t.ddp_segment_length);
+        bytes::put16(out, t.ddp_segment_length);
     }
     if (t.d) {
         out.insert(out.end(), t.ddp_header.begin(), t.ddp_header.end());

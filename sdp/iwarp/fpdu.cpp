@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 
+#include "sdp/bytes/byte_order.hpp"
+
 namespace sdp::iwarp {
 
 const char* to_string(FpduError e) {
@@ -19,8 +21,7 @@ const char* to_string(FpduError e) {
 void frame_fpdu(FpduFrame& f, std::span<const std::uint8_t> header,
                 std::span<const std::uint8_t> payload, bool crc) {
     const std::size_t len = header.size() + payload.size();
-    f.prefix[0] = static_cast<std::uint8_t>(len >> 8);
-    f.prefix[1] = static_cast<std::uint8_t>(len);
+    bytes::store16(f.prefix, static_cast<std::uint16_t>(len));
     std::copy(header.begin(), header.end(), f.prefix + kFpduHeaderSize);
     f.prefix_len = static_cast<std::uint8_t>(kFpduHeaderSize + header.size());
     const std::size_t pad = fpdu_pad(len);
@@ -33,9 +34,7 @@ void frame_fpdu(FpduFrame& f, std::span<const std::uint8_t> header,
         c.update(std::span<const std::uint8_t>(f.trailer, pad));
         v = c.value();
     }
-    for (std::size_t i = 0; i < kFpduCrcSize; ++i) {
-        f.trailer[pad + i] = static_cast<std::uint8_t>(v >> (8 * i));
-    }
+    bytes::store32<bytes::Order::little>(f.trailer + pad, v);
     f.trailer_len = static_cast<std::uint8_t>(pad + kFpduCrcSize);
 }
 
@@ -47,8 +46,7 @@ void append_fpdu(std::vector<std::uint8_t>& out, std::span<const std::uint8_t> h
         // Geometric growth: FPDUs are appended one after another.
         out.reserve(std::max(start + fpdu_size(len), 2 * out.capacity()));
     }
-    out.push_back(static_cast<std::uint8_t>(len >> 8));
-    out.push_back(static_cast<std::uint8_t>(len));
+    bytes::put16(out, static_cast<std::uint16_t>(len));
     out.insert(out.end(), header.begin(), header.end());
     out.insert(out.end(), payload.begin(), payload.end());
     out.insert(out.end(), fpdu_pad(len), std::uint8_t{0});
@@ -56,26 +54,21 @@ void append_fpdu(std::vector<std::uint8_t>& out, std::span<const std::uint8_t> h
     if (crc) {
         v = crc32c(std::span<const std::uint8_t>(out).subspan(start));
     }
-    for (int i = 0; i < 4; ++i) {
-        out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-    }
+    bytes::put32<bytes::Order::little>(out, v);
 }
 
 std::size_t FpduReceiver::whole_fpdu(std::span<const std::uint8_t> in) {
     if (in.size() < kFpduHeaderSize) {
         return 0;
     }
-    const std::size_t len = static_cast<std::size_t>(in[0]) << 8 | in[1];
+    const std::size_t len = bytes::get16(in.data());
     if (len == 0 || len > max_ulpdu_ || in.size() < fpdu_size(len)) {
         return 0;
     }
     len_ = len;
     const std::size_t body = kFpduHeaderSize + len + fpdu_pad(len);
     if (crc_) {
-        const std::uint8_t* t = in.data() + body;
-        const std::uint32_t got =
-            static_cast<std::uint32_t>(t[0]) | static_cast<std::uint32_t>(t[1]) << 8 |
-            static_cast<std::uint32_t>(t[2]) << 16 | static_cast<std::uint32_t>(t[3]) << 24;
+        const std::uint32_t got = bytes::get32<bytes::Order::little>(in.data() + body);
         if (got != crc32c(in.first(body))) {
             error_ = FpduError::crc;
         }
@@ -90,7 +83,7 @@ std::size_t FpduReceiver::step(std::span<const std::uint8_t> in) {
             std::copy_n(in.begin(), n, hdr_ + hdr_fill_);
             hdr_fill_ += n;
             if (hdr_fill_ == kFpduHeaderSize) {
-                len_ = static_cast<std::size_t>(hdr_[0]) << 8 | hdr_[1];
+                len_ = bytes::get16(hdr_);
                 if (len_ == 0 || len_ > max_ulpdu_) {
                     error_ = FpduError::length;
                     return n;
@@ -127,10 +120,7 @@ std::size_t FpduReceiver::step(std::span<const std::uint8_t> in) {
             std::copy_n(in.begin(), n, trailer_ + trailer_fill_);
             trailer_fill_ += n;
             if (trailer_fill_ == kFpduCrcSize) {
-                const std::uint32_t got = static_cast<std::uint32_t>(trailer_[0]) |
-                                          static_cast<std::uint32_t>(trailer_[1]) << 8 |
-                                          static_cast<std::uint32_t>(trailer_[2]) << 16 |
-                                          static_cast<std::uint32_t>(trailer_[3]) << 24;
+                const std::uint32_t got = bytes::get32<bytes::Order::little>(trailer_);
                 if (crc_ && got != crc32_.value()) {
                     error_ = FpduError::crc;
                     return n;

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "sdp/iwarp/byte_order.hpp"
+#include "sdp/bytes/byte_order.hpp"
 
 namespace sdp::iwarp {
 namespace {
@@ -70,7 +70,7 @@ Result<MpaDecoded, MpaError> decode_mpa_frame(std::span<const std::uint8_t> in) 
     f.reject = (flags & kMpaFlagReject) != 0;
     f.enhanced = (flags & kMpaFlagEnhanced) != 0;
     f.rev = in[17];
-    const std::size_t pd_len = be::get16(&in[18]);
+    const std::size_t pd_len = bytes::get16(&in[18]);
     if (pd_len > kMpaMaxPrivateData) {
         return unexpected(MpaError::pd_too_long);
     }
@@ -96,7 +96,7 @@ Result<std::vector<std::uint8_t>, MpaError> encode_mpa_frame(const MpaFrame& f) 
     flags |= f.enhanced ? kMpaFlagEnhanced : 0;
     out.push_back(flags);
     out.push_back(f.rev);
-    be::put16(out, static_cast<std::uint16_t>(f.private_data.size()));
+    bytes::put16(out, static_cast<std::uint16_t>(f.private_data.size()));
     out.insert(out.end(), f.private_data.begin(), f.private_data.end());
     return out;
 }
@@ -106,13 +106,15 @@ std::array<std::uint8_t, kMpaV2BlockSize> encode_mpa_v2(const MpaV2Params& p) {
         static_cast<std::uint16_t>((p.p2p ? 0x8000 : 0) | (p.send_rtr ? 0x4000 : 0) | cap14(p.ird));
     const auto ord = static_cast<std::uint16_t>((p.write_rtr ? 0x8000 : 0) |
                                                 (p.read_rtr ? 0x4000 : 0) | cap14(p.ord));
-    return {static_cast<std::uint8_t>(ird >> 8), static_cast<std::uint8_t>(ird),
-            static_cast<std::uint8_t>(ord >> 8), static_cast<std::uint8_t>(ord)};
+    std::array<std::uint8_t, kMpaV2BlockSize> b{};
+    bytes::store16(b.data(), ird);
+    bytes::store16(b.data() + 2, ord);
+    return b;
 }
 
 MpaV2Params decode_mpa_v2(std::span<const std::uint8_t, kMpaV2BlockSize> b) {
-    const std::uint16_t ird = be::get16(b.data());
-    const std::uint16_t ord = be::get16(b.data() + 2);
+    const std::uint16_t ird = bytes::get16(b.data());
+    const std::uint16_t ord = bytes::get16(b.data() + 2);
     MpaV2Params p;
     p.p2p = (ird & 0x8000) != 0;
     p.send_rtr = (ird & 0x4000) != 0;
@@ -169,7 +171,7 @@ std::size_t MpaNegotiator::on_bytes(std::span<const std::uint8_t> in) {
            (state_ == MpaState::awaiting_reply || state_ == MpaState::awaiting_request)) {
         std::size_t want = kMpaHeaderSize - std::min(in_.size(), kMpaHeaderSize);
         if (in_.size() >= kMpaHeaderSize) {
-            want = kMpaHeaderSize + be::get16(&in_[18]) - in_.size();
+            want = kMpaHeaderSize + bytes::get16(&in_[18]) - in_.size();
         }
         const std::size_t take = std::min(want, in.size() - used);
         in_.insert(in_.end(), in.begin() + static_cast<std::ptrdiff_t>(used),

@@ -6,41 +6,21 @@
 #include <iterator>
 #include <type_traits>
 
+#include "sdp/bytes/byte_order.hpp"
 #include "sdp/wire/message.hpp"
 
 namespace sdp::wire {
 namespace {
 
-std::uint16_t get16(std::span<const std::uint8_t> b, std::size_t at) {
-    return static_cast<std::uint16_t>((b[at] << 8) | b[at + 1]);
-}
-
-std::uint32_t get32(std::span<const std::uint8_t> b, std::size_t at) {
-    return (std::uint32_t{b[at]} << 24) | (std::uint32_t{b[at + 1]} << 16) |
-           (std::uint32_t{b[at + 2]} << 8) | std::uint32_t{b[at + 3]};
-}
-
-std::uint64_t get64(std::span<const std::uint8_t> b, std::size_t at) {
-    return (std::uint64_t{get32(b, at)} << 32) | get32(b, at + 4);
-}
+using bytes::get16;
+using bytes::get32;
+using bytes::get64;
+using bytes::put16;
+using bytes::put32;
+using bytes::put64;
 
 void put8(std::vector<std::uint8_t>& o, std::uint8_t v) {
     o.push_back(v);
-}
-
-void put16(std::vector<std::uint8_t>& o, std::uint16_t v) {
-    o.push_back(static_cast<std::uint8_t>(v >> 8));
-    o.push_back(static_cast<std::uint8_t>(v));
-}
-
-void put32(std::vector<std::uint8_t>& o, std::uint32_t v) {
-    put16(o, static_cast<std::uint16_t>(v >> 16));
-    put16(o, static_cast<std::uint16_t>(v));
-}
-
-void put64(std::vector<std::uint8_t>& o, std::uint64_t v) {
-    put32(o, static_cast<std::uint32_t>(v >> 32));
-    put32(o, static_cast<std::uint32_t>(v));
 }
 
 // Extended header size for each MID (Figure 3).
@@ -299,12 +279,12 @@ std::variant<Bsdh, DecodeError> decode_bsdh(std::span<const std::uint8_t> b) {
     if (b.size() < kBsdhSize)
         return DecodeError::too_short;
     Bsdh h;
-    h.bufs = get16(b, 0);
+    h.bufs = get16(b.data());
     h.flags = static_cast<std::uint8_t>(b[2] & flag::known);
     h.mid = static_cast<Mid>(b[3]);
-    h.len = get32(b, 4);
-    h.mseq = get32(b, 8);
-    h.mseq_ack = get32(b, 12);
+    h.len = get32(b.data() + 4);
+    h.mseq = get32(b.data() + 8);
+    h.mseq_ack = get32(b.data() + 12);
     return h;
 }
 
@@ -339,24 +319,24 @@ DecodeResult decode(std::span<const std::uint8_t> b) {
     switch (h.mid) {
         case Mid::hello: {
             Hello v;
-            v.max_adverts = get16(b, x);
+            v.max_adverts = get16(b.data() + x);
             v.minor = static_cast<std::uint8_t>(b[x + 3] >> 4);
             v.major = static_cast<std::uint8_t>(b[x + 3] & 0x0F);
-            v.des_rem_rcv_sz = get32(b, x + 4);
-            v.local_rcv_sz = get32(b, x + 8);
-            v.loc_ird = get16(b, x + 12);
-            v.loc_ord = get16(b, x + 14);
+            v.des_rem_rcv_sz = get32(b.data() + x + 4);
+            v.local_rcv_sz = get32(b.data() + x + 8);
+            v.loc_ird = get16(b.data() + x + 12);
+            v.loc_ord = get16(b.data() + x + 14);
             m.body = v;
             break;
         }
         case Mid::hello_ack: {
             HelloAck v;
-            v.max_adverts = get16(b, x);
+            v.max_adverts = get16(b.data() + x);
             v.minor = static_cast<std::uint8_t>(b[x + 3] >> 4);
             v.major = static_cast<std::uint8_t>(b[x + 3] & 0x0F);
-            v.act_rcv_sz = get32(b, x + 4);
-            v.loc_ird = get16(b, x + 8);
-            v.loc_ord = get16(b, x + 10);
+            v.act_rcv_sz = get32(b.data() + x + 4);
+            v.loc_ird = get16(b.data() + x + 8);
+            v.loc_ord = get16(b.data() + x + 10);
             m.body = v;
             break;
         }
@@ -370,13 +350,13 @@ DecodeResult decode(std::span<const std::uint8_t> b) {
             m.body = SendSm{};
             break;
         case Mid::rdma_wr_compl:
-            m.body = RdmaWrCompl{get32(b, x)};
+            m.body = RdmaWrCompl{get32(b.data() + x)};
             break;
         case Mid::rdma_rd_compl:
-            m.body = RdmaRdCompl{get32(b, x)};
+            m.body = RdmaRdCompl{get32(b.data() + x)};
             break;
         case Mid::mode_change: {
-            const std::uint32_t w = get32(b, x);
+            const std::uint32_t w = get32(b.data() + x);
             const std::uint32_t mode = (w >> 1) & 0x7u;
             if (mode > 2)
                 return DecodeError::reserved_mode;
@@ -393,32 +373,32 @@ DecodeResult decode(std::span<const std::uint8_t> b) {
             m.body = SinkCancelAck{};
             break;
         case Mid::ch_rcv_buf:
-            m.body = ChRcvBuf{get32(b, x)};
+            m.body = ChRcvBuf{get32(b.data() + x)};
             break;
         case Mid::ch_rcv_buf_ack:
-            m.body = ChRcvBufAck{get32(b, x)};
+            m.body = ChRcvBufAck{get32(b.data() + x)};
             break;
         case Mid::susp_comm:
-            m.body = SuspComm{get16(b, x + 4)};
+            m.body = SuspComm{get16(b.data() + x + 4)};
             break;
         case Mid::susp_comm_ack:
             m.body = SuspCommAck{};
             break;
         case Mid::src_avail: {
             SrcAvail v;
-            v.len = get32(b, x);
-            v.stag = get32(b, x + 4);
-            v.va = get64(b, x + 8);
+            v.len = get32(b.data() + x);
+            v.stag = get32(b.data() + x + 4);
+            v.va = get64(b.data() + x + 8);
             v.payload = payload(x + kSrcAvailHeaderSize);
             m.body = std::move(v);
             break;
         }
         case Mid::sink_avail: {
             SinkAvail v;
-            v.len = get32(b, x);
-            v.stag = get32(b, x + 4);
-            v.va = get64(b, x + 8);
-            v.non_discards = get32(b, x + 16);
+            v.len = get32(b.data() + x);
+            v.stag = get32(b.data() + x + 4);
+            v.va = get64(b.data() + x + 8);
+            v.non_discards = get32(b.data() + x + 16);
             v.payload = payload(x + kSinkAvailHeaderSize);
             m.body = std::move(v);
             break;

@@ -13,8 +13,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # The cores as they are, then one planted file per rule.
-(cd "$src" && git ls-files -z daemon/core libpmclient sdp/wire sdp/engine sdp/iwarp sdp/soft sdp/preload/rules.hpp sdp/preload/rules.cpp 2>/dev/null ||
-   find daemon/core libpmclient sdp/wire sdp/engine sdp/iwarp sdp/soft sdp/preload/rules.hpp sdp/preload/rules.cpp -type f -print0) |
+(cd "$src" && git ls-files -z daemon/core libpmclient sdp/bytes sdp/wire sdp/engine sdp/iwarp sdp/soft sdp/preload/rules.hpp sdp/preload/rules.cpp 2>/dev/null ||
+   find daemon/core libpmclient sdp/bytes sdp/wire sdp/engine sdp/iwarp sdp/soft sdp/preload/rules.hpp sdp/preload/rules.cpp -type f -print0) |
   (cd "$src" && xargs -0 cp --parents -t "$tmp")
 "$check" "$tmp" >/dev/null || fail "a plain copy of the cores is not clean"
 

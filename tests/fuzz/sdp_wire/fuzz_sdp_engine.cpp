@@ -23,6 +23,7 @@
 #include <variant>
 #include <vector>
 
+#include "sdp/bytes/byte_order.hpp"
 #include "sdp/engine/connection.hpp"
 #include "sdp/wire/message.hpp"
 
@@ -183,20 +184,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 m[3] = arg.size() > 2 ? mids[arg[2] % 16] : 0xFF;
                 if (arg.size() > 3)
                     m.insert(m.end(), arg.begin() + 3, arg.end());
-                const auto n = static_cast<std::uint32_t>(m.size());
-                m[4] = static_cast<std::uint8_t>(n >> 24);
-                m[5] = static_cast<std::uint8_t>(n >> 16);
-                m[6] = static_cast<std::uint8_t>(n >> 8);
-                m[7] = static_cast<std::uint8_t>(n);
-                m[8] = static_cast<std::uint8_t>(mseq >> 24);
-                m[9] = static_cast<std::uint8_t>(mseq >> 16);
-                m[10] = static_cast<std::uint8_t>(mseq >> 8);
-                m[11] = static_cast<std::uint8_t>(mseq);
-                const std::uint32_t ack = c.next_mseq() - 1;
-                m[12] = static_cast<std::uint8_t>(ack >> 24);
-                m[13] = static_cast<std::uint8_t>(ack >> 16);
-                m[14] = static_cast<std::uint8_t>(ack >> 8);
-                m[15] = static_cast<std::uint8_t>(ack);
+                sdp::bytes::store32(&m[4], static_cast<std::uint32_t>(m.size()));
+                sdp::bytes::store32(&m[8], mseq);
+                sdp::bytes::store32(&m[12], c.next_mseq() - 1);
                 ++mseq;
                 qp.saw(m);
                 c.on_recv(m, false);
@@ -224,7 +214,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 (void)c.read_oob();
                 break;
             case 8:  // Local Peer: SuspComm (13.1.1 step 2), port from arg (0 refused)
-                c.suspend(len > 1 ? static_cast<std::uint16_t>(arg[0] << 8 | arg[1]) : 0);
+                c.suspend(len > 1 ? sdp::bytes::get16(arg.data()) : 0);
                 break;
             case 9: {  // the old LLP goes; a new one if the engine waits for it
                 if (len == 0 || arg[0] != 0xEF)

@@ -25,6 +25,7 @@
 #include <span>
 #include <vector>
 
+#include "sdp/bytes/byte_order.hpp"
 #include "sdp/iwarp/ddp_rdmap.hpp"
 #include "sdp/iwarp/fpdu.hpp"
 #include "sdp/soft/soft_session.hpp"
@@ -51,38 +52,6 @@ void move(io::SoftSession& from, io::SoftSession& to) {
         to.on_bytes(out);
     }
 }
-
-struct Reader {
-    std::span<const std::uint8_t> in;
-    bool take(std::size_t n, std::span<const std::uint8_t>& out) {
-        if (in.size() < n) {
-            return false;
-        }
-        out = in.first(n);
-        in = in.subspan(n);
-        return true;
-    }
-    bool u8(std::uint8_t& v) {
-        std::span<const std::uint8_t> b;
-        if (!take(1, b)) {
-            return false;
-        }
-        v = b[0];
-        return true;
-    }
-    bool u16(std::uint16_t& v) {
-        std::span<const std::uint8_t> b;
-        if (!take(2, b)) {
-            return false;
-        }
-        v = static_cast<std::uint16_t>(b[0] | b[1] << 8);
-        return true;
-    }
-};
-
-}  // namespace
-
-namespace {
 
 // One Accepting Peer and the byte stream it delivered.
 struct Peer {
@@ -148,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!ca.start() || !cb.start() || !establish(ca, a.s) || !establish(cb, b.s)) {
         std::abort();  // the set-up itself is not under test
     }
-    Reader r{std::span<const std::uint8_t>(data, size)};
+    bytes::LeReader r{std::span<const std::uint8_t>(data, size)};
     std::uint32_t msn = 1;
     std::uint8_t op = 0;
     while (r.u8(op)) {

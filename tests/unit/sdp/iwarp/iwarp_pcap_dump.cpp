@@ -11,6 +11,7 @@
 #include <string>
 
 #include "iwarp_pair.hpp"
+#include "sdp/bytes/byte_order.hpp"
 #include "sdp/iwarp/fpdu.hpp"
 
 using namespace sdp::iwarp;
@@ -21,26 +22,23 @@ namespace {
 
 constexpr std::size_t kMss = 1460;
 
+using sdp::bytes::Order;
+using sdp::bytes::store16;
+using sdp::bytes::store32;
+
 void put_le32(std::ostream& o, std::uint32_t v) {
-    const char b[4] = {static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16),
-                       static_cast<char>(v >> 24)};
-    o.write(b, 4);
+    std::uint8_t b[4];
+    store32<Order::little>(b, v);
+    o.write(reinterpret_cast<const char*>(b), 4);
 }
 void put_le16(std::ostream& o, std::uint16_t v) {
-    const char b[2] = {static_cast<char>(v), static_cast<char>(v >> 8)};
-    o.write(b, 2);
-}
-void be16(Bytes& b, std::size_t off, std::uint16_t v) {
-    b[off] = static_cast<std::uint8_t>(v >> 8);
-    b[off + 1] = static_cast<std::uint8_t>(v);
-}
-void be32(Bytes& b, std::size_t off, std::uint32_t v) {
-    be16(b, off, static_cast<std::uint16_t>(v >> 16));
-    be16(b, off + 2, static_cast<std::uint16_t>(v));
+    std::uint8_t b[2];
+    store16<Order::little>(b, v);
+    o.write(reinterpret_cast<const char*>(b), 2);
 }
 std::uint16_t inet_checksum(const std::uint8_t* p, std::size_t n, std::uint32_t sum = 0) {
     for (std::size_t i = 0; i + 1 < n; i += 2) {
-        sum += static_cast<std::uint32_t>(p[i] << 8 | p[i + 1]);
+        sum += sdp::bytes::get16(p + i);
     }
     if (n & 1) {
         sum += static_cast<std::uint32_t>(p[n - 1] << 8);
@@ -78,34 +76,34 @@ class PcapWriter {
         const std::uint8_t mac_s[6] = {2, 0, 0, 0, 0, 2};
         std::memcpy(&f[0], from_client ? mac_s : mac_c, 6);
         std::memcpy(&f[6], from_client ? mac_c : mac_s, 6);
-        be16(f, 12, 0x0800);
+        store16(&f[12], 0x0800);
         // IPv4
         const std::size_t ip = 14;
         f[ip] = 0x45;
-        be16(f, ip + 2, static_cast<std::uint16_t>(40 + payload.size()));
-        be16(f, ip + 4, ip_id_++);
-        be16(f, ip + 6, 0x4000);  // DF
+        store16(&f[ip + 2], static_cast<std::uint16_t>(40 + payload.size()));
+        store16(&f[ip + 4], ip_id_++);
+        store16(&f[ip + 6], 0x4000);  // DF
         f[ip + 8] = 64;
         f[ip + 9] = 6;
-        be32(f, ip + 12, src_ip);
-        be32(f, ip + 16, dst_ip);
-        be16(f, ip + 10, inet_checksum(&f[ip], 20));
+        store32(&f[ip + 12], src_ip);
+        store32(&f[ip + 16], dst_ip);
+        store16(&f[ip + 10], inet_checksum(&f[ip], 20));
         // TCP
         const std::size_t t = ip + 20;
-        be16(f, t, sport);
-        be16(f, t + 2, dport);
-        be32(f, t + 4, seq);
-        be32(f, t + 8, (flags & 0x10) ? ack : 0);
+        store16(&f[t], sport);
+        store16(&f[t + 2], dport);
+        store32(&f[t + 4], seq);
+        store32(&f[t + 8], (flags & 0x10) ? ack : 0);
         f[t + 12] = 0x50;
         f[t + 13] = flags;
-        be16(f, t + 14, 65535);
+        store16(&f[t + 14], 65535);
         if (!payload.empty()) {
             std::memcpy(&f[t + 20], payload.data(), payload.size());
         }
         std::uint32_t pseudo = (src_ip >> 16) + (src_ip & 0xFFFF) + (dst_ip >> 16) +
                                (dst_ip & 0xFFFF) + 6 +
                                static_cast<std::uint32_t>(20 + payload.size());
-        be16(f, t + 16, inet_checksum(&f[t], 20 + payload.size(), pseudo));
+        store16(&f[t + 16], inet_checksum(&f[t], 20 + payload.size(), pseudo));
         seq += static_cast<std::uint32_t>(payload.size()) + ((flags & 0x02) ? 1 : 0);
         // record
         ++usec_;
