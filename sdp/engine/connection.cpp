@@ -311,7 +311,7 @@ bool Connection::on_message(std::span<const std::uint8_t> bytes, std::size_t len
 
     // Validation: Len, then the whole message unless it is Data (whose
     // payload stays where it is), then MSeq/MSeqAck.
-    if (len > cfg_.recv_buf_size) {
+    if (len > consumed_buffer_size()) {
         go_reset(Error::oversize);
         return false;
     }
@@ -361,6 +361,7 @@ bool Connection::on_message(std::span<const std::uint8_t> bytes, std::size_t len
         go_reset(e != Error::none ? e : Error::unexpected_message);
         return false;
     }
+    ack_resize_if_due();
     pump();
     return state_ == State::established;
 }
@@ -451,9 +452,13 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                 state_ = State::reset;
                 drop_queues();
             } else if constexpr (std::is_same_v<T, w::ChRcvBuf>) {
-                // 10.6: unable to resize, answer with the current size.
+                if (!on_ch_rcv_buf(v))
+                    return false;
                 deliver(none, 0);
-                control_.push_back(Control{w::ChRcvBufAck{cfg_.recv_buf_size}});
+            } else if constexpr (std::is_same_v<T, w::ChRcvBufAck>) {
+                if (!on_ch_rcv_buf_ack(v))
+                    return false;
+                deliver(none, 0);
             } else if constexpr (std::is_same_v<T, w::SuspComm>) {
                 if (!on_susp_comm(v))
                     return false;
@@ -478,9 +483,7 @@ bool Connection::dispatch(w::Message& m, const Payload& payload) {
                     return false;
                 deliver(none, 0);
             } else {
-                // ChRcvBufAck: no resizing of ours to act on yet (10.6).
-                ++stats_.ignored;
-                deliver(none, 0);
+                static_assert(sizeof(T) == 0, "every SDP Message has its handling above");
             }
             return true;
         },
@@ -815,7 +818,7 @@ bool Connection::read_zcopy(std::span<std::uint8_t> out) {
     // 9.2 step 2a: a buffer smaller than the rest and than the threshold is
     // not worth an RDMA Read: Bcopy for the rest (9.5.2.1).
     // The Data Sink's threshold is at least its private buffer size (9.5.1).
-    if (n < rest && n < std::max<std::size_t>(cfg_.bcopy_threshold, cfg_.recv_buf_size)) {
+    if (n < rest && n < std::max<std::size_t>(cfg_.bcopy_threshold, announced_recv_size())) {
         force_bcopy();
         pump();
         return false;
@@ -1020,7 +1023,8 @@ bool Connection::post_sink(std::span<std::uint8_t> out) {
 bool Connection::lend(std::span<std::uint8_t> out, std::span<const std::uint8_t> request) {
     // 9.3 step 1 / 9.5.1: larger than the private buffers, and the Data
     // Sink's threshold is at least their size.
-    const std::size_t floor = std::max<std::size_t>(cfg_.bcopy_threshold, cfg_.recv_buf_size);
+    // 10.6: the size the peer knows until our ChRcvBufAck has gone.
+    const std::size_t floor = std::max<std::size_t>(cfg_.bcopy_threshold, announced_recv_size());
     if (state_ != State::established || dup_ != Dup::none || disconn_received() || llp_closed() ||
         rx_bytes_ != 0 || src_in_ || zread_ || zread_result_ || sink_out_ || !zcopy_capable() ||
         allowed().send_sink_avail == Limit::none || out.size() <= floor ||
@@ -1382,6 +1386,11 @@ void Connection::pump() {
         return;
     if (dup_ != Dup::none && pump_duplication())
         return;
+    // 10.6, the Local Peer's side: see Config::grow_peer_buffers.
+    if (cfg_.grow_peer_buffers && peer_recv_size_ < cfg_.send_buf_size &&
+        send_queued() >= 4 * std::size_t{peer_recv_size_}) {
+        ask_peer_resize(cfg_.send_buf_size);
+    }
     for (;;) {
         if (src_out_ && src_out_->forced)
             feed_forced_rest();
@@ -1606,6 +1615,130 @@ bool Connection::on_mode_change_msg(const w::ModeChange& m) {
     return true;
 }
 
+// -------------------------------------------- buffer resizing (10.6) ---
+
+std::uint32_t Connection::consumed_buffer_size() const {
+    // consumed_ counts the buffer just taken: index consumed_ - 1.
+    return consumed_ <= old_until_ ? old_size_ : cfg_.recv_buf_size;
+}
+
+std::uint32_t Connection::announced_recv_size() const {
+    return announced_ != 0 ? announced_ : cfg_.recv_buf_size;
+}
+
+bool Connection::on_ch_rcv_buf(const w::ChRcvBuf& v) {
+    ++stats_.ch_rcv_buf_received;
+    if (asked_) {
+        // 10.6.1: both asked at once (the peer sent this before it saw ours,
+        // or its ChRcvBufAck would have come first). The Accepting Peer
+        // disregards the Connecting Peer's; the Connecting Peer answers and
+        // takes its own as disregarded (it may ask again later: the MAY).
+        if (role_ == Role::accepting) {
+            ++stats_.ch_rcv_buf_disregarded;
+            return true;
+        }
+        peer_recv_size_ = asked_from_;  // the peer's buffers did not change
+        asked_.reset();
+    }
+    if (ack_due_)
+        return false;  // 10.6: a new ChRcvBuf before ours acknowledged it
+    const std::uint32_t cur = cfg_.recv_buf_size;
+    std::uint32_t to = cur;
+    if (qp_.resizable_recv()) {
+        // Never smaller than asked (a size below the minimum gets the
+        // minimum, 10 rule 4), never beyond what we allow, never the
+        // other way.
+        if (v.des_sz < cur)
+            to = std::max(v.des_sz, static_cast<std::uint32_t>(w::kMinPrivateBufferSize));
+        else if (v.des_sz > cur)
+            to = std::max(cur, std::min({v.des_sz, cfg_.max_recv_buf_size, kMaxBufferSize}));
+    }
+    if (to == cur) {
+        // Unable or unwilling: the original size (10.6), at once.
+        control_.push_back(Control{w::ChRcvBufAck{cur}});
+        return true;
+    }
+    ++stats_.recv_resizes;
+    // Buffers posted so far keep their size; those posted from now on have
+    // the new one (10.6.2: at once, not after the old ones completed).
+    old_until_ = posted_;
+    old_size_ = std::max(cur, old_size_);
+    announced_ = cur;
+    cfg_.recv_buf_size = to;
+    spare_.clear();  // private buffers of the old size
+    ack_due_ = to;
+    if (to < cur) {
+        // Smaller: acknowledged at once (the MAY); the peer already sends
+        // no more than `to`.
+        ack_due_.reset();
+        announced_ = to;
+        control_.push_back(Control{w::ChRcvBufAck{to}});
+    }
+    ack_resize_if_due();
+    return true;
+}
+
+void Connection::ack_resize_if_due() {
+    // 10.6: larger, acknowledged once every buffer of the old size was
+    // consumed; SinkAvail decisions use the new size from then on.
+    if (!ack_due_ || consumed_ < old_until_)
+        return;
+    control_.push_back(Control{w::ChRcvBufAck{*ack_due_}});
+    announced_ = *ack_due_;
+    ack_due_.reset();
+}
+
+bool Connection::on_ch_rcv_buf_ack(const w::ChRcvBufAck& v) {
+    if (!asked_) {
+        ++stats_.ignored;  // nothing of ours waits for it (as SinkCancelAck)
+        return true;
+    }
+    const std::uint32_t asked = *asked_;
+    const std::uint32_t from = asked_from_;
+    asked_.reset();
+    const std::uint32_t act = v.act_sz;
+    if (asked > from) {
+        // 10.6: increased or unchanged, never smaller.
+        if (act < from || act > kMaxBufferSize)
+            return false;
+        no_more_increase_ = act == from;
+    } else {
+        // Decreased, not below the size asked, or unchanged.
+        if (act > from || act < asked)
+            return false;
+        no_more_decrease_ = act == from;
+    }
+    peer_recv_size_ = act;  // the SHOULD: at once
+    return true;
+}
+
+bool Connection::request_peer_recv_size(std::uint32_t size) {
+    if (!ask_peer_resize(size))
+        return false;
+    pump();
+    return true;
+}
+
+bool Connection::ask_peer_resize(std::uint32_t size) {
+    if (state_ != State::established || dup_ != Dup::none || send_ != SendTeardown::open ||
+        asked_ || size == peer_recv_size_ || size < w::kMinPrivateBufferSize ||
+        size > kMaxBufferSize) {
+        return false;
+    }
+    const bool increase = size > peer_recv_size_;
+    if (increase ? no_more_increase_ : no_more_decrease_)
+        return false;
+    asked_ = size;
+    asked_from_ = peer_recv_size_;
+    control_.push_back(Control{w::ChRcvBuf{size}});
+    ++stats_.ch_rcv_buf_sent;
+    // 10.6: smaller at once (nothing of ours goes before the ChRcvBuf:
+    // control messages go first); larger only from the ChRcvBufAck on.
+    if (!increase)
+        peer_recv_size_ = size;
+    return true;
+}
+
 bool Connection::zcopy_capable() const {
     return qp_.rdma_capable() && cfg_.bcopy_threshold > 0;
 }
@@ -1740,6 +1873,13 @@ bool Connection::restart(Role role) {
     ord_ = cfg_.ord;
     peer_max_adverts_ = 0;
     peer_recv_size_ = 0;
+    // 10.6: the new connection's Hello/HelloAck tell the current size.
+    old_until_ = 0;
+    old_size_ = 0;
+    ack_due_.reset();
+    announced_ = 0;
+    asked_.reset();
+    no_more_increase_ = no_more_decrease_ = false;
     next_mseq_ = 1;
     last_rx_mseq_ = 0;
     sent_after_setup_ = 0;

@@ -26,8 +26,13 @@
 // with SinkCancelAck (9.5.5). Crossing SrcAvail/SinkAvail follow 11.3
 // (Write Zcopy wins). Transactions (9.4): transact() sends a SinkAvail with
 // the request as payload; a received one's payload is delivered. Not yet:
-// MaxAdverts above 1, receive buffer resizing (a ChRcvBuf is answered with
-// the unchanged size, 10.6). See docs/sdp-wire.md.
+// MaxAdverts above 1. See docs/sdp-wire.md.
+//
+// Receive buffer resizing (10.6): a peer's ChRcvBuf is granted within
+// Config::max_recv_buf_size when the QueuePair can post buffers of another
+// size (ChRcvBufAck at once for less, after the old buffers for more), or
+// answered with the unchanged size; request_peer_recv_size() asks the peer,
+// and a Data Source with a backlog asks on its own (grow_peer_buffers).
 //
 // Socket duplication (13.1.1, 13.1.2): a SuspComm from the peer is answered
 // as the Remote Peer (In-Process operations finish, SuspCommAck, quiet, LLP
@@ -65,6 +70,15 @@ struct Config {
     std::uint32_t send_buf_size = 16 * 1024;
     // Bytes write() buffers before it accepts no more.
     std::size_t send_queue_limit = 256 * 1024;
+    // Receive buffer resizing (10.6): a peer's ChRcvBuf asking for more is
+    // granted up to this size (when the QueuePair can resize, and never
+    // below recv_buf_size); one asking for less is granted down to its size.
+    std::uint32_t max_recv_buf_size = 256 * 1024;
+    // As Data Source with a backlog (at least 4 of the peer's buffers'
+    // worth queued) and a peer whose buffers are smaller than
+    // send_buf_size: ask it once for send_buf_size (ChRcvBuf, 10.6), so
+    // that fewer, larger messages carry the stream.
+    bool grow_peer_buffers = true;
     // Read Zcopy (9.2): write_zcopy() takes buffers larger than this, and a
     // read_zcopy() buffer smaller than both this and the advertised rest is
     // unsuitable (SendSm). 0: Bcopy only (a peer's SrcAvail gets SendSm).
@@ -186,6 +200,12 @@ struct Stats {
     std::uint64_t susp_comm_ack_received = 0;
     std::uint64_t susp_comm_disregarded = 0;
     std::uint64_t resumes = 0;
+    // Receive buffer resizing (10.6): ChRcvBufs sent and received, received
+    // ones disregarded (10.6.1), our receive buffer size changed.
+    std::uint64_t ch_rcv_buf_sent = 0;
+    std::uint64_t ch_rcv_buf_received = 0;
+    std::uint64_t ch_rcv_buf_disregarded = 0;
+    std::uint64_t recv_resizes = 0;
 };
 
 class Connection {
@@ -338,6 +358,16 @@ class Connection {
     // (9.5.5), and the buffer stays lent until sink_pending() is false.
     void cancel_sink();
 
+    // --- receive buffer resizing (10.6) -------------------------------------
+    // Local Peer: asks the peer to change its receive private buffers to
+    // `size` (ChRcvBuf). Smaller: our messages are at most `size` from now
+    // on; larger: from the peer's ChRcvBufAck on (peer_recv_size()). False,
+    // nothing sent: not established, duplicating, after shutdown_write(),
+    // one unacknowledged already, the current size, outside 37..2^31, or a
+    // change the peer refused before in that direction.
+    bool request_peer_recv_size(std::uint32_t size);
+    [[nodiscard]] bool peer_resize_pending() const { return asked_.has_value(); }
+
     // --- socket duplication (13.1.1, 13.1.2) ---------------------------------
     // Local Peer (step 2): In-Process operations finish (an advertised
     // SrcAvail of ours is cancelled, 9.5.4), then SuspComm with `dest_port`
@@ -407,6 +437,8 @@ class Connection {
     std::uint32_t send_credits() const;
     // Bufs this side would advertise now (6.1.3).
     std::uint32_t local_bufs() const;
+    // The size of the receive buffers posted from now on (10.6 may change
+    // it; buffers posted before keep theirs).
     std::uint32_t local_recv_size() const { return cfg_.recv_buf_size; }
     std::uint32_t peer_recv_size() const { return peer_recv_size_; }
     std::uint16_t ird() const { return ird_; }
@@ -507,6 +539,16 @@ class Connection {
     bool on_susp_comm(const wire::SuspComm& v);
     bool on_susp_comm_ack();
     bool pump_duplication();
+    // Receive buffer resizing (10.6): a ChRcvBuf / ChRcvBufAck received;
+    // false: a violation.
+    bool on_ch_rcv_buf(const wire::ChRcvBuf& v);
+    bool on_ch_rcv_buf_ack(const wire::ChRcvBufAck& v);
+    bool ask_peer_resize(std::uint32_t size);  // request_peer_recv_size() without pump()
+    // The largest message the buffer consumed last may hold.
+    [[nodiscard]] std::uint32_t consumed_buffer_size() const;
+    // The size the peer knows for our buffers (10.6: SinkAvail decisions).
+    [[nodiscard]] std::uint32_t announced_recv_size() const;
+    void ack_resize_if_due();
     // A received ModeChange (12): applied, or false (bad_mode_change).
     bool on_mode_change_msg(const wire::ModeChange& m);
     // What Figure 25 allows this end now.
@@ -674,6 +716,20 @@ class Connection {
 
     // Socket duplication (13.1.1): the machine, the peer's SuspComm port,
     // ours, and ours to send again after the new connection (13.1.2).
+    // Receive buffer resizing (10.6). Ours: buffers posted before the change
+    // (the first old_until_ ever posted) hold old_size_ bytes; an increase
+    // is acknowledged once they are all consumed (ack_due_), and until then
+    // the peer knows announced_ (SinkAvail decisions use it).
+    std::uint64_t old_until_ = 0;
+    std::uint32_t old_size_ = 0;
+    std::optional<std::uint32_t> ack_due_;
+    std::uint32_t announced_ = 0;
+    // The peer's, asked by us: the size asked and the size before.
+    std::optional<std::uint32_t> asked_;
+    std::uint32_t asked_from_ = 0;
+    bool no_more_increase_ = false;  // 10.6: refused once, never again
+    bool no_more_decrease_ = false;
+
     // Flow Control Modes (12): ours as Data Source, ours as Data Sink.
     Mode mode_out_ = Mode::combined;
     Mode mode_in_ = Mode::combined;

@@ -49,6 +49,11 @@ class QueuePair {
     // Post `count` more receive buffers, each of Connection::local_recv_size()
     // bytes, to the receive queue. Each incoming Send consumes one.
     virtual void post_recv(std::uint32_t count) = 0;
+    // Receive buffer resizing (10.6): true if post_recv() sizes each buffer
+    // by local_recv_size() at the time of the call (which changes when the
+    // peer's ChRcvBuf is granted). False: the engine answers every ChRcvBuf
+    // with the unchanged size.
+    [[nodiscard]] virtual bool resizable_recv() const { return false; }
 
     // --- zero copy (Read Zcopy 9.2, Write Zcopy 9.3). A provider without
     // RDMA Read and Write leaves rdma_capable() false: the engine then uses

@@ -304,6 +304,7 @@ void SoftSession::post_recv(std::uint32_t count) {
         if (!free_recv_.empty()) {
             id = free_recv_.back();
             free_recv_.pop_back();
+            recv_bufs_[id].resize(size);  // 10.6: the size may have changed
         } else {
             id = recv_bufs_.size();
             recv_bufs_.emplace_back(size);

@@ -150,6 +150,8 @@ class SoftSession final : private engine::QueuePair, private iwarp::UntaggedPlac
     void post_recv(std::uint32_t count) override;
     void disconnect(bool graceful) override;
     [[nodiscard]] bool rdma_capable() const override { return qp_ != nullptr; }
+    // Buffers are sized at each post (10.6).
+    [[nodiscard]] bool resizable_recv() const override { return true; }
     std::optional<engine::Region> register_region(std::span<std::uint8_t> mem,
                                                   engine::Access access) override;
     void invalidate_region(std::uint32_t stag) override;

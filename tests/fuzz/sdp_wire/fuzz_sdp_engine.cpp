@@ -65,6 +65,7 @@ class CheckingQp : public e::QueuePair {
     }
     void post_recv(std::uint32_t n) override { posted_ += n; }
     [[nodiscard]] bool rdma_capable() const override { return rdma_; }
+    [[nodiscard]] bool resizable_recv() const override { return rdma_; }  // 10.6 too
     std::optional<e::Region> register_region(std::span<std::uint8_t> mem,
                                              e::Access access) override {
         if (!rdma_)

@@ -178,7 +178,6 @@ inline void run_peer(sdptest::TcpListener& first, PeerReport& r) {
     }
     r.old_client = peer_of(fd);
     r.old_server = local_of(fd);
-    r.old_recv_size = peer.sdp().local_recv_size();
 
     sdptest::TcpListener second;  // step 1: the non-Controlling side's port
     r.new_port = second.port();
@@ -211,7 +210,10 @@ inline void run_peer(sdptest::TcpListener& first, PeerReport& r) {
             return fail("connection lost");
         }
         if (!suspended && r.received >= kBytes / 2 && r.sent >= kBytes / 2) {
-            // Step 2: SuspComm with the new port; nothing after it.
+            // Step 2: SuspComm with the new port; nothing after it. The
+            // size of our buffers now (a ChRcvBuf may have changed the one
+            // of the setup, 10.6) is what step 7a's HelloAck carries.
+            r.old_recv_size = peer.sdp().local_recv_size();
             if (!peer.sdp().suspend(r.new_port)) {
                 return fail("suspend refused");
             }

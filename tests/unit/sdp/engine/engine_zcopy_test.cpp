@@ -167,43 +167,34 @@ TEST(SdpEngineReadZcopy, SinkWithoutRdmaForcesBcopy) {
 
 // Hostile or broken Data Sources and Sinks: protocol violations (8.2.2).
 TEST(SdpEngineReadZcopy, ViolationsResetTheConnection) {
-    auto inject = [](Pair& p, w::Body body, std::uint32_t inv = 0) {
-        w::Message m;
-        m.bufs = 16;
-        m.mseq = p.b.last_received_mseq() + 1;
-        m.mseq_ack = p.b.next_mseq() - 1;
-        m.body = std::move(body);
-        p.qa.outbound.push_back(sdp::test::Packet{w::encode(m), false, false, inv});
-        p.run_to_b();
-    };
     const w::SrcAvail avail{.len = 100000, .stag = 77, .va = 0x1000, .payload = {1, 2, 3}};
     {
         ZPair p;  // a second SrcAvail while one is in process (11.2)
-        inject(p, avail);
-        inject(p, avail);
+        p.inject(avail);
+        p.inject(avail);
         EXPECT_EQ(p.b.state(), e::State::reset);
     }
     {
         ZPair p;  // Data with payload while a SrcAvail is in process (11.2)
-        inject(p, avail);
-        inject(p, w::Data{{9, 9}});
+        p.inject(avail);
+        p.inject(w::Data{{9, 9}});
         EXPECT_EQ(p.b.state(), e::State::reset);
     }
     {
         ZPair p;  // a SinkAvail with payload while a SrcAvail is in process (11.2)
-        inject(p, avail);
-        inject(p,
-               w::SinkAvail{.len = 100000, .stag = 5, .va = 0, .non_discards = 0, .payload = {7}});
+        p.inject(avail);
+        p.inject(
+            w::SinkAvail{.len = 100000, .stag = 5, .va = 0, .non_discards = 0, .payload = {7}});
         EXPECT_EQ(p.b.state(), e::State::reset);
     }
     {
         ZPair p;  // a Combined-Mode SrcAvail without payload (11.2)
-        inject(p, w::SrcAvail{.len = 100000, .stag = 77, .va = 0, .payload = {}});
+        p.inject(w::SrcAvail{.len = 100000, .stag = 77, .va = 0, .payload = {}});
         EXPECT_EQ(p.b.state(), e::State::reset);
     }
     {
         ZPair p;  // RdmaRdCompl with nothing advertised
-        inject(p, w::RdmaRdCompl{10});
+        p.inject(w::RdmaRdCompl{10});
         EXPECT_EQ(p.b.state(), e::State::reset);
     }
     {
@@ -212,20 +203,20 @@ TEST(SdpEngineReadZcopy, ViolationsResetTheConnection) {
         ASSERT_TRUE(p.b.write_zcopy(lent1));
         p.run_to_b();
         ASSERT_TRUE(p.b.zcopy_write_pending());
-        inject(p, w::RdmaRdCompl{200000});
+        p.inject(w::RdmaRdCompl{200000});
         EXPECT_EQ(p.b.state(), e::State::reset);
     }
     {
         ZPair p;
         const Bytes lent2 = pattern(100000, 1);  // lent until done
         ASSERT_TRUE(p.b.write_zcopy(lent2));
-        inject(p, w::RdmaRdCompl{100000 - 64}, 0xdead);
+        p.inject(w::RdmaRdCompl{100000 - 64}, 0xdead);
         EXPECT_EQ(p.b.state(), e::State::reset);
         EXPECT_TRUE(p.qb.regions.empty()) << "a reset invalidates the advertised buffer";
     }
     {
         ZPair p;  // Send with Invalidate on a message that may not carry it
-        inject(p, w::Data{{1}}, 5);
+        p.inject(w::Data{{1}}, 5);
         EXPECT_EQ(p.b.state(), e::State::reset);
     }
 }
@@ -234,24 +225,14 @@ TEST(SdpEngineReadZcopy, ViolationsResetTheConnection) {
 // In process: the read finishes, RdmaRdCompl, then SendSm for the rest, and
 // MSeqAck stays below the cancel's MSeq until then.
 TEST(SdpEngineReadZcopy, SrcAvailCancel) {
-    auto inject = [](Pair& p, w::Body body) {
-        w::Message m;
-        m.bufs = 16;
-        m.mseq = p.b.last_received_mseq() + 1;
-        m.mseq_ack = p.b.next_mseq() - 1;
-        m.body = std::move(body);
-        p.inject_to_b(w::encode(m));
-        p.run_to_b();
-        return m.mseq;
-    };
     Bytes source = pattern(100000, 9);
     {
         ZPair p;
-        inject(p, w::SrcAvail{.len = 100000, .stag = 77, .va = 0, .payload = {1}});
-        inject(p, w::SrcAvailCancel{});
+        p.inject(w::SrcAvail{.len = 100000, .stag = 77, .va = 0, .payload = {1}});
+        p.inject(w::SrcAvailCancel{});
         EXPECT_EQ(sent_with(p.qb.sent_log, w::Mid::send_sm).size(), 1u);
         EXPECT_EQ(p.b.zcopy_readable(), 0u);
-        inject(p, w::SrcAvailCancel{});  // all Processed now: ignored
+        p.inject(w::SrcAvailCancel{});  // all Processed now: ignored
         EXPECT_EQ(sent_with(p.qb.sent_log, w::Mid::send_sm).size(), 1u);
         EXPECT_EQ(p.b.state(), e::State::established);
     }
@@ -260,15 +241,14 @@ TEST(SdpEngineReadZcopy, SrcAvailCancel) {
         // a's QP holds the "source" region the injected SrcAvail names.
         auto region = p.qa.register_region(source, e::Access::remote_read);
         ASSERT_TRUE(region);
-        inject(p,
-               w::SrcAvail{
-                   .len = 100000, .stag = region->stag, .va = region->to, .payload = {source[0]}});
+        p.inject(w::SrcAvail{
+            .len = 100000, .stag = region->stag, .va = region->to, .payload = {source[0]}});
         Bytes out(30000);
         EXPECT_EQ(p.b.zcopy_readable(), 0u) << "the inline byte comes first";
         ASSERT_EQ(p.b.read(std::span(out).first(1)), 1u);
         ASSERT_TRUE(p.b.read_zcopy(out));
-        const auto cancel_mseq = inject(p, w::SrcAvailCancel{});
-        inject(p, w::SrcAvailCancel{});  // a second one may not raise the hold
+        const auto cancel_mseq = p.inject(w::SrcAvailCancel{});
+        p.inject(w::SrcAvailCancel{});  // a second one may not raise the hold
         // Other messages meanwhile keep MSeqAck below the cancel.
         ASSERT_EQ(p.b.write(pattern(100, 1)), 100u);
         ASSERT_FALSE(p.qb.outbound.empty());

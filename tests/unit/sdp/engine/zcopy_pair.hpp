@@ -110,17 +110,6 @@ struct ZPair : Pair {
         EXPECT_TRUE(b.post_sink(sink));
         run();
     }
-    // Injects one message from a to b as a's engine would number it.
-    std::uint32_t inject(w::Body body, std::uint32_t inv = 0) {
-        w::Message m;
-        m.bufs = 16;
-        m.mseq = b.last_received_mseq() + 1;
-        m.mseq_ack = b.next_mseq() - 1;
-        m.body = std::move(body);
-        qa.outbound.push_back(Packet{w::encode(m), false, false, inv});
-        run_to_b();
-        return m.mseq;
-    }
 };
 
 }  // namespace sdp::test
