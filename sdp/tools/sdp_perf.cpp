@@ -6,7 +6,8 @@
 //   sdp-perf [--sizes 64,4096,65536,1048576] [--time SECONDS] [--bytes N]
 //            [--no-crc] [--json] [--only sdp|tcp] [--no-latency]
 //            [--no-throughput] [--provider soft|rdma|auto] [--addr IP]
-//            [--mechanism bcopy|zcopy|auto] [--zcopy-threshold BYTES]
+//            [--mechanism bcopy|zcopy|auto[,...]|all] [--runs N]
+//            [--zcopy-threshold BYTES]
 //
 // --provider rdma needs an iWARP device; Linux siw does not work on lo with
 // rdma_cm, so pass --addr with the siw netdev's address (docs/rdma.md).
@@ -18,6 +19,12 @@
 // --only / --no-latency / --no-throughput restrict the run (for profiling);
 // ratios are then not printed. CPU: the process's user+system CPU seconds
 // per GB moved in the throughput test (both ends are in this process).
+//
+// --mechanism takes a list (all = bcopy,zcopy,auto): for each size kernel
+// TCP is measured once and every listed mechanism against that baseline.
+// --runs N (1..20) repeats the whole measurement, the mechanisms alternating
+// inside each run; every run's rows are printed, then min-max per size and
+// mechanism.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,12 +34,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -332,6 +341,217 @@ std::string human(std::size_t n) {
     return std::to_string(n) + " B";
 }
 
+constexpr sdp::Mechanism kAllMechanisms[] = {sdp::Mechanism::bcopy, sdp::Mechanism::zcopy,
+                                             sdp::Mechanism::automatic};
+constexpr unsigned kMaxRuns = 20;
+
+// --mechanism: a comma-separated list of bcopy, zcopy and auto, or all (=
+// bcopy,zcopy,auto). An empty list or item, an unknown name or a mechanism
+// given twice gives nullopt and the reason in `why`.
+std::optional<std::vector<sdp::Mechanism>> parse_mechanisms(const std::string& v,
+                                                            std::string& why) {
+    std::vector<sdp::Mechanism> out;
+    std::size_t pos = 0;
+    while (true) {
+        const std::size_t comma = v.find(',', pos);
+        const std::string item =
+            v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        std::vector<sdp::Mechanism> add;
+        if (item == "all") {
+            add.assign(std::begin(kAllMechanisms), std::end(kAllMechanisms));
+        } else if (const auto m = sdp::parse_mechanism(item)) {
+            add.push_back(*m);
+        } else {
+            why = v.empty()      ? "empty list"
+                  : item.empty() ? "empty item"
+                                 : "unknown mechanism '" + item + "'";
+            return std::nullopt;
+        }
+        for (const auto m : add) {
+            if (std::find(out.begin(), out.end(), m) != out.end()) {
+                why = std::string(sdp::to_string(m)) + " given twice";
+                return std::nullopt;
+            }
+            out.push_back(m);
+        }
+        if (comma == std::string::npos) {
+            return out;
+        }
+        pos = comma + 1;
+    }
+}
+
+// A number in the whole of `v` (an integer type: a whole number), else nullopt.
+template <typename T>
+std::optional<T> parse_number(const std::string& v) {
+    T n{};
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (v.empty() || ec != std::errc{} || end != v.data() + v.size()) {
+        return std::nullopt;
+    }
+    return n;
+}
+
+// The value of a number option; anything else is a usage error (exit 2).
+template <typename T>
+T number_arg(const std::string& opt, const std::string& v) {
+    const auto n = parse_number<T>(v);
+    if (!n) {
+        std::fprintf(stderr, "sdp-perf: bad %s '%s' (expected a number)\n", opt.c_str(), v.c_str());
+        std::exit(2);
+    }
+    return *n;
+}
+
+// One SDP mechanism at one size in one run, with the kernel TCP baseline
+// measured for that size in that run (shared by every mechanism).
+struct Sample {
+    unsigned run = 0;  // from 1
+    std::size_t size = 0;
+    sdp::Mechanism mech = sdp::Mechanism::bcopy;
+    Throughput st, tt;
+    Latency sl, tl;
+    bool ok = false;
+    double tput_ratio() const { return tt.mbps > 0 ? st.mbps / tt.mbps : 0; }
+    double rtt_ratio() const { return tl.median_us > 0 ? sl.median_us / tl.median_us : 0; }
+};
+
+// Which optional columns the text table has: the run number with --runs
+// above 1, the mechanism with several. One mechanism and one run print
+// the table as before these options existed.
+struct Columns {
+    bool run = false;
+    bool mech = false;
+    std::string prefix(const std::string& run_col, const std::string& size_col,
+                       const std::string& mech_col) const {
+        char buf[64];
+        std::string out;
+        if (run) {
+            std::snprintf(buf, sizeof buf, "%-3s | ", run_col.c_str());
+            out += buf;
+        }
+        std::snprintf(buf, sizeof buf, "%-8s | ", size_col.c_str());
+        out += buf;
+        if (mech) {
+            std::snprintf(buf, sizeof buf, "%-5s | ", mech_col.c_str());
+            out += buf;
+        }
+        return out;
+    }
+};
+
+void print_row(const Columns& cols, const Sample& s) {
+    // cpu: CPU seconds (both ends) per GB moved.
+    std::printf("%s%9.1f %9.1f %5.2fx | %8.2f %8.2f | %9.1f %9.1f %5.2fx | %9.1f %9.1f%s\n",
+                cols.prefix(std::to_string(s.run), human(s.size), sdp::to_string(s.mech)).c_str(),
+                s.st.mbps, s.tt.mbps, s.tput_ratio(), s.st.cpu_s_per_gb, s.tt.cpu_s_per_gb,
+                s.sl.median_us, s.tl.median_us, s.rtt_ratio(), s.sl.p99_us, s.tl.p99_us,
+                s.ok ? "" : "  (error)");
+}
+
+void print_json_row(const Sample& s, bool first) {
+    std::printf(
+        "%s{\"run\": %u, \"size\": %zu, \"mechanism\": \"%s\", \"sdp_mbps\": %.1f, "
+        "\"tcp_mbps\": %.1f, \"throughput_ratio\": %.3f, \"sdp_cpu_s_per_gb\": %.3f, "
+        "\"tcp_cpu_s_per_gb\": %.3f, \"sdp_rtt_us\": %.2f, \"tcp_rtt_us\": %.2f, "
+        "\"latency_ratio\": %.3f, \"sdp_p99_us\": %.2f, \"tcp_p99_us\": %.2f, \"ok\": %s}",
+        first ? "" : ", ", s.run, s.size, sdp::to_string(s.mech), s.st.mbps, s.tt.mbps,
+        s.tput_ratio(), s.st.cpu_s_per_gb, s.tt.cpu_s_per_gb, s.sl.median_us, s.tl.median_us,
+        s.rtt_ratio(), s.sl.p99_us, s.tl.p99_us, s.ok ? "true" : "false");
+}
+
+// Smallest and largest value of one quantity over the runs.
+struct Range {
+    double lo = 0, hi = 0;
+    bool any = false;
+    void add(double v) {
+        lo = any ? std::min(lo, v) : v;
+        hi = any ? std::max(hi, v) : v;
+        any = true;
+    }
+};
+
+// The runs of one (size, mechanism).
+struct Summary {
+    std::size_t size = 0;
+    sdp::Mechanism mech = sdp::Mechanism::bcopy;
+    unsigned errors = 0;
+    Range tput_ratio, rtt_ratio, sdp_mbps, tcp_mbps, sdp_cpu, tcp_cpu, sdp_rtt, tcp_rtt;
+};
+
+std::vector<Summary> summarize(const std::vector<Sample>& samples) {
+    std::vector<Summary> out;
+    for (const Sample& s : samples) {
+        auto it = std::find_if(out.begin(), out.end(), [&](const Summary& x) {
+            return x.size == s.size && x.mech == s.mech;
+        });
+        if (it == out.end()) {
+            it = out.insert(out.end(), Summary{});
+            it->size = s.size;
+            it->mech = s.mech;
+        }
+        it->errors += s.ok ? 0 : 1;
+        it->tput_ratio.add(s.tput_ratio());
+        it->rtt_ratio.add(s.rtt_ratio());
+        it->sdp_mbps.add(s.st.mbps);
+        it->tcp_mbps.add(s.tt.mbps);
+        it->sdp_cpu.add(s.st.cpu_s_per_gb);
+        it->tcp_cpu.add(s.tt.cpu_s_per_gb);
+        it->sdp_rtt.add(s.sl.median_us);
+        it->tcp_rtt.add(s.tl.median_us);
+    }
+    return out;
+}
+
+std::string span_text(const Range& r, const char* fmt) {
+    char lo[32], hi[32];
+    std::snprintf(lo, sizeof lo, fmt, r.lo);
+    std::snprintf(hi, sizeof hi, fmt, r.hi);
+    return std::string(lo) + "-" + hi;
+}
+
+void print_summary(const std::vector<Summary>& sums, unsigned runs) {
+    std::printf("min-max over %u runs:\n", runs);
+    std::printf("%-8s | %-5s | %-13s | %-15s | %-11s | %-11s | %s\n", "size", "mech", "tput ratio",
+                "sdp MB/s", "sdp cpu", "tcp cpu", "rtt ratio");
+    for (const Summary& s : sums) {
+        std::printf("%-8s | %-5s | %-13s | %-15s | %-11s | %-11s | %s%s\n", human(s.size).c_str(),
+                    sdp::to_string(s.mech), span_text(s.tput_ratio, "%.2fx").c_str(),
+                    span_text(s.sdp_mbps, "%.1f").c_str(), span_text(s.sdp_cpu, "%.2f").c_str(),
+                    span_text(s.tcp_cpu, "%.2f").c_str(), span_text(s.rtt_ratio, "%.2fx").c_str(),
+                    s.errors == 0 ? "" : ("  (" + std::to_string(s.errors) + " errors)").c_str());
+    }
+}
+
+void print_json_summary(const std::vector<Summary>& sums) {
+    std::printf(", \"summary\": [");
+    bool first = true;
+    for (const Summary& s : sums) {
+        std::printf("%s{\"size\": %zu, \"mechanism\": \"%s\", \"errors\": %u", first ? "" : ", ",
+                    s.size, sdp::to_string(s.mech), s.errors);
+        const std::pair<const char*, const Range*> fields[] = {
+            {"throughput_ratio", &s.tput_ratio}, {"latency_ratio", &s.rtt_ratio},
+            {"sdp_mbps", &s.sdp_mbps},           {"tcp_mbps", &s.tcp_mbps},
+            {"sdp_cpu_s_per_gb", &s.sdp_cpu},    {"tcp_cpu_s_per_gb", &s.tcp_cpu},
+            {"sdp_rtt_us", &s.sdp_rtt},          {"tcp_rtt_us", &s.tcp_rtt}};
+        for (const auto& [name, r] : fields) {
+            std::printf(", \"%s\": {\"min\": %.3f, \"max\": %.3f}", name, r->lo, r->hi);
+        }
+        std::printf("}");
+        first = false;
+    }
+    std::printf("]");
+}
+
+std::string join_names(const std::vector<sdp::Mechanism>& mechs, const char* sep) {
+    std::string out;
+    for (const auto m : mechs) {
+        out += (out.empty() ? "" : sep);
+        out += sdp::to_string(m);
+    }
+    return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,7 +562,8 @@ int main(int argc, char** argv) {
     bool run_sdp = true, run_tcp = true, run_tput = true, run_lat = true;
     sdp::Provider prov = sdp::Provider::soft;
     std::string sdp_addr = "127.0.0.1";
-    sdp::Mechanism mech = sdp::Mechanism::bcopy;
+    std::vector<sdp::Mechanism> mechs{sdp::Mechanism::bcopy};
+    unsigned runs = 1;
     std::size_t zthreshold = sdp::StreamOptions{}.zcopy_threshold;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -358,12 +579,12 @@ int main(int argc, char** argv) {
             std::stringstream ss(next());
             std::string item;
             while (std::getline(ss, item, ',')) {
-                sizes.push_back(std::stoul(item));
+                sizes.push_back(number_arg<std::size_t>(a, item));
             }
         } else if (a == "--time") {
-            secs = std::stod(next());
+            secs = number_arg<double>(a, next());
         } else if (a == "--bytes") {
-            max_bytes = std::stoull(next());
+            max_bytes = number_arg<std::uint64_t>(a, next());
         } else if (a == "--no-crc") {
             crc = false;
         } else if (a == "--json") {
@@ -382,16 +603,29 @@ int main(int argc, char** argv) {
             sdp_addr = next();
         } else if (a == "--mechanism") {
             const std::string v = next();
-            const auto m = sdp::parse_mechanism(v);
+            std::string why;
+            const auto m = parse_mechanisms(v, why);
             if (!m) {
                 std::fprintf(stderr,
-                             "sdp-perf: bad --mechanism '%s' (expected bcopy, zcopy or auto)\n",
-                             v.c_str());
+                             "sdp-perf: bad --mechanism '%s' (%s; expected bcopy, zcopy, auto "
+                             "or all, comma-separated, each once)\n",
+                             v.c_str(), why.c_str());
                 return 2;
             }
-            mech = *m;
+            mechs = *m;
+        } else if (a == "--runs") {
+            const std::string v = next();
+            const auto n = parse_number<unsigned>(v);
+            if (!n || *n < 1 || *n > kMaxRuns) {
+                std::fprintf(stderr,
+                             "sdp-perf: bad --runs '%s' (expected a whole number from 1 to "
+                             "%u)\n",
+                             v.c_str(), kMaxRuns);
+                return 2;
+            }
+            runs = *n;
         } else if (a == "--zcopy-threshold") {
-            zthreshold = std::stoull(next());
+            zthreshold = number_arg<std::size_t>(a, next());
         } else if (a == "--provider") {
             const std::string v = next();
             const auto p = sdp::parse_provider(v);
@@ -407,76 +641,105 @@ int main(int argc, char** argv) {
                          "usage: sdp-perf [--sizes 64,4096,...] [--time SECONDS] [--bytes N] "
                          "[--no-crc] [--json] [--only sdp|tcp] [--no-latency] "
                          "[--no-throughput] [--provider soft|rdma|auto] [--addr IP] "
-                         "[--mechanism bcopy|zcopy|auto] [--zcopy-threshold BYTES]\n");
+                         "[--mechanism bcopy|zcopy|auto[,...]|all] [--runs 1-20] "
+                         "[--zcopy-threshold BYTES]\n");
             return a == "-h" || a == "--help" ? 0 : 2;
         }
     }
-    SdpPairs sdp_pairs(crc, prov, sdp_addr, mech, zthreshold);
+    // One acceptor per mechanism (the mechanism is a stream option of both
+    // ends); kernel TCP once, the baseline of every mechanism.
+    std::vector<std::unique_ptr<SdpPairs>> sdp_pairs;
+    for (const auto m : mechs) {
+        sdp_pairs.push_back(std::make_unique<SdpPairs>(crc, prov, sdp_addr, m, zthreshold));
+    }
     TcpPairs tcp_pairs;
     const std::chrono::duration<double> t(secs), lt(secs / 2);
+    const sdp::Provider used = sdp_pairs.front()->acc.listener_provider();
+    const Columns cols{.run = runs > 1, .mech = mechs.size() > 1};
     if (!json) {
-        if (sdp_pairs.acc.listener_provider() == sdp::Provider::rdma) {
+        if (used == sdp::Provider::rdma) {
             std::printf(
                 "sdp-perf: loopback, rdma-core iWARP provider vs kernel TCP, %.1f s per test\n",
                 secs);
         } else {
             std::printf(
                 "sdp-perf: loopback, soft iWARP (MPA CRC %s, %s) vs kernel TCP, %.1f s per test\n",
-                crc ? "on" : "off", sdp::to_string(mech), secs);
+                crc ? "on" : "off", join_names(mechs, ", ").c_str(), secs);
         }
-        std::printf("%-8s | %9s %9s %6s | %8s %8s | %9s %9s %6s | %9s %9s\n", "size", "sdp MB/s",
-                    "tcp MB/s", "ratio", "sdp cpu", "tcp cpu", "sdp rtt", "tcp rtt", "ratio",
-                    "sdp p99", "tcp p99");
+        if (runs > 1) {
+            std::printf("runs: %u (every run's rows, then min-max per size and mechanism)\n", runs);
+        }
+        std::printf("%s%9s %9s %6s | %8s %8s | %9s %9s %6s | %9s %9s\n",
+                    cols.prefix("run", "size", "mech").c_str(), "sdp MB/s", "tcp MB/s", "ratio",
+                    "sdp cpu", "tcp cpu", "sdp rtt", "tcp rtt", "ratio", "sdp p99", "tcp p99");
     } else {
         std::printf(
-            "{\"crc\": %s, \"provider\": \"%s\", \"mechanism\": \"%s\", \"seconds\": %.3f, "
-            "\"results\": [",
-            crc ? "true" : "false", sdp::to_string(sdp_pairs.acc.listener_provider()),
-            sdp::to_string(mech), secs);
+            "{\"crc\": %s, \"provider\": \"%s\", \"mechanism\": \"%s\", \"mechanisms\": [\"%s\"], "
+            "\"runs\": %u, \"seconds\": %.3f, \"results\": [",
+            crc ? "true" : "false", sdp::to_string(used), join_names(mechs, ",").c_str(),
+            join_names(mechs, "\", \"").c_str(), runs, secs);
     }
     bool all_ok = true;
-    bool first = true;
-    for (std::size_t size : sizes) {
-        Throughput st, tt;
-        Latency sl, tl;
-        if (run_tput && run_sdp) {
-            st = throughput(sdp_pairs, size, t, max_bytes);
+    std::vector<Sample> samples;
+    const std::size_t nm = mechs.size();
+    for (unsigned run = 1; run <= runs; ++run) {
+        for (std::size_t size : sizes) {
+            std::vector<Sample> row(nm);
+            // Measurement order: the mechanisms one after the other, the
+            // first one moving on by one each run, then kernel TCP (with one
+            // mechanism: SDP then TCP, as before --runs existed).
+            std::vector<std::size_t> order(nm);
+            for (std::size_t k = 0; k < nm; ++k) {
+                order[k] = (k + run - 1) % nm;
+            }
+            Throughput tt;
+            Latency tl;
+            if (run_tput) {
+                for (std::size_t k : order) {
+                    if (run_sdp) {
+                        row[k].st = throughput(*sdp_pairs[k], size, t, max_bytes);
+                    }
+                }
+                if (run_tcp) {
+                    tt = throughput(tcp_pairs, size, t, max_bytes);
+                }
+            }
+            if (run_lat) {
+                for (std::size_t k : order) {
+                    if (run_sdp) {
+                        row[k].sl = latency(*sdp_pairs[k], size, lt);
+                    }
+                }
+                if (run_tcp) {
+                    tl = latency(tcp_pairs, size, lt);
+                }
+            }
+            for (std::size_t k = 0; k < nm; ++k) {
+                Sample& s = row[k];
+                s.run = run;
+                s.size = size;
+                s.mech = mechs[k];
+                s.tt = tt;
+                s.tl = tl;
+                s.ok = (!run_tput || ((!run_sdp || s.st.ok) && (!run_tcp || tt.ok))) &&
+                       (!run_lat || ((!run_sdp || s.sl.ok) && (!run_tcp || tl.ok)));
+                all_ok = all_ok && s.ok;
+                if (json) {
+                    print_json_row(s, samples.empty());
+                } else {
+                    print_row(cols, s);
+                }
+                samples.push_back(s);
+            }
+            std::fflush(stdout);
         }
-        if (run_tput && run_tcp) {
-            tt = throughput(tcp_pairs, size, t, max_bytes);
-        }
-        if (run_lat && run_sdp) {
-            sl = latency(sdp_pairs, size, lt);
-        }
-        if (run_lat && run_tcp) {
-            tl = latency(tcp_pairs, size, lt);
-        }
-        const bool ok = (!run_tput || ((!run_sdp || st.ok) && (!run_tcp || tt.ok))) &&
-                        (!run_lat || ((!run_sdp || sl.ok) && (!run_tcp || tl.ok)));
-        all_ok = all_ok && ok;
-        const double tr = tt.mbps > 0 ? st.mbps / tt.mbps : 0;
-        const double lr = tl.median_us > 0 ? sl.median_us / tl.median_us : 0;
-        if (!json) {
-            // cpu: CPU seconds (both ends) per GB moved.
-            std::printf(
-                "%-8s | %9.1f %9.1f %5.2fx | %8.2f %8.2f | %9.1f %9.1f %5.2fx | %9.1f %9.1f%s\n",
-                human(size).c_str(), st.mbps, tt.mbps, tr, st.cpu_s_per_gb, tt.cpu_s_per_gb,
-                sl.median_us, tl.median_us, lr, sl.p99_us, tl.p99_us, ok ? "" : "  (error)");
-        } else {
-            std::printf(
-                "%s{\"size\": %zu, \"sdp_mbps\": %.1f, \"tcp_mbps\": %.1f, "
-                "\"throughput_ratio\": %.3f, \"sdp_cpu_s_per_gb\": %.3f, "
-                "\"tcp_cpu_s_per_gb\": %.3f, \"sdp_rtt_us\": %.2f, \"tcp_rtt_us\": %.2f, "
-                "\"latency_ratio\": %.3f, \"sdp_p99_us\": %.2f, \"tcp_p99_us\": %.2f, "
-                "\"ok\": %s}",
-                first ? "" : ", ", size, st.mbps, tt.mbps, tr, st.cpu_s_per_gb, tt.cpu_s_per_gb,
-                sl.median_us, tl.median_us, lr, sl.p99_us, tl.p99_us, ok ? "true" : "false");
-        }
-        first = false;
-        std::fflush(stdout);
     }
     if (json) {
-        std::printf("]}\n");
+        std::printf("]");
+        print_json_summary(summarize(samples));
+        std::printf("}\n");
+    } else if (runs > 1) {
+        print_summary(summarize(samples), runs);
     }
     return all_ok ? 0 : 1;
 }

@@ -4,38 +4,16 @@
 // provider without a device is a clear runtime error (exit 1). Runs the
 // real programs (SDPPM_SDP_CAT_BIN, SDPPM_SDP_PERF_BIN).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <string>
 
 #include "sdp/stream.hpp"
 #include "sdp_test_util.hpp"
+#include "tool_run.hpp"
 
 namespace {
 
-struct Run {
-    int exit_code = -1;
-    std::string output;  // stdout and stderr
-};
-
-// Runs `cmd` (stdin from /dev/null) with a time limit and collects its output.
-Run run(const std::string& cmd) {
-    Run r;
-    const std::string full = "timeout 20 " + cmd + " </dev/null 2>&1";
-    FILE* p = ::popen(full.c_str(), "r");
-    if (p == nullptr) {
-        return r;
-    }
-    char buf[4096];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) {
-        r.output.append(buf, n);
-    }
-    const int st = ::pclose(p);
-    r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
+using sdptest::run;
 
 const std::string kCat = SDPPM_SDP_CAT_BIN;
 const std::string kPerf = SDPPM_SDP_PERF_BIN;
