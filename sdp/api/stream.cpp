@@ -134,10 +134,10 @@ engine::Config engine_config(const StreamOptions& o) {
     c.recv_buf_count = o.recv_buf_count;
     c.send_buf_size = o.recv_buf_size;
     c.send_queue_limit = o.send_queue_limit;
-    // automatic: Bcopy for now. On the soft provider, Read Zcopy in Combined
-    // Mode (one advertisement in flight) measured slower than Bcopy at every
-    // size (docs/performance.md), and the rdma provider has no zero copy yet.
-    c.bcopy_threshold = o.mechanism == Mechanism::zcopy ? o.zcopy_threshold : 0;
+    // automatic: zero copy possible, chosen per write by the soft driver
+    // (ChannelOptions::adaptive); the rdma provider and the async stream
+    // have no zero copy yet, so for them it is Bcopy as before.
+    c.bcopy_threshold = o.mechanism == Mechanism::bcopy ? 0 : o.zcopy_threshold;
     c.oob_inline = o.oob_inline;
     return c;
 }
@@ -148,6 +148,7 @@ io::ChannelOptions channel_options(const StreamOptions& o) {
     c.io_timeout = o.io_timeout;
     c.session.crc = o.crc;
     c.session.engine = engine_config(o);
+    c.adaptive = o.mechanism == Mechanism::automatic;
     return c;
 }
 

@@ -104,6 +104,9 @@ SoftChannel::SoftChannel(int fd, iwarp::MpaRole role, const ChannelOptions& opts
       io_timeout_(opts.io_timeout),
       handshake_timeout_(opts.handshake_timeout),
       core_(role, with_os_randomness(opts.session)) {
+    if (opts.adaptive && opts.session.engine.bcopy_threshold > 0) {
+        chooser_.emplace(opts.session.engine.bcopy_threshold);
+    }
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     in_.resize(kReadChunk);
 }
@@ -491,7 +494,7 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
             return *z;
         }
         // Nothing queued and a large buffer: lend it for Write Zcopy.
-        if (may_lend && !stop_at_urgent) {
+        if (may_lend && !stop_at_urgent && !chooser_) {
             bool lent = false;
             if (auto z = lend_locked(lk, out, {}, ec, lent)) {
                 return *z;
@@ -679,8 +682,25 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     ec.clear();
     std::unique_lock lk(mu_);
     auto& c = core_.sdp();
-    if (in.size() > c.bcopy_threshold() && c.bcopy_threshold() > 0) {
+    bool zcopy = in.size() > c.bcopy_threshold() && c.bcopy_threshold() > 0;
+    if (chooser_) {
+        // The previous write's cost runs to this one's start (a Bcopy write
+        // returns before its bytes are sent; the next one waits for room).
+        const auto now = Clock::now();
+        if (last_write_) {
+            const auto ns =
+                std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_write_->start);
+            chooser_->record(last_write_->size, last_write_->used,
+                             static_cast<std::uint64_t>(std::max<std::int64_t>(ns.count(), 0)));
+        }
+        zcopy = chooser_->choose(in.size()) == engine::Choice::zcopy;
+        last_write_ = LastWrite{now, in.size(), engine::Choice::bcopy};
+    }
+    if (zcopy) {
         if (auto z = write_zcopy_locked(lk, in, ec)) {
+            if (last_write_) {
+                last_write_->used = engine::Choice::zcopy;
+            }
             return *z;
         }
     }

@@ -56,6 +56,7 @@
 
 #include <sys/socket.h>
 
+#include "sdp/engine/chooser.hpp"
 #include "sdp/soft/channel_core.hpp"
 
 namespace sdp::io {
@@ -69,6 +70,11 @@ struct ChannelOptions {
     // read_some()/write() give up with timed_out after this long without
     // progress (0: wait for ever), like SO_RCVTIMEO / SO_SNDTIMEO.
     std::chrono::milliseconds io_timeout{0};
+    // Mechanism::automatic: each write above the engine's bcopy_threshold
+    // goes by Bcopy or Read Zcopy as measured cheaper on this connection
+    // (engine::MechanismChooser); reads never lend their buffers (Write
+    // Zcopy is the writer's to pick).
+    bool adaptive = false;
 };
 
 // TCP socket helpers (errno-style: false on failure).
@@ -240,6 +246,15 @@ class SoftChannel {
     std::size_t mss_ = 1460;
     std::chrono::milliseconds io_timeout_{0};
     std::chrono::milliseconds handshake_timeout_{5000};
+    // ChannelOptions::adaptive: the chooser, and the write whose cost the
+    // next write's start completes.
+    std::optional<engine::MechanismChooser> chooser_;
+    struct LastWrite {
+        Clock::time_point start;
+        std::size_t size = 0;
+        engine::Choice used = engine::Choice::bcopy;
+    };
+    std::optional<LastWrite> last_write_;
     // The connection's addresses, taken at the handshake: a duplication
     // reconnects from the same local one to the peer's address (13.1.1);
     // the old socket may no longer know them when that happens.

@@ -124,8 +124,10 @@ struct StreamOptions {
     // reader's buffer, and write() returns once the peer has read it (the
     // caller's buffer stays put until then), and reads larger than it with
     // no io_timeout lend their buffer for the peer to RDMA-Write into
-    // (Write Zcopy, 9.3; never Stream::read()); automatic, what measured
-    // fastest (today Bcopy, see docs/performance.md). Both directions: a
+    // (Write Zcopy, 9.3; never Stream::read()); automatic, each write larger
+    // than zcopy_threshold by Bcopy or Read Zcopy, whichever measured
+    // cheaper on this connection for writes of its size (both tried first;
+    // reads never lend). Both directions: a
     // bcopy stream also asks a zero-copy peer for Bcopy (SendSm). Blocking
     // Stream on the soft provider; the async stream and the rdma provider
     // use Bcopy for now. See docs/sdp.md, "Zero copy".

@@ -264,6 +264,24 @@ TEST(SdpStreamZcopy, ReadExactlyNeverLendsAndBcopyPeerFillsByData) {
 
 // Both ways at once with lending readers: SinkAvails and SrcAvails cross
 // in both directions (9.5.1 decides each crossing) and nothing hangs.
+// Mechanism::automatic: the writer tries both mechanisms on each size class
+// (three writes each), then keeps to what measured cheaper, trying the
+// other every 16th write; the bytes arrive intact either way, and the
+// reader never lends (Write Zcopy is not an automatic choice).
+TEST(SdpStreamZcopy, AutomaticTriesBothAndDeliversEveryByte) {
+    ZcopyRun r{.n = 24u << 20,
+               .write_chunk = 1 << 20,
+               .read_buf = 1 << 20,
+               .client = {},
+               .server = {},
+               .lend = true};
+    zcopy_transfer(r, sdp::Mechanism::automatic, sdp::Mechanism::automatic, false);
+    EXPECT_GE(r.client.zcopy_bytes_sent, 3u * (1 << 20) - 3 * 64) << "three zero-copy tries";
+    EXPECT_GE(r.client.bytes_sent - r.client.zcopy_bytes_sent, 3u * (1 << 20)) << "and Bcopy ones";
+    EXPECT_EQ(r.server.sink_avail_sent, 0u);
+    EXPECT_EQ(r.server.zcopy_bytes_received, r.client.zcopy_bytes_sent);
+}
+
 TEST(SdpStreamZcopy, BothWaysAtOnceWithLentBuffers) {
     ZcopyRun r{.n = 16u << 20,
                .write_chunk = 256 * 1024,

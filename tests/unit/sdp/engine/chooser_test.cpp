@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// The adaptive mechanism choice (chooser.hpp), fed with synthetic costs.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "sdp/engine/chooser.hpp"
+
+namespace {
+
+using sdp::engine::Choice;
+using sdp::engine::MechanismChooser;
+
+// Runs `n` writes of `size` bytes whose cost per mechanism is given in ns;
+// returns the choices made.
+std::vector<Choice> run(MechanismChooser& m, std::size_t size, int n, std::uint64_t bcopy_ns,
+                        std::uint64_t zcopy_ns) {
+    std::vector<Choice> out;
+    for (int i = 0; i < n; ++i) {
+        const Choice c = m.choose(size);
+        m.record(size, c, c == Choice::zcopy ? zcopy_ns : bcopy_ns);
+        out.push_back(c);
+    }
+    return out;
+}
+
+int count(const std::vector<Choice>& v, Choice c) {
+    int n = 0;
+    for (Choice x : v)
+        n += x == c ? 1 : 0;
+    return n;
+}
+
+TEST(MechanismChooser, AtOrBelowTheThresholdAlwaysBcopy) {
+    MechanismChooser m(32 * 1024);
+    const auto v = run(m, 32 * 1024, 50, 1000000, 1);
+    EXPECT_EQ(count(v, Choice::zcopy), 0);
+    EXPECT_EQ(m.cost(32 * 1024, Choice::zcopy), 0u) << "nothing recorded below it";
+    MechanismChooser off(0);
+    EXPECT_EQ(off.choose(1 << 20), Choice::bcopy) << "threshold 0: Bcopy only";
+}
+
+TEST(MechanismChooser, TriesBothThenUsesTheCheaper) {
+    MechanismChooser m(32 * 1024);
+    const auto v = run(m, 1 << 20, 6, 2000000, 1000000);
+    EXPECT_EQ(count(v, Choice::bcopy), 3) << "warm-up: both, alternately";
+    EXPECT_EQ(count(v, Choice::zcopy), 3);
+    for (std::size_t i = 1; i < v.size(); ++i)
+        EXPECT_NE(v[i], v[i - 1]);
+    // Writes 7 to 21 of the class: all zero copy but the 16th (explores).
+    const auto next = run(m, 1 << 20, 15, 2000000, 1000000);
+    EXPECT_EQ(count(next, Choice::zcopy), 14);
+    EXPECT_EQ(next[9], Choice::bcopy);
+    MechanismChooser slow(32 * 1024);
+    run(slow, 1 << 16, 6, 100000, 400000);
+    EXPECT_EQ(count(run(slow, 1 << 16, 15, 100000, 400000), Choice::bcopy), 14);
+}
+
+TEST(MechanismChooser, ExploresTheOtherEverySixteenthWriteAndFollowsAChange) {
+    MechanismChooser m(32 * 1024);
+    run(m, 1 << 20, 6, 2000000, 1000000);  // zcopy wins
+    const auto v = run(m, 1 << 20, 64, 2000000, 1000000);
+    EXPECT_EQ(count(v, Choice::bcopy), 4) << "one exploring write in 16";
+    // Zero copy becomes slow: the explorations and the zcopy samples show it.
+    const auto after = run(m, 1 << 20, 64, 2000000, 8000000);
+    const auto tail = std::vector<Choice>(after.end() - 16, after.end());
+    EXPECT_GE(count(tail, Choice::bcopy), 15);
+}
+
+TEST(MechanismChooser, SizeClassesAreSeparate) {
+    MechanismChooser m(32 * 1024);
+    run(m, 1 << 20, 6, 2000000, 1000000);  // 1 MiB: zcopy cheaper
+    run(m, 1 << 16, 6, 100000, 400000);    // 64 KiB: bcopy cheaper
+    EXPECT_EQ(m.choose((1 << 20) + 100), Choice::zcopy) << "same class (2^20..2^21-1)";
+    EXPECT_EQ(m.choose(1 << 16), Choice::bcopy);
+    EXPECT_GT(m.cost(1 << 16, Choice::zcopy), m.cost(1 << 16, Choice::bcopy));
+    EXPECT_EQ(m.choose(1 << 18), Choice::bcopy) << "a new class starts with Bcopy";
+}
+
+TEST(MechanismChooser, HugeDurationsDoNotOverflow) {
+    MechanismChooser m(32 * 1024);
+    m.record(1 << 20, Choice::zcopy, UINT64_MAX);
+    EXPECT_GT(m.cost(1 << 20, Choice::zcopy), 0u);
+    m.record(SIZE_MAX, Choice::bcopy, 5);  // the last class; 0 ps per byte
+    EXPECT_EQ(m.cost(SIZE_MAX, Choice::bcopy), 0u);
+    EXPECT_EQ(m.choose(SIZE_MAX), Choice::zcopy) << "warm-up: the one with fewer samples";
+}
+
+}  // namespace
