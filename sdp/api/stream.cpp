@@ -134,6 +134,8 @@ engine::Config engine_config(const StreamOptions& o) {
     c.recv_buf_count = o.recv_buf_count;
     c.send_buf_size = o.recv_buf_size;
     c.send_queue_limit = o.send_queue_limit;
+    c.max_recv_buf_size = o.max_recv_buf_size;
+    c.grow_peer_buffers = o.grow_peer_buffers;
     // automatic: zero copy possible, chosen per write by the soft driver
     // (ChannelOptions::adaptive); the rdma provider and the async stream
     // have no zero copy yet, so for them it is Bcopy as before.
@@ -1136,6 +1138,9 @@ std::error_code Stream::take_over(int listen_fd, const Handoff& h, const StreamO
         std::max(std::chrono::milliseconds(1),
                  std::chrono::ceil<std::chrono::milliseconds>(deadline - io::Clock::now()));
     io::ChannelOptions co = channel_options(so);
+    // Our messages' size is the caller's choice, not the carried receive
+    // size (which a peer's ChRcvBuf may have shrunk, 10.6).
+    co.session.engine.send_buf_size = detail::engine_config(opts).send_buf_size;
     co.session.engine.ird = h.ird;
     co.session.engine.ord = h.ord;
     engine::Carry carry;

@@ -1387,7 +1387,7 @@ void Connection::pump() {
     if (dup_ != Dup::none && pump_duplication())
         return;
     // 10.6, the Local Peer's side: see Config::grow_peer_buffers.
-    if (cfg_.grow_peer_buffers && peer_recv_size_ < cfg_.send_buf_size &&
+    if (cfg_.grow_peer_buffers && !sized_by_caller_ && peer_recv_size_ < cfg_.send_buf_size &&
         send_queued() >= 4 * std::size_t{peer_recv_size_}) {
         ask_peer_resize(cfg_.send_buf_size);
     }
@@ -1567,6 +1567,14 @@ bool Connection::on_susp_comm(const w::SuspComm& v) {
         }) > 0) {
         mode_out_ = Mode::combined;
     }
+    // The same for resizing (10.6): the new connection's Hello/HelloAck
+    // carries our current size, and a ChRcvBuf of ours ends with this one.
+    std::erase_if(control_, [](const Control& c) {
+        return std::holds_alternative<w::ChRcvBuf>(c.body) ||
+               std::holds_alternative<w::ChRcvBufAck>(c.body);
+    });
+    ack_due_.reset();
+    asked_.reset();
     // Write Zcopy: the peer's SinkAvail is not In-Process here (our RDMA
     // Writes complete when posted), and the peer writes nothing into ours
     // after its SuspComm: both are cancelled by the transition.
@@ -1652,6 +1660,7 @@ bool Connection::on_ch_rcv_buf(const w::ChRcvBuf& v) {
             to = std::max(v.des_sz, static_cast<std::uint32_t>(w::kMinPrivateBufferSize));
         else if (v.des_sz > cur)
             to = std::max(cur, std::min({v.des_sz, cfg_.max_recv_buf_size, kMaxBufferSize}));
+        // (max_recv_buf_size 0 or below the current size: never larger)
     }
     if (to == cur) {
         // Unable or unwilling: the original size (10.6), at once.
@@ -1661,8 +1670,9 @@ bool Connection::on_ch_rcv_buf(const w::ChRcvBuf& v) {
     ++stats_.recv_resizes;
     // Buffers posted so far keep their size; those posted from now on have
     // the new one (10.6.2: at once, not after the old ones completed).
+    // Buffers of an earlier change still posted keep their (larger) size.
+    old_size_ = consumed_ < old_until_ ? std::max(cur, old_size_) : cur;
     old_until_ = posted_;
-    old_size_ = std::max(cur, old_size_);
     announced_ = cur;
     cfg_.recv_buf_size = to;
     spare_.clear();  // private buffers of the old size
@@ -1680,8 +1690,9 @@ bool Connection::on_ch_rcv_buf(const w::ChRcvBuf& v) {
 
 void Connection::ack_resize_if_due() {
     // 10.6: larger, acknowledged once every buffer of the old size was
-    // consumed; SinkAvail decisions use the new size from then on.
-    if (!ack_due_ || consumed_ < old_until_)
+    // consumed; SinkAvail decisions use the new size from then on. Not
+    // during a duplication (the new connection's setup tells the size).
+    if (!ack_due_ || consumed_ < old_until_ || dup_ != Dup::none)
         return;
     control_.push_back(Control{w::ChRcvBufAck{*ack_due_}});
     announced_ = *ack_due_;
@@ -1715,13 +1726,16 @@ bool Connection::on_ch_rcv_buf_ack(const w::ChRcvBufAck& v) {
 bool Connection::request_peer_recv_size(std::uint32_t size) {
     if (!ask_peer_resize(size))
         return false;
+    sized_by_caller_ = true;
     pump();
     return true;
 }
 
 bool Connection::ask_peer_resize(std::uint32_t size) {
+    // Not while our ChRcvBufAck for the peer's request is still due: the
+    // peer would take ours as concurrent and disregard it (10.6.1).
     if (state_ != State::established || dup_ != Dup::none || send_ != SendTeardown::open ||
-        asked_ || size == peer_recv_size_ || size < w::kMinPrivateBufferSize ||
+        asked_ || ack_due_ || size == peer_recv_size_ || size < w::kMinPrivateBufferSize ||
         size > kMaxBufferSize) {
         return false;
     }

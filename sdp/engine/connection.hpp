@@ -71,14 +71,16 @@ struct Config {
     // Bytes write() buffers before it accepts no more.
     std::size_t send_queue_limit = 256 * 1024;
     // Receive buffer resizing (10.6): a peer's ChRcvBuf asking for more is
-    // granted up to this size (when the QueuePair can resize, and never
-    // below recv_buf_size); one asking for less is granted down to its size.
-    std::uint32_t max_recv_buf_size = 256 * 1024;
+    // granted up to this size (when the QueuePair can resize; 0 or less than
+    // recv_buf_size: never beyond recv_buf_size); one asking for less is
+    // granted down to its size.
+    std::uint32_t max_recv_buf_size = 0;
     // As Data Source with a backlog (at least 4 of the peer's buffers'
     // worth queued) and a peer whose buffers are smaller than
     // send_buf_size: ask it once for send_buf_size (ChRcvBuf, 10.6), so
-    // that fewer, larger messages carry the stream.
-    bool grow_peer_buffers = true;
+    // that fewer, larger messages carry the stream. Off after an explicit
+    // request_peer_recv_size().
+    bool grow_peer_buffers = false;
     // Read Zcopy (9.2): write_zcopy() takes buffers larger than this, and a
     // read_zcopy() buffer smaller than both this and the advertised rest is
     // unsuitable (SendSm). 0: Bcopy only (a peer's SrcAvail gets SendSm).
@@ -729,6 +731,7 @@ class Connection {
     std::uint32_t asked_from_ = 0;
     bool no_more_increase_ = false;  // 10.6: refused once, never again
     bool no_more_decrease_ = false;
+    bool sized_by_caller_ = false;  // request_peer_recv_size() ran: no policy
 
     // Flow Control Modes (12): ours as Data Source, ours as Data Sink.
     Mode mode_out_ = Mode::combined;

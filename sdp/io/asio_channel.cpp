@@ -26,7 +26,7 @@ std::error_code errc(std::errc e) {
 AsioChannel::AsioChannel(Socket sock, iwarp::MpaRole role, const ChannelOptions& opts)
     : ex_(sock.get_executor()),
       sock_(std::move(sock)),
-      core_(role, bcopy_only(with_os_randomness(opts.session))),
+      core_(role, with_os_randomness(opts.session)),
       opts_(opts),
       timer_(ex_),
       resume_timer_(ex_) {
@@ -231,7 +231,8 @@ std::error_code AsioChannel::send_oob(std::uint8_t byte) {
     }
     auto r = core_.send_oob(byte);
     if (!r) {
-        // Only behind a Read Zcopy advertisement, which this driver never makes.
+        // Behind our Read Zcopy advertisement (mechanism zcopy): after the
+        // zero-copy write completes.
         return std::make_error_code(std::errc::resource_unavailable_try_again);
     }
     if (!*r) {
@@ -291,7 +292,7 @@ void AsioChannel::feed(std::span<const std::uint8_t> bytes) {
     // A pending read with nothing queued lends its buffer: Data payloads
     // that complete in these bytes land in it directly (SoftSession::
     // begin_landing), one copy less than through the private buffers.
-    const bool landing = rd_op_ && core_.begin_landing(rd_op_->rbuf);
+    const bool landing = rd_op_ && !rd_op_->zcopy && core_.begin_landing(rd_op_->rbuf);
     core_.on_bytes(bytes);
     if (!landing) {
         return;
@@ -466,6 +467,13 @@ void AsioChannel::complete(std::optional<IoOp>& op, std::error_code ec, std::siz
 }
 
 void AsioChannel::cancel_io() {
+    // A buffer lent to a zero-copy transfer cannot be called back: the
+    // stream is reset first (its regions invalidated, so a late Read
+    // Response or the peer's RDMA Read meets a stale STag), then the
+    // operation completes and the caller may reuse the buffer.
+    if ((rd_op_ && rd_op_->zcopy) || (wr_op_ && wr_op_->zcopy)) {
+        core_.abort();
+    }
     for (auto* op : {&rd_op_, &wr_op_}) {
         if (*op) {
             complete(*op, errc(std::errc::operation_canceled), 0);
@@ -493,11 +501,40 @@ void AsioChannel::serve(
 }
 
 void AsioChannel::serve_read() {
-    serve(rd_op_, [this](IoOp& op, std::error_code& ec) { return core_.read(op.rbuf, ec); });
+    serve(rd_op_, [this](IoOp& op, std::error_code& ec) -> std::optional<std::size_t> {
+        // The peer's advertised buffer is next: RDMA Read straight into
+        // op.rbuf (9.2); the op completes when the read is over.
+        if (op.zcopy) {
+            return core_.zcopy_read_result(ec);
+        }
+        if (core_.start_zcopy_read(op.rbuf)) {
+            op.zcopy = true;
+            return std::nullopt;
+        }
+        return core_.read(op.rbuf, ec);
+    });
 }
 
 void AsioChannel::serve_write() {
-    serve(wr_op_, [this](IoOp& op, std::error_code& ec) { return core_.write(op.wbuf, ec); });
+    serve(wr_op_, [this](IoOp& op, std::error_code& ec) -> std::optional<std::size_t> {
+        // mechanism zcopy: a large buffer is advertised (SrcAvail) once what
+        // was queued before it has gone, and completes when the peer has
+        // read it (9.2). automatic writes by Bcopy here (no chooser yet).
+        if (op.zcopy) {
+            return core_.zcopy_write_result(op.wbuf.size(), ec);
+        }
+        if (!opts_.adaptive) {
+            const auto started = core_.start_zcopy_write(op.wbuf);
+            if (!started) {
+                return std::nullopt;  // queued data first
+            }
+            if (*started) {
+                op.zcopy = true;
+                return std::nullopt;
+            }
+        }
+        return core_.write(op.wbuf, ec);
+    });
 }
 
 void AsioChannel::check_handshake() {

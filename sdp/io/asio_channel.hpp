@@ -100,6 +100,9 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
         std::span<std::uint8_t> rbuf;
         std::span<const std::uint8_t> wbuf;
         IoCallback cb;
+        // Read Zcopy (9.2) started with this op's buffer: lent to the RDMA
+        // Read (reader) or to the peer (writer) until the core says done.
+        bool zcopy = false;
     };
 
     void pump();

@@ -545,7 +545,7 @@ std::optional<std::size_t> SoftChannel::read_zcopy_locked(std::unique_lock<std::
                                                           std::span<std::uint8_t> out,
                                                           std::error_code& ec) {
     auto& c = core_.sdp();
-    if (c.readable() > 0 || c.zcopy_readable() == 0 || !c.read_zcopy(out)) {
+    if (!core_.start_zcopy_read(out)) {
         service_locked();  // a SendSm, if the buffer was too small
         return std::nullopt;
     }
@@ -556,12 +556,11 @@ std::optional<std::size_t> SoftChannel::read_zcopy_locked(std::unique_lock<std::
             lk, [&] { return !c.zcopy_read_pending(); }, ec)) {
         return 0;
     }
-    if (auto n = c.take_zcopy_read()) {
+    const auto n = core_.zcopy_read_result(ec);
+    if (n.value_or(0) > 0) {
         after_call();
-        return n;
     }
-    ec = core_.state_error(false);
-    return 0;
+    return n.value_or(0);
 }
 
 std::optional<std::size_t> SoftChannel::lend_locked(std::unique_lock<std::mutex>& lk,
@@ -684,8 +683,17 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     auto& c = core_.sdp();
     bool zcopy = in.size() > c.bcopy_threshold() && c.bcopy_threshold() > 0;
     if (chooser_) {
-        // The previous write's cost runs to this one's start (a Bcopy write
-        // returns before its bytes are sent; the next one waits for room).
+        zcopy = chooser_->choose(in.size()) == engine::Choice::zcopy;
+        if (zcopy) {
+            // Zero copy starts with an empty queue (11.2): the bytes still
+            // queued are the previous write's cost, not this one's.
+            wake_poller_for_output();
+            (void)drive(
+                lk, [&] { return c.send_queued() == 0 || c.state() != engine::State::established; },
+                io_deadline());
+        }
+        // The previous write's cost runs to here (a Bcopy write returns
+        // before its bytes are sent; the next one waits for room).
         const auto now = Clock::now();
         if (last_write_) {
             const auto ns =
@@ -693,13 +701,16 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
             chooser_->record(last_write_->size, last_write_->used,
                              static_cast<std::uint64_t>(std::max<std::int64_t>(ns.count(), 0)));
         }
-        zcopy = chooser_->choose(in.size()) == engine::Choice::zcopy;
         last_write_ = LastWrite{now, in.size(), engine::Choice::bcopy};
     }
     if (zcopy) {
         if (auto z = write_zcopy_locked(lk, in, ec)) {
             if (last_write_) {
                 last_write_->used = engine::Choice::zcopy;
+                last_write_->size = *z;
+                if (ec) {
+                    last_write_.reset();  // no sample from a failed write
+                }
             }
             return *z;
         }
@@ -708,6 +719,7 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     while (done < in.size()) {
         const auto n = core_.write(in.subspan(done), ec);
         if (ec) {
+            last_write_.reset();  // no sample from a failed write
             kick_helper();
             return done;
         }
@@ -727,6 +739,7 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
             io_deadline());
         if (!ready) {
             ec = std::make_error_code(std::errc::timed_out);
+            last_write_.reset();
             return done;
         }
     }
@@ -742,10 +755,11 @@ std::optional<std::size_t> SoftChannel::write_zcopy_locked(std::unique_lock<std:
     // Read Zcopy (9.2): what is queued goes first (11.2), then `in` is
     // advertised and the peer reads it; the call returns after that.
     wake_poller_for_output();
+    std::optional<bool> started;
     if (!drive(
-            lk, [&] { return c.send_queued() == 0 || c.state() != engine::State::established; },
+            lk, [&] { return (started = core_.start_zcopy_write(in)).has_value(); },
             io_deadline()) ||
-        !c.write_zcopy(in)) {
+        !*started) {
         return std::nullopt;  // Bcopy (write() reports any error)
     }
     service_locked();
@@ -758,13 +772,7 @@ std::optional<std::size_t> SoftChannel::write_zcopy_locked(std::unique_lock<std:
         return 0;
     }
     kick_helper();
-    if (c.state() != engine::State::established) {
-        ec = core_.state_error(true);
-        // Handed off (13.1.1 step 5): the peer read part, the rest is in
-        // the handed-over unsent bytes.
-        return c.error() == engine::Error::handed_off ? in.size() : 0;
-    }
-    return in.size();
+    return core_.zcopy_write_result(in.size(), ec).value_or(0);
 }
 
 bool SoftChannel::flush(std::chrono::milliseconds timeout) {

@@ -269,6 +269,50 @@ std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::e
     return std::nullopt;
 }
 
+bool ChannelCore::start_zcopy_read(std::span<std::uint8_t> out) {
+    auto& c = s_.sdp();
+    return c.readable() == 0 && c.zcopy_readable() > 0 && c.read_zcopy(out);
+}
+
+std::optional<std::size_t> ChannelCore::zcopy_read_result(std::error_code& ec) {
+    ec.clear();
+    auto& c = s_.sdp();
+    if (c.zcopy_read_pending()) {
+        return std::nullopt;
+    }
+    if (auto n = c.take_zcopy_read()) {
+        return n;
+    }
+    ec = state_error(false);
+    return 0;
+}
+
+std::optional<bool> ChannelCore::start_zcopy_write(std::span<const std::uint8_t> in) {
+    auto& c = s_.sdp();
+    if (c.bcopy_threshold() == 0 || in.size() <= c.bcopy_threshold()) {
+        return false;
+    }
+    if (c.send_queued() > 0 && c.state() == engine::State::established) {
+        return std::nullopt;
+    }
+    return c.write_zcopy(in);
+}
+
+std::optional<std::size_t> ChannelCore::zcopy_write_result(std::size_t size, std::error_code& ec) {
+    ec.clear();
+    auto& c = s_.sdp();
+    if (c.zcopy_write_pending()) {
+        return std::nullopt;
+    }
+    if (c.state() != engine::State::established) {
+        ec = state_error(true);
+        // Handed off (13.1.1 step 5): the peer read part, the rest is in
+        // the handed-over unsent bytes.
+        return c.error() == engine::Error::handed_off ? size : 0;
+    }
+    return size;
+}
+
 std::optional<std::error_code> ChannelCore::send_oob(std::uint8_t byte) {
     auto& c = s_.sdp();
     if (c.state() != engine::State::established || c.disconn_sent()) {

@@ -304,7 +304,13 @@ void SoftSession::post_recv(std::uint32_t count) {
         if (!free_recv_.empty()) {
             id = free_recv_.back();
             free_recv_.pop_back();
-            recv_bufs_[id].resize(size);  // 10.6: the size may have changed
+            // 10.6: the size may have changed; a much smaller one gives the
+            // memory back.
+            if (size < recv_bufs_[id].capacity() / 4) {
+                recv_bufs_[id] = std::vector<std::uint8_t>(size);
+            } else {
+                recv_bufs_[id].resize(size);
+            }
         } else {
             id = recv_bufs_.size();
             recv_bufs_.emplace_back(size);

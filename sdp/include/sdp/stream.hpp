@@ -112,6 +112,12 @@ struct StreamOptions {
     bool crc = true;                          // ask for MPA CRC32c
     std::uint32_t recv_buf_size = 64 * 1024;  // SDP private buffer size
     std::uint16_t recv_buf_count = 16;        // buffers posted (initial credit)
+    // Receive buffer resizing (10.6): a peer's ChRcvBuf may grow our buffers
+    // up to this size (0: never beyond recv_buf_size; smaller is always
+    // granted); grow_peer_buffers: with a backlog, ask a peer whose buffers
+    // are smaller than recv_buf_size for that size once. Soft provider.
+    std::uint32_t max_recv_buf_size = 0;
+    bool grow_peer_buffers = false;
     // Bytes write() buffers beyond the peer's credit (like SO_SNDBUF). A
     // deeper queue holds data longer before it is framed and its CRC taken:
     // with the 1 MiB receive window on top, 1 MiB here measured 0.35-0.46x
@@ -129,8 +135,8 @@ struct StreamOptions {
     // cheaper on this connection for writes of its size (both tried first;
     // reads never lend). Both directions: a
     // bcopy stream also asks a zero-copy peer for Bcopy (SendSm). Blocking
-    // Stream on the soft provider; the async stream and the rdma provider
-    // use Bcopy for now. See docs/sdp.md, "Zero copy".
+    // Stream and AsyncStream (Read Zcopy only) on the soft provider; the
+    // rdma provider uses Bcopy for now. See docs/sdp.md, "Zero copy".
     Mechanism mechanism = Mechanism::bcopy;
     std::size_t zcopy_threshold = 32 * 1024;
     // SO_OOBINLINE: a received urgent byte stays in the normal stream (see

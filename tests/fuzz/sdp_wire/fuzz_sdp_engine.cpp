@@ -122,6 +122,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (size > 0 && data[0] == 0x7A) {
         qp.rdma_ = true;
         cfg.bcopy_threshold = 1024;
+        cfg.max_recv_buf_size = 8192;  // 10.6 grants
+        cfg.grow_peer_buffers = true;  // and asks
     }
     // Lent buffers outlive the connection; the writer's stays unchanged.
     std::vector<std::uint8_t> sink(16384);

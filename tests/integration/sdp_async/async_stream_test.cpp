@@ -17,9 +17,11 @@
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <future>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -136,9 +138,10 @@ struct AsyncClientPair {
     std::thread srv;
     std::error_code accept_ec;
 
-    void start(const std::function<void(sdp::Stream&)>& serve) {
+    void start(const std::function<void(sdp::Stream&)>& serve,
+               const sdp::StreamOptions& o = opts()) {
         sdp::AcceptorOptions ao;
-        ao.stream = opts();
+        ao.stream = o;
         ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
         srv = std::thread([this, serve] {
             accept_ec = acc.accept(server, 30s);
@@ -148,7 +151,7 @@ struct AsyncClientPair {
         });
         bool done = false;
         error_code ec;
-        client.async_connect_sdp(acc.local_endpoint(), opts(), [&](error_code e) {
+        client.async_connect_sdp(acc.local_endpoint(), o, [&](error_code e) {
             ec = e;
             done = true;
         });
@@ -504,6 +507,129 @@ TEST(SdpAsyncStream, CancelPendingRead) {
     p.client.close();
     ASSERT_TRUE(run_until(p.io, [&] { return done; }));
     EXPECT_EQ(rec, asio::error::operation_aborted) << rec.message();
+}
+
+sdp::StreamOptions zcopy_opts() {
+    auto o = opts();
+    o.mechanism = sdp::Mechanism::zcopy;
+    return o;
+}
+
+// Read Zcopy (9.2) on the async stream, mechanism zcopy on both ends: the
+// async client's large write is advertised and RDMA-Read by the blocking
+// server; the server's large writes are RDMA-Read by the client's
+// async_read_some straight into its buffer. Every byte arrives.
+TEST(SdpAsyncStream, ZeroCopyBothWays) {
+    constexpr std::size_t n = 8u << 20;
+    AsyncClientPair p;
+    std::error_code srv_rec, srv_wec;
+    std::size_t srv_got = 0;
+    bool srv_ok = false;
+    sdp::StreamStats srv_stats;
+    ASSERT_NO_FATAL_FAILURE(p.start(
+        [&](sdp::Stream& s) {
+            srv_got = recv_pattern(s, 11, srv_rec, srv_ok);
+            srv_wec = send_pattern(s, n, 12);
+            if (!srv_wec) {
+                srv_wec = s.shutdown_write();
+            }
+            srv_stats = s.stats();
+            std::vector<std::uint8_t> b(16);
+            std::error_code ec;
+            s.read_some(b, ec);  // until the client closes
+        },
+        zcopy_opts()));
+    const auto out = make_pattern(n, 11);
+    bool wrote = false;
+    error_code wec;
+    asio::async_write(p.client, asio::buffer(out), [&](error_code e, std::size_t k) {
+        wec = e;
+        EXPECT_EQ(k, n);
+        p.client.async_shutdown([&](error_code) { wrote = true; });
+    });
+    ASSERT_TRUE(run_until(
+        p.io, [&] { return wrote; }, 120s));
+    EXPECT_FALSE(wec) << wec.message();
+    // The server's writes, read with 1 MiB buffers.
+    std::vector<std::uint8_t> in(n), buf(1 << 20);
+    std::size_t got = 0;
+    bool eof = false;
+    error_code rec;
+    std::function<void()> next = [&] {
+        p.client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t k) {
+            if (e) {
+                eof = e == asio::error::eof;
+                rec = eof ? error_code{} : e;
+                return;
+            }
+            std::copy_n(buf.begin(), std::min(k, n - std::min(got, n)), in.begin() + got);
+            got += k;
+            next();
+        });
+    };
+    next();
+    ASSERT_TRUE(run_until(
+        p.io, [&] { return eof || rec; }, 120s));
+    EXPECT_FALSE(rec) << rec.message();
+    EXPECT_EQ(got, n);
+    EXPECT_TRUE(check_pattern(in, 0, 12));
+    p.client.close();
+    p.srv.join();
+    EXPECT_FALSE(srv_rec) << srv_rec.message();
+    EXPECT_FALSE(srv_wec) << srv_wec.message();
+    EXPECT_EQ(srv_got, n);
+    EXPECT_TRUE(srv_ok);
+    EXPECT_GT(srv_stats.zcopy_bytes_received, n / 2) << "the client's write went zero copy";
+    EXPECT_GT(srv_stats.zcopy_bytes_sent, n / 2) << "the client's reads took the server's";
+}
+
+// A pending zero-copy write cannot be called back: cancel() resets the
+// stream (the advertised buffer's STag is invalidated), then the handler
+// gets operation_aborted and the buffer is the caller's again: the peer's
+// RDMA Read of it fails instead of reading freed memory.
+TEST(SdpAsyncStream, CancelPendingZeroCopyWriteResetsTheStream) {
+    AsyncClientPair p;
+    std::atomic<bool> go{false};
+    std::error_code srv_rec;
+    ASSERT_NO_FATAL_FAILURE(p.start(
+        [&](sdp::Stream& s) {
+            pmtest::wait_until([&] { return go.load(); }, 30s);
+            std::vector<std::uint8_t> b(1 << 20);
+            while (!srv_rec && s.read_some(b, srv_rec) > 0) {
+            }
+        },
+        zcopy_opts()));
+    auto out = std::make_unique<std::vector<std::uint8_t>>(make_pattern(1 << 20, 13));
+    bool done = false;
+    error_code wec;
+    p.client.async_write_some(asio::buffer(*out), [&](error_code e, std::size_t) {
+        wec = e;
+        done = true;
+    });
+    // Let the SrcAvail go out; the server does not read yet.
+    p.io.restart();
+    for (int i = 0; i < 50; ++i) {
+        p.io.poll();
+        std::this_thread::sleep_for(2ms);
+    }
+    EXPECT_FALSE(done) << "a zero-copy write completes when the peer has read it";
+    p.client.cancel();
+    ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    EXPECT_EQ(wec, asio::error::operation_aborted) << wec.message();
+    out.reset();  // the caller's again
+    go = true;
+    std::vector<std::uint8_t> b(16);
+    done = false;
+    error_code rec;
+    p.client.async_read_some(asio::buffer(b), [&](error_code e, std::size_t) {
+        rec = e;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    EXPECT_TRUE(rec) << "the stream was reset";
+    p.client.close();
+    p.srv.join();
+    EXPECT_TRUE(srv_rec) << "the server's read of the advertised buffer failed";
 }
 
 TEST(SdpAsyncStream, RefusedSdpConnect) {

@@ -40,6 +40,7 @@ e::Config sized(std::uint32_t size) {
     c.recv_buf_size = size;
     c.send_buf_size = 256 * 1024;  // our messages may grow with the peer's buffers
     c.grow_peer_buffers = false;   // only the requests the test makes
+    c.max_recv_buf_size = 256 * 1024;
     return c;
 }
 
@@ -164,6 +165,54 @@ TEST(SdpEngineResize, Section10_6_1ConcurrentRequests) {
     const Bytes data = pattern(100000, 5);
     EXPECT_EQ(transfer(p, data), data);
     EXPECT_TRUE(p.faults.empty()) << (p.faults.empty() ? "" : p.faults.front());
+}
+
+// By default (max_recv_buf_size 0) buffers never grow beyond their
+// configured size: a request for more gets the unchanged size (10.6), one
+// for less is granted.
+TEST(SdpEngineResize, Section10_6DefaultNeverGrows) {
+    e::Config c;
+    Pair p(c, c);
+    p.qb.resizable = true;
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    const auto size = p.b.local_recv_size();
+    ASSERT_TRUE(p.a.request_peer_recv_size(size * 4));
+    p.run();
+    EXPECT_EQ(p.b.local_recv_size(), size);
+    EXPECT_EQ(p.a.peer_recv_size(), size);
+    EXPECT_FALSE(p.a.peer_resize_pending());
+    ASSERT_TRUE(p.a.request_peer_recv_size(size / 2));
+    p.run();
+    EXPECT_EQ(p.b.local_recv_size(), size / 2);
+}
+
+// 10.6.1 with two increases: b's ChRcvBufAck waits for b's old buffers, and
+// b may not ask for its own meanwhile (a would take it as concurrent and
+// disregard it); once b has acknowledged, its request goes and is granted.
+TEST(SdpEngineResize, Section10_6_1NoRequestWhileOurAckIsDue) {
+    Pair p(sized(16384), sized(16384));
+    p.qa.resizable = p.qb.resizable = true;
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    ASSERT_TRUE(p.a.request_peer_recv_size(65536));
+    p.run();
+    EXPECT_FALSE(p.b.request_peer_recv_size(65536)) << "our ChRcvBufAck is due";
+    const Bytes data = pattern(1 << 20, 8);
+    EXPECT_EQ(transfer(p, data), data);
+    EXPECT_EQ(p.a.peer_recv_size(), 65536u) << "acknowledged after the old buffers";
+    ASSERT_TRUE(p.b.request_peer_recv_size(65536));
+    // a's old buffers are consumed by b's data.
+    std::size_t off = 0;
+    Bytes got;
+    const Bytes back = pattern(1 << 20, 9);
+    for (int i = 0; i < 100000 && got.size() < back.size(); ++i) {
+        feed(p.b, back, off);
+        p.run();
+        drain(p.a, got);
+    }
+    EXPECT_EQ(got, back);
+    EXPECT_EQ(p.b.peer_recv_size(), 65536u);
+    EXPECT_EQ(p.a.stats().ch_rcv_buf_disregarded + p.b.stats().ch_rcv_buf_disregarded, 0u);
+    EXPECT_TRUE(p.faults.empty());
 }
 
 // Config::grow_peer_buffers: a Data Source with a backlog and larger send
