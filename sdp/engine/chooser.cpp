@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sdp/engine/chooser.hpp"
 
+#include <algorithm>
 #include <bit>
 
 namespace sdp::engine {
@@ -9,30 +10,59 @@ std::size_t MechanismChooser::class_of(std::size_t size) {
     return static_cast<std::size_t>(std::bit_width(size) - 1);  // floor(log2), size > 0
 }
 
+Choice MechanismChooser::best(const Class& k) {
+    // Zero copy only when clearly cheaper (by 1/8): Bcopy is the safe
+    // default, and a noisy sample should not move a class to the mechanism
+    // whose trials of the other are rare.
+    return 8 * k.mean[1].ps_per_byte < 7 * k.mean[0].ps_per_byte ? Choice::zcopy : Choice::bcopy;
+}
+
 Choice MechanismChooser::choose(std::size_t size) {
     if (threshold_ == 0 || size <= threshold_)
         return Choice::bcopy;
     Class& k = classes_[class_of(size)];
-    const Mean& b = k.mean[0];
-    const Mean& z = k.mean[1];
-    ++k.writes;
-    if (b.samples < kWarmup || z.samples < kWarmup)
-        return z.samples < b.samples ? Choice::zcopy : Choice::bcopy;  // alternately
-    const Choice best = z.ps_per_byte < b.ps_per_byte ? Choice::zcopy : Choice::bcopy;
-    if (k.writes % kExplore == 0)
-        return best == Choice::zcopy ? Choice::bcopy : Choice::zcopy;
-    return best;
+    if (k.tried[0] < kWarmup || k.tried[1] < kWarmup) {
+        // Alternately (by choices made: a Bcopy sample may come only when
+        // the zero-copy write after it has drained the queue).
+        const Choice c = k.tried[1] < k.tried[0] ? Choice::zcopy : Choice::bcopy;
+        ++k.tried[c == Choice::zcopy ? 1 : 0];
+        return c;
+    }
+    if (k.mean[0].samples == 0 || k.mean[1].samples == 0)
+        return Choice::bcopy;  // a warm-up write failed: the safe default
+    const Choice pick = best(k);
+    if (--k.countdown == 0) {
+        k.exploring = true;
+        k.countdown = k.interval;
+        return pick == Choice::zcopy ? Choice::bcopy : Choice::zcopy;
+    }
+    return pick;
 }
 
-void MechanismChooser::record(std::size_t size, Choice used, std::uint64_t nanoseconds) {
+bool MechanismChooser::same_class(std::size_t a, std::size_t b) {
+    return std::bit_width(a) == std::bit_width(b);
+}
+
+void MechanismChooser::record(std::size_t size, Choice used, std::uint64_t nanoseconds,
+                              std::size_t bytes) {
     if (size == 0 || size <= threshold_)
         return;
-    Mean& m = classes_[class_of(size)].mean[used == Choice::zcopy ? 1 : 0];
+    if (bytes == 0)
+        bytes = size;
+    Class& k = classes_[class_of(size)];
+    const Choice before = best(k);
+    Mean& m = k.mean[used == Choice::zcopy ? 1 : 0];
     // Picoseconds per byte: 1 ns per 64 KiB still counts.
     const std::uint64_t ns = nanoseconds > (UINT64_MAX / 1000) ? UINT64_MAX / 1000 : nanoseconds;
-    const std::uint64_t sample = ns * 1000 / size;
+    const std::uint64_t sample = ns * 1000 / bytes;
     m.ps_per_byte = m.samples == 0 ? sample : (3 * m.ps_per_byte + sample) / 4;
     ++m.samples;
+    if (k.exploring && used != before) {
+        // A trial: confirmed, the next one twice as late; otherwise soon.
+        k.exploring = false;
+        k.interval = best(k) == before ? std::min(k.interval * 2, kMaxExplore) : kExplore;
+        k.countdown = k.interval;
+    }
 }
 
 std::uint64_t MechanismChooser::cost(std::size_t size, Choice c) const {

@@ -6,10 +6,15 @@
 // took (its clock), the chooser keeps the numbers and decides.
 //
 // Writes are grouped by size (one class per power of two). In each class
-// both mechanisms are tried kWarmup times, alternately; after that the one
-// with the lower cost per byte (an exponentially weighted mean, weight 1/4
-// for the newest sample) is used, and every kExplore-th write of the class
-// tries the other one, so that a change of conditions is noticed. Writes
+// both mechanisms are tried kWarmup times, alternately; after that Bcopy is
+// used unless zero copy costs at least 1/8 less per byte (an exponentially
+// weighted mean, weight 1/4 for the newest sample), and now and then a
+// write tries the other
+// one, so that a change of conditions is noticed: after kExplore writes,
+// then after twice as many each time the trial confirms the choice (at most
+// kMaxExplore), and after kExplore again once the choice changed. An
+// exploring write costs what the worse mechanism costs, so it must be rare
+// where the two differ a lot (64 KiB on loopback: zero copy 4x). Writes
 // not larger than the threshold always go by Bcopy (section 10 rule 5's
 // threshold keeps its meaning).
 #pragma once
@@ -26,15 +31,20 @@ class MechanismChooser {
   public:
     static constexpr std::uint32_t kWarmup = 3;
     static constexpr std::uint32_t kExplore = 16;
+    static constexpr std::uint32_t kMaxExplore = 1024;
 
     explicit MechanismChooser(std::size_t threshold) : threshold_(threshold) {}
 
     // The mechanism for the next write of `size` bytes.
     Choice choose(std::size_t size);
-    // A write of `size` bytes by `used` cost `nanoseconds` (for the driver:
-    // from its start to the start of the next write, so that the time the
-    // transfer still takes after a Bcopy write returned counts too).
-    void record(std::size_t size, Choice used, std::uint64_t nanoseconds);
+    // Writes of the class of `size` by `used` moved `bytes` (0: `size`) in
+    // `nanoseconds`. For the driver: a zero-copy write from its start to the
+    // next write's start; a run of Bcopy writes from the first one's start
+    // until its bytes have left the send queue (the next zero-copy write
+    // waits for that), so that queued bytes count where they were written.
+    void record(std::size_t size, Choice used, std::uint64_t nanoseconds, std::size_t bytes = 0);
+    // Whether two sizes are in the same class.
+    [[nodiscard]] static bool same_class(std::size_t a, std::size_t b);
 
     // The class's mean cost in picoseconds per byte (0: no sample yet).
     [[nodiscard]] std::uint64_t cost(std::size_t size, Choice c) const;
@@ -47,8 +57,12 @@ class MechanismChooser {
     };
     struct Class {
         std::array<Mean, 2> mean{};
-        std::uint32_t writes = 0;
+        std::array<std::uint32_t, 2> tried{};  // warm-up choices made
+        std::uint32_t interval = kExplore;     // writes between trials
+        std::uint32_t countdown = kExplore;    // writes to the next trial
+        bool exploring = false;                // the last choice was a trial
     };
+    static Choice best(const Class& k);
     static std::size_t class_of(std::size_t size);
 
     std::size_t threshold_;

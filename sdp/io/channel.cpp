@@ -686,33 +686,48 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
         zcopy = chooser_->choose(in.size()) == engine::Choice::zcopy;
         if (zcopy) {
             // Zero copy starts with an empty queue (11.2): the bytes still
-            // queued are the previous write's cost, not this one's.
+            // queued belong to the Bcopy run before, and count there.
             wake_poller_for_output();
             (void)drive(
                 lk, [&] { return c.send_queued() == 0 || c.state() != engine::State::established; },
                 io_deadline());
         }
-        // The previous write's cost runs to here (a Bcopy write returns
-        // before its bytes are sent; the next one waits for room).
         const auto now = Clock::now();
-        if (last_write_) {
+        const auto take = [&] {
             const auto ns =
                 std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_write_->start);
             chooser_->record(last_write_->size, last_write_->used,
-                             static_cast<std::uint64_t>(std::max<std::int64_t>(ns.count(), 0)));
+                             static_cast<std::uint64_t>(std::max<std::int64_t>(ns.count(), 0)),
+                             last_write_->bytes);
+        };
+        if (zcopy) {
+            if (last_write_ && last_write_->bytes > 0) {
+                take();  // a zero-copy write, or a Bcopy run drained now
+            }
+            last_write_ = LastWrite{now, in.size(), 0, engine::Choice::zcopy};
+        } else if (!last_write_ || last_write_->used == engine::Choice::zcopy ||
+                   !engine::MechanismChooser::same_class(last_write_->size, in.size())) {
+            if (last_write_ && last_write_->used == engine::Choice::zcopy &&
+                last_write_->bytes > 0) {
+                take();
+            }
+            // A new Bcopy run (one of another class ends without a sample:
+            // its queue was not drained).
+            last_write_ = LastWrite{now, in.size(), 0, engine::Choice::bcopy};
         }
-        last_write_ = LastWrite{now, in.size(), engine::Choice::bcopy};
     }
     if (zcopy) {
         if (auto z = write_zcopy_locked(lk, in, ec)) {
             if (last_write_) {
-                last_write_->used = engine::Choice::zcopy;
-                last_write_->size = *z;
+                last_write_->bytes = *z;
                 if (ec) {
                     last_write_.reset();  // no sample from a failed write
                 }
             }
             return *z;
+        }
+        if (last_write_) {
+            last_write_ = LastWrite{Clock::now(), in.size(), 0, engine::Choice::bcopy};
         }
     }
     std::size_t done = 0;
@@ -742,6 +757,9 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
             last_write_.reset();
             return done;
         }
+    }
+    if (last_write_) {
+        last_write_->bytes += done;
     }
     wake_poller_for_output();
     kick_helper();

@@ -246,12 +246,15 @@ class SoftChannel {
     std::size_t mss_ = 1460;
     std::chrono::milliseconds io_timeout_{0};
     std::chrono::milliseconds handshake_timeout_{5000};
-    // ChannelOptions::adaptive: the chooser, and the write whose cost the
-    // next write's start completes.
+    // ChannelOptions::adaptive: the chooser, and the sample being taken:
+    // the last zero-copy write (until the next write starts) or the current
+    // run of Bcopy writes of one size class (until the next zero-copy write
+    // has drained the queue behind it).
     std::optional<engine::MechanismChooser> chooser_;
     struct LastWrite {
         Clock::time_point start;
-        std::size_t size = 0;
+        std::size_t size = 0;   // its size class
+        std::size_t bytes = 0;  // written in it
         engine::Choice used = engine::Choice::bcopy;
     };
     std::optional<LastWrite> last_write_;

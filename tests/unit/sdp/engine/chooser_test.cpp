@@ -47,24 +47,39 @@ TEST(MechanismChooser, TriesBothThenUsesTheCheaper) {
     EXPECT_EQ(count(v, Choice::zcopy), 3);
     for (std::size_t i = 1; i < v.size(); ++i)
         EXPECT_NE(v[i], v[i - 1]);
-    // Writes 7 to 21 of the class: all zero copy but the 16th (explores).
+    // The 15 writes after the warm-up: all zero copy (the first trial of
+    // Bcopy is the 16th).
     const auto next = run(m, 1 << 20, 15, 2000000, 1000000);
-    EXPECT_EQ(count(next, Choice::zcopy), 14);
-    EXPECT_EQ(next[9], Choice::bcopy);
+    EXPECT_EQ(count(next, Choice::zcopy), 15);
+    EXPECT_EQ(m.choose(1 << 20), Choice::bcopy) << "the 16th: a trial";
     MechanismChooser slow(32 * 1024);
     run(slow, 1 << 16, 6, 100000, 400000);
-    EXPECT_EQ(count(run(slow, 1 << 16, 15, 100000, 400000), Choice::bcopy), 14);
+    EXPECT_EQ(count(run(slow, 1 << 16, 15, 100000, 400000), Choice::bcopy), 15);
 }
 
-TEST(MechanismChooser, ExploresTheOtherEverySixteenthWriteAndFollowsAChange) {
+TEST(MechanismChooser, TrialsBackOffWhileTheChoiceHoldsAndFollowAChange) {
     MechanismChooser m(32 * 1024);
     run(m, 1 << 20, 6, 2000000, 1000000);  // zcopy wins
-    const auto v = run(m, 1 << 20, 64, 2000000, 1000000);
-    EXPECT_EQ(count(v, Choice::bcopy), 4) << "one exploring write in 16";
-    // Zero copy becomes slow: the explorations and the zcopy samples show it.
+    // Trials after 16, then 32, 64, 128 more writes while they confirm it.
+    const auto v = run(m, 1 << 20, 16 + 32 + 64 + 128, 2000000, 1000000);
+    EXPECT_EQ(count(v, Choice::bcopy), 4);
+    EXPECT_EQ(v[15], Choice::bcopy);
+    EXPECT_EQ(v[15 + 32], Choice::bcopy);
+    const auto many = run(m, 1 << 20, 10000, 2000000, 1000000);
+    EXPECT_LE(count(many, Choice::bcopy), 12) << "at most one in 1024 at the end";
+    EXPECT_GE(count(many, Choice::bcopy), 9);
+    // Zero copy becomes slow: its own samples show it at once.
     const auto after = run(m, 1 << 20, 64, 2000000, 8000000);
     const auto tail = std::vector<Choice>(after.end() - 16, after.end());
-    EXPECT_GE(count(tail, Choice::bcopy), 15);
+    EXPECT_EQ(count(tail, Choice::bcopy), 16);
+    // Bcopy wins, then zero copy becomes far cheaper: only the trials see
+    // it (three of them move the mean past Bcopy's), and then it is used.
+    MechanismChooser f(32 * 1024);
+    run(f, 1 << 20, 6, 1000000, 2000000);
+    const auto w = run(f, 1 << 20, 400, 1000000, 1);
+    const auto last = std::vector<Choice>(w.end() - 100, w.end());
+    EXPECT_GE(count(last, Choice::zcopy), 95);
+    EXPECT_LT(f.cost(1 << 20, Choice::zcopy), f.cost(1 << 20, Choice::bcopy));
 }
 
 TEST(MechanismChooser, SizeClassesAreSeparate) {
@@ -83,7 +98,8 @@ TEST(MechanismChooser, HugeDurationsDoNotOverflow) {
     EXPECT_GT(m.cost(1 << 20, Choice::zcopy), 0u);
     m.record(SIZE_MAX, Choice::bcopy, 5);  // the last class; 0 ps per byte
     EXPECT_EQ(m.cost(SIZE_MAX, Choice::bcopy), 0u);
-    EXPECT_EQ(m.choose(SIZE_MAX), Choice::zcopy) << "warm-up: the one with fewer samples";
+    EXPECT_EQ(m.choose(SIZE_MAX), Choice::bcopy) << "warm-up: Bcopy first";
+    EXPECT_EQ(m.choose(SIZE_MAX), Choice::zcopy) << "then alternately";
 }
 
 }  // namespace
