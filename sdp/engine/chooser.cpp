@@ -28,8 +28,13 @@ Choice MechanismChooser::choose(std::size_t size) {
         ++k.tried[c == Choice::zcopy ? 1 : 0];
         return c;
     }
-    if (k.mean[0].samples == 0 || k.mean[1].samples == 0)
-        return Choice::bcopy;  // a warm-up write failed: the safe default
+    if (k.mean[0].samples == 0 || k.mean[1].samples == 0) {
+        // A warm-up write of that mechanism left no sample (it fell back,
+        // failed, or its run ended unmeasured): try it again.
+        const int missing = k.mean[0].samples == 0 ? 0 : 1;
+        k.tried[static_cast<std::size_t>(missing)] = 0;
+        return missing == 0 ? Choice::bcopy : Choice::zcopy;
+    }
     const Choice pick = best(k);
     if (--k.countdown == 0) {
         k.exploring = true;

@@ -467,17 +467,21 @@ void AsioChannel::complete(std::optional<IoOp>& op, std::error_code ec, std::siz
 }
 
 void AsioChannel::cancel_io() {
-    // A buffer lent to a zero-copy transfer cannot be called back: the
-    // stream is reset first (its regions invalidated, so a late Read
-    // Response or the peer's RDMA Read meets a stale STag), then the
-    // operation completes and the caller may reuse the buffer.
-    if ((rd_op_ && rd_op_->zcopy) || (wr_op_ && wr_op_->zcopy)) {
+    // A buffer lent to a zero-copy write cannot be called back (the peer
+    // reads it when it likes): the stream is reset first (its regions
+    // invalidated, so the peer's RDMA Read meets a stale STag), then the
+    // operation completes and the caller may reuse the buffer. A zero-copy
+    // read is ours and ends in bounded time: it is left to complete with
+    // the bytes it placed (they are the stream's; cancelling would lose
+    // them), as an Asio operation that finished before the cancel.
+    if (wr_op_ && wr_op_->zcopy) {
         core_.abort();
     }
-    for (auto* op : {&rd_op_, &wr_op_}) {
-        if (*op) {
-            complete(*op, errc(std::errc::operation_canceled), 0);
-        }
+    if (rd_op_ && !rd_op_->zcopy) {
+        complete(rd_op_, errc(std::errc::operation_canceled), 0);
+    }
+    if (wr_op_) {
+        complete(wr_op_, errc(std::errc::operation_canceled), 0);
     }
 }
 
@@ -507,7 +511,7 @@ void AsioChannel::serve_read() {
         if (op.zcopy) {
             return core_.zcopy_read_result(ec);
         }
-        if (core_.start_zcopy_read(op.rbuf)) {
+        if (!finished_ && core_.start_zcopy_read(op.rbuf)) {
             op.zcopy = true;
             return std::nullopt;
         }
@@ -523,7 +527,7 @@ void AsioChannel::serve_write() {
         if (op.zcopy) {
             return core_.zcopy_write_result(op.wbuf.size(), ec);
         }
-        if (!opts_.adaptive) {
+        if (!opts_.adaptive && !finished_) {
             const auto started = core_.start_zcopy_write(op.wbuf);
             if (!started) {
                 return std::nullopt;  // queued data first

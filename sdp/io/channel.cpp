@@ -706,13 +706,16 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
             }
             last_write_ = LastWrite{now, in.size(), 0, engine::Choice::zcopy};
         } else if (!last_write_ || last_write_->used == engine::Choice::zcopy ||
-                   !engine::MechanismChooser::same_class(last_write_->size, in.size())) {
+                   (in.size() > c.bcopy_threshold() &&
+                    !engine::MechanismChooser::same_class(last_write_->size, in.size()))) {
             if (last_write_ && last_write_->used == engine::Choice::zcopy &&
                 last_write_->bytes > 0) {
                 take();
             }
             // A new Bcopy run (one of another class ends without a sample:
-            // its queue was not drained).
+            // its queue was not drained). Small writes (at most the
+            // threshold) join the current run, so a "small header, large
+            // body" pattern still measures the body's class.
             last_write_ = LastWrite{now, in.size(), 0, engine::Choice::bcopy};
         }
     }

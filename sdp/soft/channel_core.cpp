@@ -289,7 +289,9 @@ std::optional<std::size_t> ChannelCore::zcopy_read_result(std::error_code& ec) {
 
 std::optional<bool> ChannelCore::start_zcopy_write(std::span<const std::uint8_t> in) {
     auto& c = s_.sdp();
-    if (c.bcopy_threshold() == 0 || in.size() <= c.bcopy_threshold()) {
+    // Not after shutdown_write() (write() reports it), nor below the threshold.
+    if (c.bcopy_threshold() == 0 || in.size() <= c.bcopy_threshold() ||
+        c.send_teardown() != engine::SendTeardown::open) {
         return false;
     }
     if (c.send_queued() > 0 && c.state() == engine::State::established) {

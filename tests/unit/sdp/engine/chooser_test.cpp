@@ -92,6 +92,20 @@ TEST(MechanismChooser, SizeClassesAreSeparate) {
     EXPECT_EQ(m.choose(1 << 18), Choice::bcopy) << "a new class starts with Bcopy";
 }
 
+// A mechanism whose warm-up writes left no sample (they fell back or were
+// not measured) is tried again rather than never.
+TEST(MechanismChooser, UnmeasuredWarmUpIsTriedAgain) {
+    MechanismChooser m(32 * 1024);
+    for (int i = 0; i < 6; ++i) {
+        const Choice c = m.choose(1 << 20);
+        if (c == Choice::bcopy)
+            m.record(1 << 20, c, 1000000);  // only Bcopy is ever measured
+    }
+    EXPECT_EQ(m.choose(1 << 20), Choice::zcopy);
+    m.record(1 << 20, Choice::zcopy, 100000);
+    EXPECT_EQ(m.choose(1 << 20), Choice::zcopy) << "now measured: ten times cheaper";
+}
+
 TEST(MechanismChooser, HugeDurationsDoNotOverflow) {
     MechanismChooser m(32 * 1024);
     m.record(1 << 20, Choice::zcopy, UINT64_MAX);
