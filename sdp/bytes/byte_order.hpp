@@ -14,8 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <vector>
+
+#include <boost/endian/conversion.hpp>
 
 namespace sdp::bytes {
 
@@ -23,32 +24,21 @@ enum class Order { big, little };
 
 namespace detail {
 
-// Byte I of a T in order O holds the bits from shift(I) up. Written as
-// folds, not loops, so that the compiler sees one load or store (gcc's -O2
-// does not unroll a loop to find it).
-template <typename T, Order O>
-constexpr unsigned shift(std::size_t i) {
-    return static_cast<unsigned>(8 * (O == Order::big ? sizeof(T) - 1 - i : i));
-}
-
-template <typename T, Order O, std::size_t... I>
-constexpr T load(const std::uint8_t* p, std::index_sequence<I...>) {
-    return static_cast<T>(((static_cast<T>(p[I]) << shift<T, O>(I)) | ...));
+// Boost.Endian does the loads and stores (one load or store and a byte
+// swap where needed); this header adds the vector appends and the reader.
+template <Order O>
+constexpr boost::endian::order order_of() {
+    return O == Order::big ? boost::endian::order::big : boost::endian::order::little;
 }
 
 template <typename T, Order O>
-constexpr T load(const std::uint8_t* p) {
-    return load<T, O>(p, std::make_index_sequence<sizeof(T)>{});
-}
-
-template <typename T, Order O, std::size_t... I>
-constexpr void store(std::uint8_t* p, T v, std::index_sequence<I...>) {
-    ((p[I] = static_cast<std::uint8_t>(v >> shift<T, O>(I))), ...);
+T load(const std::uint8_t* p) {
+    return boost::endian::endian_load<T, sizeof(T), order_of<O>()>(p);
 }
 
 template <typename T, Order O>
-constexpr void store(std::uint8_t* p, T v) {
-    store<T, O>(p, v, std::make_index_sequence<sizeof(T)>{});
+void store(std::uint8_t* p, T v) {
+    boost::endian::endian_store<T, sizeof(T), order_of<O>()>(p, v);
 }
 
 template <typename T, Order O>
@@ -61,24 +51,24 @@ void append(std::vector<std::uint8_t>& out, T v) {
 }  // namespace detail
 
 template <Order O = Order::big>
-constexpr std::uint16_t get16(const std::uint8_t* p) {
+std::uint16_t get16(const std::uint8_t* p) {
     return detail::load<std::uint16_t, O>(p);
 }
 template <Order O = Order::big>
-constexpr std::uint32_t get32(const std::uint8_t* p) {
+std::uint32_t get32(const std::uint8_t* p) {
     return detail::load<std::uint32_t, O>(p);
 }
 template <Order O = Order::big>
-constexpr std::uint64_t get64(const std::uint8_t* p) {
+std::uint64_t get64(const std::uint8_t* p) {
     return detail::load<std::uint64_t, O>(p);
 }
 
 template <Order O = Order::big>
-constexpr void store16(std::uint8_t* p, std::uint16_t v) {
+void store16(std::uint8_t* p, std::uint16_t v) {
     detail::store<std::uint16_t, O>(p, v);
 }
 template <Order O = Order::big>
-constexpr void store32(std::uint8_t* p, std::uint32_t v) {
+void store32(std::uint8_t* p, std::uint32_t v) {
     detail::store<std::uint32_t, O>(p, v);
 }
 
