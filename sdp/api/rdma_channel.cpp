@@ -45,14 +45,17 @@ rdma::RdmaSessionConfig rdma_config(const StreamOptions& o) {
 
 // --- RdmaChannel ----------------------------------------------------------------
 
-RdmaChannel::RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, std::chrono::milliseconds io_timeout)
-    : s_(std::move(s)), io_timeout_(io_timeout), device_(s_->cm().device_name()) {}
+RdmaChannel::RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, const StreamOptions& o)
+    : s_(std::move(s)),
+      io_timeout_(o.io_timeout),
+      zcopy_writes_(o.mechanism == Mechanism::zcopy),
+      device_(s_->cm().device_name()) {}
 
 std::unique_ptr<RdmaChannel> RdmaChannel::start(std::unique_ptr<rdma::RdmaSession> s,
-                                                std::chrono::milliseconds io_timeout,
-                                                std::error_code& ec, std::string* why) {
+                                                const StreamOptions& o, std::error_code& ec,
+                                                std::string* why) {
     ec.clear();
-    std::unique_ptr<RdmaChannel> c(new RdmaChannel(std::move(s), io_timeout));
+    std::unique_ptr<RdmaChannel> c(new RdmaChannel(std::move(s), o));
     c->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (c->wake_fd_ < 0) {
         ec = {errno, std::generic_category()};
@@ -166,6 +169,15 @@ std::size_t RdmaChannel::read_some(std::span<std::uint8_t> out, std::error_code&
             ec = std::make_error_code(std::errc::interrupted);
             return 0;
         }
+        // The peer advertised its buffer (Read Zcopy, 9.2): RDMA Read
+        // straight into `out`. Too small a buffer: the peer was asked for
+        // Bcopy (SendSm) instead, and the bytes come for read().
+        if (sdp.zcopy_readable() > 0) {
+            if (sdp.read_zcopy(out)) {
+                return read_zcopy_locked(lk, deadline, ec);
+            }
+            progress_locked();
+        }
         // A lone out-of-line urgent byte is not skipped before more data
         // arrives (read_oob() may still take it), as the soft provider.
         const std::size_t n = sdp.readable() > 0 ? sdp.read(out) : 0;
@@ -191,9 +203,80 @@ std::size_t RdmaChannel::read_some(std::span<std::uint8_t> out, std::error_code&
     }
 }
 
+std::size_t RdmaChannel::read_zcopy_locked(std::unique_lock<std::mutex>& lk,
+                                           std::optional<Clock::time_point> deadline,
+                                           std::error_code& ec) {
+    auto& sdp = s_->sdp();
+    progress_locked();
+    // The RDMA Read cannot be called back: a reader that gives up resets
+    // the stream (its late Read Responses then meet an invalid STag).
+    if (!wait_lent_locked(lk, deadline, [&] { return !sdp.zcopy_read_pending(); })) {
+        ec = std::make_error_code(std::errc::timed_out);
+        return 0;
+    }
+    if (auto n = sdp.take_zcopy_read()) {
+        progress_locked();  // the RdmaRdCompl
+        return *n;
+    }
+    ec = std::make_error_code(std::errc::connection_reset);
+    return 0;
+}
+
+bool RdmaChannel::wait_lent_locked(std::unique_lock<std::mutex>& lk,
+                                   std::optional<Clock::time_point> deadline,
+                                   const std::function<bool()>& done) {
+    while (!done()) {
+        if (finished_ || stop_ || !wait_locked(lk, deadline)) {
+            if (done()) {
+                return true;
+            }
+            if (!finished_) {
+                s_->sdp().abort();  // AbortConn (8.2.2); the region is invalidated
+                progress_locked();
+            }
+            return false;
+        }
+    }
+    return true;
+}
+
+std::optional<std::size_t> RdmaChannel::write_zcopy_locked(std::unique_lock<std::mutex>& lk,
+                                                           std::span<const std::uint8_t> in,
+                                                           std::error_code& ec) {
+    auto& sdp = s_->sdp();
+    // Read Zcopy (9.2) as Data Source: what is queued goes first (11.2),
+    // then `in` is advertised and the peer RDMA-Reads it; the call returns
+    // after that (SrcAvailCancel, 9.5.4, is not sent).
+    auto deadline = io_deadline();
+    std::optional<bool> started;
+    while (!(started = sdp.start_zcopy_write(in)).has_value()) {
+        if (finished_ || stop_ || !wait_locked(lk, deadline)) {
+            return std::nullopt;  // Bcopy (write() reports any error)
+        }
+    }
+    if (!*started) {
+        return std::nullopt;
+    }
+    progress_locked();
+    if (!wait_lent_locked(lk, io_deadline(), [&] { return !sdp.zcopy_write_pending(); })) {
+        ec = std::make_error_code(std::errc::timed_out);
+        return 0;
+    }
+    if (sdp.state() != engine::State::established) {
+        ec = std::make_error_code(std::errc::connection_reset);
+        return 0;
+    }
+    return in.size();
+}
+
 std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
     ec.clear();
     std::unique_lock lk(mu_);
+    if (zcopy_writes_ && !finished_ && !stop_) {
+        if (auto z = write_zcopy_locked(lk, in, ec)) {
+            return *z;
+        }
+    }
     auto deadline = io_deadline();
     std::size_t done = 0;
     while (done < in.size()) {
@@ -306,9 +389,7 @@ void RdmaChannel::close(std::chrono::milliseconds linger, std::error_code& ec) {
         // Wait for the peer's DisConn (the progress thread drives);
         // unread input is discarded, as a socket close would.
         while (s_->sdp().state() == engine::State::established) {
-            std::uint8_t sink[4096];
-            while (s_->sdp().read(sink) > 0) {
-            }
+            s_->sdp().discard_input();
             progress_locked();
             if (s_->sdp().state() != engine::State::established) {
                 break;
@@ -375,7 +456,7 @@ std::unique_ptr<ProviderChannel> rdma_connect_direct(const pm::Endpoint& sdp_add
         why = "rdma: " + provider_text(rec, why);
         return nullptr;
     }
-    auto c = RdmaChannel::start(std::move(s), o.io_timeout, ec, &why);
+    auto c = RdmaChannel::start(std::move(s), o, ec, &why);
     return c;
 }
 
@@ -424,7 +505,7 @@ class RdmaConnectorImpl final : public RdmaConnector {
     }
 
     std::unique_ptr<ProviderChannel> start(std::error_code& ec, std::string& why) override {
-        return RdmaChannel::start(std::move(s_), o_.io_timeout, ec, &why);
+        return RdmaChannel::start(std::move(s_), o_, ec, &why);
     }
 
   private:
@@ -486,7 +567,7 @@ std::unique_ptr<ProviderChannel> rdma_accept(std::unique_ptr<rdma::Connection> r
         why = provider_text(rec, why);
         return nullptr;
     }
-    return RdmaChannel::start(std::move(s), o.io_timeout, ec, &why);
+    return RdmaChannel::start(std::move(s), o, ec, &why);
 }
 
 }  // namespace sdp::detail

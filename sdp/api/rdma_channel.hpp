@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,9 +40,13 @@ class RdmaChannel final : public ProviderChannel {
   public:
     // Takes an established session and starts its progress thread. nullptr
     // with ec (and why) when the thread or the eventfd cannot be had.
+    // Options used: io_timeout, and mechanism (zcopy: writes larger than
+    // the threshold go by Read Zcopy; automatic writes by Bcopy here, no
+    // chooser yet). Reads take the peer's advertised buffers by RDMA Read
+    // whenever the mechanism is not bcopy.
     static std::unique_ptr<RdmaChannel> start(std::unique_ptr<rdma::RdmaSession> s,
-                                              std::chrono::milliseconds io_timeout,
-                                              std::error_code& ec, std::string* why = nullptr);
+                                              const StreamOptions& o, std::error_code& ec,
+                                              std::string* why = nullptr);
     ~RdmaChannel() override;  // abortive if not closed
     RdmaChannel(const RdmaChannel&) = delete;
     RdmaChannel& operator=(const RdmaChannel&) = delete;
@@ -66,8 +71,22 @@ class RdmaChannel final : public ProviderChannel {
     [[nodiscard]] engine::Stats stats() const override;
 
   private:
-    RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, std::chrono::milliseconds io_timeout);
+    RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, const StreamOptions& o);
     void run();
+    // Read Zcopy (9.2) on this provider. read_zcopy_locked(): a started
+    // RDMA Read into the reader's buffer, waited for; write_zcopy_locked():
+    // nullopt: not taken, write by Bcopy. wait_lent_locked(): waits until
+    // done() while a buffer is lent; at the deadline the stream is aborted
+    // (a lent buffer cannot be taken back otherwise) and false returned.
+    std::size_t read_zcopy_locked(std::unique_lock<std::mutex>& lk,
+                                  std::optional<std::chrono::steady_clock::time_point> deadline,
+                                  std::error_code& ec);
+    std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,
+                                                  std::span<const std::uint8_t> in,
+                                                  std::error_code& ec);
+    bool wait_lent_locked(std::unique_lock<std::mutex>& lk,
+                          std::optional<std::chrono::steady_clock::time_point> deadline,
+                          const std::function<bool()>& done);
     void progress_locked();
     // Waits for the progress generation to move (or the deadline); false
     // on timeout. lk holds mu_.
@@ -78,6 +97,7 @@ class RdmaChannel final : public ProviderChannel {
 
     std::unique_ptr<rdma::RdmaSession> s_;
     std::chrono::milliseconds io_timeout_;
+    bool zcopy_writes_ = false;  // StreamOptions::mechanism zcopy
     std::string device_;
     mutable std::mutex mu_;
     std::condition_variable cv_;

@@ -803,6 +803,17 @@ bool Connection::write_zcopy(std::span<const std::uint8_t> buf) {
     return true;
 }
 
+std::optional<bool> Connection::start_zcopy_write(std::span<const std::uint8_t> buf) {
+    if (!zcopy_capable() || buf.size() <= cfg_.bcopy_threshold || state_ != State::established ||
+        send_ != SendTeardown::open || dup_ != Dup::none ||
+        allowed().send_src_avail == Limit::none) {
+        return false;
+    }
+    if (send_queued() > 0)
+        return std::nullopt;
+    return write_zcopy(buf);
+}
+
 std::size_t Connection::zcopy_readable() const {
     if (!src_in_ || zread_ || zread_result_ || rx_bytes_ != 0 || state_ != State::established ||
         dup_ != Dup::none)
@@ -915,6 +926,15 @@ void Connection::decline_zcopy() {
         force_bcopy();
         pump();
     }
+}
+
+void Connection::discard_input() {
+    std::uint8_t sink[16 * 1024];
+    while (readable() > 0)
+        read(sink);
+    decline_zcopy();
+    while (readable() > 0)
+        read(sink);
 }
 
 void Connection::force_bcopy() {

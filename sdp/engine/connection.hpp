@@ -306,6 +306,13 @@ class Connection {
     // in process, buf not larger than bcopy_threshold, no RDMA-capable QP,
     // registration refused); use write().
     bool write_zcopy(std::span<const std::uint8_t> buf);
+    // A driver's zero-copy write of `buf`, the same steps for every driver:
+    // false: write() it (at most the threshold, no RDMA-capable QP, not
+    // established, half-closed, a duplication running, or write_zcopy()
+    // refused); nullopt: wait, the bytes queued before it go first (11.2);
+    // true: started (write_zcopy()). The cheap refusals come before the
+    // wait, so a write that cannot go zero copy never waits for a drain.
+    std::optional<bool> start_zcopy_write(std::span<const std::uint8_t> buf);
     [[nodiscard]] bool zcopy_write_pending() const { return src_out_.has_value(); }
     [[nodiscard]] std::size_t bcopy_threshold() const { return cfg_.bcopy_threshold; }
     // Data Sink: the next bytes of the stream are in the peer's advertised
@@ -325,6 +332,10 @@ class Connection {
     // The reader will not take the peer's advertised buffer (closing, or
     // it gave up): the peer sends the rest by Bcopy (SendSm).
     void decline_zcopy();
+    // Closing: unread input is discarded as it arrives, as close(2) does,
+    // and a buffer the peer advertised is declined (its rest comes by
+    // Bcopy, to be discarded, so the peer can close too).
+    void discard_input();
     // Completion of QueuePair::post_rdma_read().
     void on_rdma_read_done(std::uint64_t id, bool ok);
 

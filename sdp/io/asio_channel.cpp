@@ -511,7 +511,7 @@ void AsioChannel::serve_read() {
         if (op.zcopy) {
             return core_.zcopy_read_result(ec);
         }
-        if (!finished_ && core_.start_zcopy_read(op.rbuf)) {
+        if (!finished_ && core_.sdp().read_zcopy(op.rbuf)) {
             op.zcopy = true;
             return std::nullopt;
         }
@@ -528,7 +528,7 @@ void AsioChannel::serve_write() {
             return core_.zcopy_write_result(op.wbuf.size(), ec);
         }
         if (!opts_.adaptive && !finished_) {
-            const auto started = core_.start_zcopy_write(op.wbuf);
+            const auto started = core_.sdp().start_zcopy_write(op.wbuf);
             if (!started) {
                 return std::nullopt;  // queued data first
             }

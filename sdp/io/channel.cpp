@@ -545,7 +545,7 @@ std::optional<std::size_t> SoftChannel::read_zcopy_locked(std::unique_lock<std::
                                                           std::span<std::uint8_t> out,
                                                           std::error_code& ec) {
     auto& c = core_.sdp();
-    if (!core_.start_zcopy_read(out)) {
+    if (!core_.sdp().read_zcopy(out)) {
         service_locked();  // a SendSm, if the buffer was too small
         return std::nullopt;
     }
@@ -677,6 +677,32 @@ void SoftChannel::after_call() {
     kick_helper();
 }
 
+void SoftChannel::begin_sample(std::size_t size, engine::Choice used) {
+    const auto now = Clock::now();
+    auto& c = core_.sdp();
+    const bool ends = last_write_ && last_write_->bytes > 0 &&
+                      (used == engine::Choice::zcopy || last_write_->used == engine::Choice::zcopy);
+    if (ends) {
+        const auto ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_write_->start);
+        chooser_->record(last_write_->size, last_write_->used,
+                         static_cast<std::uint64_t>(std::max<std::int64_t>(ns.count(), 0)),
+                         last_write_->bytes);
+    }
+    // A Bcopy write continues the current Bcopy run unless it is larger than
+    // the threshold and of another size class (that run ends without a
+    // sample: its queue was not drained). Small writes (at most the
+    // threshold) join the run, so a "small header, large body" pattern
+    // still measures the body's class.
+    if (used == engine::Choice::bcopy && last_write_ &&
+        last_write_->used == engine::Choice::bcopy &&
+        (size <= c.bcopy_threshold() ||
+         engine::MechanismChooser::same_class(last_write_->size, size))) {
+        return;
+    }
+    last_write_ = LastWrite{now, size, 0, used};
+}
+
 std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
     ec.clear();
     std::unique_lock lk(mu_);
@@ -684,43 +710,19 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     bool zcopy = in.size() > c.bcopy_threshold() && c.bcopy_threshold() > 0;
     if (chooser_) {
         zcopy = chooser_->choose(in.size()) == engine::Choice::zcopy;
-        if (zcopy) {
-            // Zero copy starts with an empty queue (11.2): the bytes still
-            // queued belong to the Bcopy run before, and count there.
-            wake_poller_for_output();
-            (void)drive(
-                lk, [&] { return c.send_queued() == 0 || c.state() != engine::State::established; },
-                io_deadline());
-        }
-        const auto now = Clock::now();
-        const auto take = [&] {
-            const auto ns =
-                std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_write_->start);
-            chooser_->record(last_write_->size, last_write_->used,
-                             static_cast<std::uint64_t>(std::max<std::int64_t>(ns.count(), 0)),
-                             last_write_->bytes);
-        };
-        if (zcopy) {
-            if (last_write_ && last_write_->bytes > 0) {
-                take();  // a zero-copy write, or a Bcopy run drained now
-            }
-            last_write_ = LastWrite{now, in.size(), 0, engine::Choice::zcopy};
-        } else if (!last_write_ || last_write_->used == engine::Choice::zcopy ||
-                   (in.size() > c.bcopy_threshold() &&
-                    !engine::MechanismChooser::same_class(last_write_->size, in.size()))) {
-            if (last_write_ && last_write_->used == engine::Choice::zcopy &&
-                last_write_->bytes > 0) {
-                take();
-            }
-            // A new Bcopy run (one of another class ends without a sample:
-            // its queue was not drained). Small writes (at most the
-            // threshold) join the current run, so a "small header, large
-            // body" pattern still measures the body's class.
-            last_write_ = LastWrite{now, in.size(), 0, engine::Choice::bcopy};
+        if (!zcopy) {
+            begin_sample(in.size(), engine::Choice::bcopy);
         }
     }
     if (zcopy) {
-        if (auto z = write_zcopy_locked(lk, in, ec)) {
+        // Zero copy starts with an empty queue (11.2): the bytes queued
+        // before belong to the Bcopy run, whose sample ends there.
+        const auto started = [&] {
+            if (chooser_) {
+                begin_sample(in.size(), engine::Choice::zcopy);
+            }
+        };
+        if (auto z = write_zcopy_locked(lk, in, ec, started)) {
             if (last_write_) {
                 last_write_->bytes = *z;
                 if (ec) {
@@ -729,7 +731,9 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
             }
             return *z;
         }
-        if (last_write_) {
+        if (chooser_) {
+            // Refused: a new Bcopy run (the one before, if its queue did
+            // not drain, ends without a sample).
             last_write_ = LastWrite{Clock::now(), in.size(), 0, engine::Choice::bcopy};
         }
     }
@@ -769,20 +773,21 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     return done;
 }
 
-std::optional<std::size_t> SoftChannel::write_zcopy_locked(std::unique_lock<std::mutex>& lk,
-                                                           std::span<const std::uint8_t> in,
-                                                           std::error_code& ec) {
+std::optional<std::size_t> SoftChannel::write_zcopy_locked(
+    std::unique_lock<std::mutex>& lk, std::span<const std::uint8_t> in, std::error_code& ec,
+    const std::function<void()>& started_fn) {
     auto& c = core_.sdp();
     // Read Zcopy (9.2): what is queued goes first (11.2), then `in` is
     // advertised and the peer reads it; the call returns after that.
     wake_poller_for_output();
     std::optional<bool> started;
     if (!drive(
-            lk, [&] { return (started = core_.start_zcopy_write(in)).has_value(); },
+            lk, [&] { return (started = core_.sdp().start_zcopy_write(in)).has_value(); },
             io_deadline()) ||
         !*started) {
         return std::nullopt;  // Bcopy (write() reports any error)
     }
+    started_fn();
     service_locked();
     wake_poller_for_output();
     // The peer may read `in` until it says so (SrcAvailCancel, 9.5.4, is

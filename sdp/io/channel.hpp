@@ -199,12 +199,18 @@ class SoftChannel {
     // Runs the I/O loop until pred() holds (true), the deadline passes or the
     // socket is finished (pred() again). lk holds mu_.
     // Read Zcopy (9.2) for read_some()/write(); nullopt: not taken, go on
-    // with Bcopy.
+    // with Bcopy. write_zcopy_locked() calls started() once the queue
+    // before `in` has drained and `in` is advertised.
     std::optional<std::size_t> read_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                  std::span<std::uint8_t> out, std::error_code& ec);
     std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                   std::span<const std::uint8_t> in,
-                                                  std::error_code& ec);
+                                                  std::error_code& ec,
+                                                  const std::function<void()>& started);
+    // ChannelOptions::adaptive: a write of `size` by `used` begins now; the
+    // sample of the run before is taken if it ended (a zero-copy write, or
+    // a Bcopy run whose queue a zero-copy write has drained).
+    void begin_sample(std::size_t size, engine::Choice used);
     // Write Zcopy (9.3) for read_some() and transact(): `out` lent with
     // SinkAvail (carrying `request` if not empty: a Transaction, 9.4) until
     // the peer wrote into it, a message made it stale or a cancel went

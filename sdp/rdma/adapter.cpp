@@ -12,8 +12,10 @@ namespace sdp::rdma {
 
 namespace {
 
-// wr_id of a Send posted from its own region (bigger than a slot).
+// wr_id of a Send or RDMA Write posted from its own region (bigger than a
+// slot), and of an RDMA Read (the engine's id below the bit).
 constexpr std::uint64_t kBigSendBit = 1ull << 63;
+constexpr std::uint64_t kReadBit = 1ull << 62;
 
 }  // namespace
 
@@ -71,8 +73,79 @@ std::error_code EngineAdapter::attach(iwarp::QueuePair& qp, std::string* why) {
 }
 
 void EngineAdapter::post_send(std::span<const std::uint8_t> message, bool solicited) {
-    pending_sends_.emplace_back(std::vector<std::uint8_t>(message.begin(), message.end()),
-                                solicited);
+    post_send_owned(std::vector<std::uint8_t>(message.begin(), message.end()), solicited);
+}
+
+void EngineAdapter::post_send_owned(std::vector<std::uint8_t>&& message, bool solicited) {
+    post_send_invalidate(std::move(message), solicited, 0);
+}
+
+void EngineAdapter::post_send_invalidate(std::vector<std::uint8_t>&& message, bool solicited,
+                                         std::uint32_t stag) {
+    Work w;
+    w.bytes = std::move(message);
+    w.solicited = solicited;
+    w.stag = stag;
+    pending_sends_.push_back(std::move(w));
+}
+
+std::optional<engine::Region> EngineAdapter::register_region(std::span<std::uint8_t> mem,
+                                                             engine::Access access) {
+    if (qp_ == nullptr || broken_ || llp_reported_) {
+        return std::nullopt;
+    }
+    // One registration per transfer, invalidated after it: a cache of
+    // application buffers would need memory-map notifications (a freed and
+    // reallocated buffer at the same address may be other pages than the
+    // ones pinned), which verbs do not give (docs/rdma.md, "Zero copy").
+    std::uint32_t rights = iwarp::kAccessLocalWrite;
+    if (access == engine::Access::remote_read) {
+        rights = iwarp::kAccessRemoteRead;
+    } else if (access == engine::Access::remote_write) {
+        rights = iwarp::kAccessRemoteWrite;
+    }
+    auto mr = qp_->reg_mr(mem, 0, rights);  // tagged offsets from mr->base
+    if (!mr) {
+        return std::nullopt;
+    }
+    return engine::Region{mr->stag, mr->base, mr->length};
+}
+
+void EngineAdapter::invalidate_region(std::uint32_t stag) {
+    if (qp_ != nullptr) {
+        qp_->dereg_mr(stag);  // also after the peer's Send with Invalidate
+    }
+}
+
+void EngineAdapter::post_rdma_read(std::uint64_t id, const engine::Region& local,
+                                   std::size_t local_off, std::uint32_t remote_stag,
+                                   std::uint64_t remote_to, std::uint32_t len) {
+    Work w;
+    w.kind = Work::Kind::read;
+    w.read_id = id;
+    w.local_stag = local.stag;
+    w.local_to = local.to + local_off;
+    w.read_len = len;
+    w.stag = remote_stag;
+    w.remote_to = remote_to;
+    pending_sends_.push_back(std::move(w));
+}
+
+void EngineAdapter::post_rdma_write(std::span<const std::uint8_t> data, std::uint32_t remote_stag,
+                                    std::uint64_t remote_to) {
+    post_rdma_write_owned(std::vector<std::uint8_t>(data.begin(), data.end()), 0, remote_stag,
+                          remote_to);
+}
+
+void EngineAdapter::post_rdma_write_owned(std::vector<std::uint8_t>&& bytes, std::size_t off,
+                                          std::uint32_t remote_stag, std::uint64_t remote_to) {
+    Work w;
+    w.kind = Work::Kind::write;
+    w.bytes = std::move(bytes);
+    w.off = std::min(off, w.bytes.size());
+    w.stag = remote_stag;
+    w.remote_to = remote_to;
+    pending_sends_.push_back(std::move(w));
 }
 
 void EngineAdapter::post_recv(std::uint32_t count) {
@@ -94,21 +167,48 @@ void EngineAdapter::fail(std::string text) {
     }
 }
 
-bool EngineAdapter::try_send(std::span<const std::uint8_t> message, bool solicited) {
+bool EngineAdapter::try_post(Work& w) {
     iwarp::SendWr wr;
-    wr.opcode = solicited ? iwarp::WrOpcode::send_se : iwarp::WrOpcode::send;
-    wr.signaled = true;  // every slot is recycled from its completion
-    if (message.size() <= send_slot_size_) {
+    wr.signaled = true;  // every slot, region and read is released from its completion
+    if (w.kind == Work::Kind::read) {
+        wr.opcode = iwarp::WrOpcode::rdma_read;
+        wr.wr_id = kReadBit | w.read_id;
+        wr.remote_stag = w.stag;
+        wr.remote_to = w.remote_to;
+        wr.local_stag = w.local_stag;
+        wr.local_to = w.local_to;
+        wr.read_length = w.read_len;
+        auto e = qp_->post_send(wr);
+        if (e == iwarp::VerbsError::queue_full) {
+            return false;
+        }
+        if (e) {
+            fail(std::string("post_send (RDMA Read): ") + iwarp::to_string(*e));
+            return true;
+        }
+        ++sends_in_flight_;
+        return true;
+    }
+    if (w.kind == Work::Kind::write) {
+        wr.opcode = iwarp::WrOpcode::rdma_write;
+        wr.remote_stag = w.stag;
+        wr.remote_to = w.remote_to;
+    } else {
+        wr.opcode = w.solicited ? iwarp::WrOpcode::send_se : iwarp::WrOpcode::send;
+        wr.invalidate_stag = w.stag;
+    }
+    const auto data = std::span<const std::uint8_t>(w.bytes).subspan(w.off);
+    if (data.size() <= send_slot_size_) {
         if (free_send_.empty()) {
             return false;
         }
         const std::uint32_t slot = free_send_.back();
         std::uint8_t* p = send_slab_.data() + static_cast<std::size_t>(slot) * send_slot_size_;
-        if (!message.empty()) {
-            std::memcpy(p, message.data(), message.size());
+        if (!data.empty()) {
+            std::memcpy(p, data.data(), data.size());
         }
         wr.wr_id = slot;
-        wr.data = std::span<const std::uint8_t>(p, message.size());
+        wr.data = std::span<const std::uint8_t>(p, data.size());
         auto e = qp_->post_send(wr);
         if (e == iwarp::VerbsError::queue_full) {
             return false;
@@ -123,7 +223,7 @@ bool EngineAdapter::try_send(std::span<const std::uint8_t> message, bool solicit
     }
     // Larger than a slot: its own region while it is posted.
     BigSend b;
-    b.bytes.assign(message.begin(), message.end());
+    b.bytes = std::move(w.bytes);
     auto mr = qp_->reg_mr(b.bytes, 0, 0);
     if (!mr) {
         fail("registering a large send failed");
@@ -132,11 +232,12 @@ bool EngineAdapter::try_send(std::span<const std::uint8_t> message, bool solicit
     b.stag = mr->stag;
     const std::uint64_t id = kBigSendBit | next_big_++;
     wr.wr_id = id;
-    wr.data = b.bytes;
+    wr.data = std::span<const std::uint8_t>(b.bytes).subspan(w.off);
     auto e = qp_->post_send(wr);
     if (e) {
         qp_->dereg_mr(b.stag);
         if (e == iwarp::VerbsError::queue_full) {
+            w.bytes = std::move(b.bytes);  // posted later
             return false;
         }
         fail(std::string("post_send: ") + iwarp::to_string(*e));
@@ -171,8 +272,7 @@ bool EngineAdapter::flush_pending() {
         --pending_recvs_;
     }
     while (can_send_ && !pending_sends_.empty() && !broken_) {
-        auto& [bytes, se] = pending_sends_.front();
-        if (!try_send(bytes, se)) {
+        if (!try_post(pending_sends_.front())) {
             break;
         }
         pending_sends_.pop_front();
@@ -207,16 +307,20 @@ bool EngineAdapter::handle_completions() {
                         std::span<const std::uint8_t>(
                             recv_slab_.data() + static_cast<std::size_t>(slot) * recv_slot_size_,
                             len),
-                        c.solicited);
+                        c.solicited, c.invalidated_stag);
                 }
                 free_recv_.push_back(slot);
                 continue;
             }
-            if (c.opcode != iwarp::WcOpcode::send) {
-                continue;  // this adapter posts no RDMA Write / Read
-            }
             if (sends_in_flight_ > 0) {
                 --sends_in_flight_;
+            }
+            if (c.opcode == iwarp::WcOpcode::rdma_read) {
+                if (!llp_reported_) {
+                    sdp_.on_rdma_read_done(c.wr_id & ~kReadBit,
+                                           c.status == iwarp::WcStatus::success);
+                }
+                continue;
             }
             if ((c.wr_id & kBigSendBit) != 0) {
                 if (auto it = big_sends_.find(c.wr_id); it != big_sends_.end()) {

@@ -10,6 +10,12 @@
 //                                    region while posted
 //   post_recv(count)              -> registered receive slots of
 //                                    local_recv_size() bytes
+//   zero copy (9.2, 9.3)          -> register_region: ibv_reg_mr of the
+//                                    caller's buffer for one transfer,
+//                                    invalidate_region: ibv_dereg_mr;
+//                                    RDMA Read into it, RDMA Write and Send
+//                                    with Invalidate queued in order with
+//                                    the Sends (RDMAP ordering)
 //   disconnect(graceful)          -> recorded; the connection manager acts on
 //                                    teardown() (rdma_disconnect after the
 //                                    sends drained, or QP to error first)
@@ -23,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -67,7 +74,7 @@ class EngineAdapter final : private engine::QueuePair {
     // A post failed or a completion carried an error: the QP is lost.
     [[nodiscard]] bool broken() const { return broken_; }
     [[nodiscard]] bool llp_reported() const { return llp_reported_; }
-    // No Send queued or in flight (a graceful disconnect may go now).
+    // No work request queued or in flight (a graceful disconnect may go now).
     [[nodiscard]] bool sends_drained() const {
         return pending_sends_.empty() && sends_in_flight_ == 0;
     }
@@ -75,14 +82,47 @@ class EngineAdapter final : private engine::QueuePair {
     [[nodiscard]] std::size_t big_sends() const { return big_sends_.size(); }
 
   private:
+    // One send-queue work request waiting to be posted, in posting order:
+    // a Send (stag: Send with Invalidate of that peer STag), an RDMA Write
+    // of bytes[off..] to (stag, remote_to), or an RDMA Read into a
+    // registered local region.
+    struct Work {
+        enum class Kind : std::uint8_t { send, write, read };
+        Kind kind = Kind::send;
+        std::vector<std::uint8_t> bytes;
+        std::size_t off = 0;
+        bool solicited = false;
+        std::uint32_t stag = 0;
+        std::uint64_t remote_to = 0;
+        std::uint64_t read_id = 0;  // the engine's id (on_rdma_read_done)
+        std::uint32_t local_stag = 0;
+        std::uint64_t local_to = 0;
+        std::uint32_t read_len = 0;
+    };
+
     // engine::QueuePair
     void post_send(std::span<const std::uint8_t> message, bool solicited) override;
+    void post_send_owned(std::vector<std::uint8_t>&& message, bool solicited) override;
     void post_recv(std::uint32_t count) override;
     void disconnect(bool graceful) override;
+    [[nodiscard]] bool rdma_capable() const override { return qp_ != nullptr; }
+    std::optional<engine::Region> register_region(std::span<std::uint8_t> mem,
+                                                  engine::Access access) override;
+    void invalidate_region(std::uint32_t stag) override;
+    void post_rdma_read(std::uint64_t id, const engine::Region& local, std::size_t local_off,
+                        std::uint32_t remote_stag, std::uint64_t remote_to,
+                        std::uint32_t len) override;
+    void post_rdma_write(std::span<const std::uint8_t> data, std::uint32_t remote_stag,
+                         std::uint64_t remote_to) override;
+    void post_rdma_write_owned(std::vector<std::uint8_t>&& bytes, std::size_t off,
+                               std::uint32_t remote_stag, std::uint64_t remote_to) override;
+    void post_send_invalidate(std::vector<std::uint8_t>&& message, bool solicited,
+                              std::uint32_t stag) override;
 
     bool handle_completions();
     bool flush_pending();
-    bool try_send(std::span<const std::uint8_t> message, bool solicited);
+    // Posts `w`; false: the send queue is full (try again later).
+    bool try_post(Work& w);
     void fail(std::string text);
 
     iwarp::QueuePair* qp_ = nullptr;
@@ -104,7 +144,7 @@ class EngineAdapter final : private engine::QueuePair {
     std::size_t sends_in_flight_ = 0;
 
     engine::Connection sdp_;
-    std::deque<std::pair<std::vector<std::uint8_t>, bool>> pending_sends_;
+    std::deque<Work> pending_sends_;
     std::uint32_t pending_recvs_ = 0;
     bool can_send_ = false;
     bool broken_ = false;

@@ -147,6 +147,13 @@ ibv_send_wr make_send_wr(const iwarp::SendWr& wr, std::uint64_t ibv_wr_id, ibv_s
     w.num_sge = num_sge;
     w.opcode = to_ibv_opcode(wr.opcode);
     w.send_flags = to_ibv_send_flags(wr, inline_data);
+    if ((wr.opcode == iwarp::WrOpcode::send || wr.opcode == iwarp::WrOpcode::send_se) &&
+        wr.invalidate_stag != 0) {
+        // RDMAP Send with (Solicited Event and) Invalidate: the peer's STag
+        // is invalid when the message arrives (RDMAP 4.3).
+        w.opcode = IBV_WR_SEND_WITH_INV;
+        w.invalidate_rkey = wr.invalidate_stag;
+    }
     if (wr.opcode == iwarp::WrOpcode::rdma_write || wr.opcode == iwarp::WrOpcode::rdma_read) {
         w.wr.rdma.remote_addr = wr.remote_to;
         w.wr.rdma.rkey = wr.remote_stag;

@@ -85,7 +85,8 @@ struct RegionView {
 
 // Fills an ibv_send_wr for `wr` with the caller's SGE storage (num_sge 0 for
 // zero-length messages); next is null. wr_id is the caller's `ibv_wr_id`
-// (the QP keeps its own ids to know what an error completion was).
+// (the QP keeps its own ids to know what an error completion was). A Send
+// with invalidate_stag set becomes IBV_WR_SEND_WITH_INV.
 [[nodiscard]] ibv_send_wr make_send_wr(const iwarp::SendWr& wr, std::uint64_t ibv_wr_id,
                                        ibv_sge* sge, int num_sge, bool inline_data);
 [[nodiscard]] ibv_recv_wr make_recv_wr(std::uint64_t ibv_wr_id, ibv_sge* sge, int num_sge);

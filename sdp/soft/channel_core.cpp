@@ -269,11 +269,6 @@ std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::e
     return std::nullopt;
 }
 
-bool ChannelCore::start_zcopy_read(std::span<std::uint8_t> out) {
-    auto& c = s_.sdp();
-    return c.readable() == 0 && c.zcopy_readable() > 0 && c.read_zcopy(out);
-}
-
 std::optional<std::size_t> ChannelCore::zcopy_read_result(std::error_code& ec) {
     ec.clear();
     auto& c = s_.sdp();
@@ -285,19 +280,6 @@ std::optional<std::size_t> ChannelCore::zcopy_read_result(std::error_code& ec) {
     }
     ec = state_error(false);
     return 0;
-}
-
-std::optional<bool> ChannelCore::start_zcopy_write(std::span<const std::uint8_t> in) {
-    auto& c = s_.sdp();
-    // Not after shutdown_write() (write() reports it), nor below the threshold.
-    if (c.bcopy_threshold() == 0 || in.size() <= c.bcopy_threshold() ||
-        c.send_teardown() != engine::SendTeardown::open) {
-        return false;
-    }
-    if (c.send_queued() > 0 && c.state() == engine::State::established) {
-        return std::nullopt;
-    }
-    return c.write_zcopy(in);
 }
 
 std::optional<std::size_t> ChannelCore::zcopy_write_result(std::size_t size, std::error_code& ec) {
@@ -380,17 +362,7 @@ void ChannelCore::begin_close() {
 
 bool ChannelCore::closed() {
     auto& c = s_.sdp();
-    // Unread incoming data is discarded as it arrives, as close(2) would.
-    std::uint8_t sink[16 * 1024];
-    while (c.readable() > 0) {
-        c.read(sink);
-    }
-    // A buffer the peer advertised will not be read either: it sends the
-    // rest by Bcopy (SendSm), to be discarded, and can then close too.
-    c.decline_zcopy();
-    while (c.readable() > 0) {
-        c.read(sink);
-    }
+    c.discard_input();
     return c.state() != engine::State::established && c.state() != engine::State::connecting;
 }
 

@@ -119,20 +119,12 @@ class ChannelCore {
     bool begin_landing(std::span<std::uint8_t> zone);
     std::optional<std::size_t> read(std::span<std::uint8_t> out, std::error_code& ec,
                                     bool stop_at_urgent = false);
-    // --- zero copy (Read Zcopy, 9.2), the same steps for every driver.
-    // A reader with nothing readable and the peer's advertised buffer next:
-    // RDMA Read into `out`; true: started, the buffer is lent until
-    // zcopy_read_result() has a value (a driver that must give it back
-    // earlier calls abort(): the Read Responses then meet a stale STag).
-    // False: not now, or `out` was unsuitable and the peer was asked for
-    // Bcopy (SendSm): the bytes come for read().
-    bool start_zcopy_read(std::span<std::uint8_t> out);
+    // --- zero copy (Read Zcopy, 9.2): the driver starts a transfer with
+    // the engine's read_zcopy() / start_zcopy_write() (the buffer is lent
+    // until the result below has a value; a driver that must give it back
+    // earlier calls abort(): late Read Responses then meet a stale STag).
     // nullopt while the read runs; then the bytes placed, or 0 with ec.
     std::optional<std::size_t> zcopy_read_result(std::error_code& ec);
-    // A writer's buffer larger than the Bcopy Threshold: nullopt: wait (the
-    // data queued before it goes first, 11.2); true: advertised (SrcAvail),
-    // lent until zcopy_write_result() has a value; false: write() it.
-    std::optional<bool> start_zcopy_write(std::span<const std::uint8_t> in);
     // nullopt while the peer may read it; then `size` (all of it went), or
     // 0 with ec (the connection failed).
     std::optional<std::size_t> zcopy_write_result(std::size_t size, std::error_code& ec);

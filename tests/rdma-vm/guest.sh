@@ -108,12 +108,21 @@ stop_capture() {
   log "capture $cap_name: $(tail -3 /tmp/tcpdump.log | tr '\n' ' ')"
 }
 
-# One transfer: xfer NAME LPROV CPROV SIZE DIR [expect]
+# One transfer: xfer NAME LPROV CPROV SIZE DIR [expect [MECH]]
 # DIR c2l: client sends; l2c: listener sends; both: both send (half-close
 # on each side while the other still sends). expect=reject: the connection
 # must fail quickly and clearly (stock siw initiator against soft).
+# MECH (zcopy): both ends run with --mechanism MECH, and every receiving
+# end must have taken bytes by zero copy (RDMA Read of the sender's
+# buffer, 9.2), as sdp-cat -v reports.
+zbytes() { # sent|received FILE: the zero-copy byte count sdp-cat -v reported
+  sed -n "s/.*zero copy sent \([0-9]*\) received \([0-9]*\).*/\1 \2/p" "$2" | tail -1 |
+    { read -r zs zr; [ "$1" = sent ] && echo "${zs:-0}" || echo "${zr:-0}"; }
+}
 xfer() {
-  name=$1 lp=$2 cp=$3 size=$4 dir=$5 expect=${6:-data}
+  name=$1 lp=$2 cp=$3 size=$4 dir=$5 expect=${6:-data} mech=${7:-}
+  mopt=""
+  [ -n "$mech" ] && mopt="-v --mechanism $mech"
   want "$name" || return 0
   S "$name"
   # Up to 1 MiB on captured ports; bigger runs (sha256 only) on the others.
@@ -125,7 +134,8 @@ xfer() {
     both) cin=/tmp/d$size lin=/tmp/e$size ;;
   esac
   rm -f /tmp/l.out /tmp/c.out
-  timeout $T sdp-cat --provider "$lp" -l --bind $A $p <$lin >/tmp/l.out 2>/tmp/l.err &
+  # shellcheck disable=SC2086 # mopt is words on purpose
+  timeout $T sdp-cat $mopt --provider "$lp" -l --bind $A $p <$lin >/tmp/l.out 2>/tmp/l.err &
   lpid=$!
   if ! wait_listen $p; then
     kill $lpid 2>/dev/null
@@ -133,7 +143,8 @@ xfer() {
     return
   fi
   t0=$(date +%s)
-  timeout $T sdp-cat -v --provider "$cp" --sdp $A $p <$cin >/tmp/c.out 2>/tmp/c.err
+  # shellcheck disable=SC2086
+  timeout $T sdp-cat -v $mopt --provider "$cp" --sdp $A $p <$cin >/tmp/c.out 2>/tmp/c.err
   crc=$?
   t1=$(date +%s)
   if [ "$expect" = reject ]; then
@@ -152,8 +163,15 @@ xfer() {
   [ "$cin" != /dev/null ] && want_l=$(sha "$cin")
   [ "$lin" != /dev/null ] && want_c=$(sha "$lin")
   got_l=$(sha /tmp/l.out) got_c=$(sha /tmp/c.out)
-  if [ $crc -eq 0 ] && [ $lrc -eq 0 ] && [ "$got_l" = "$want_l" ] && [ "$got_c" = "$want_c" ]; then
-    R "$name" PASS "$size B $dir, sha256 ok, $((t1 - t0)) s"
+  zok=1 zinfo=""
+  if [ -n "$mech" ]; then
+    zl=$(zbytes received /tmp/l.err) zc=$(zbytes received /tmp/c.err)
+    zinfo=", zero copy received: listener $zl B, client $zc B"
+    [ "$cin" != /dev/null ] && [ "$zl" -eq 0 ] && zok=0
+    [ "$lin" != /dev/null ] && [ "$zc" -eq 0 ] && zok=0
+  fi
+  if [ $crc -eq 0 ] && [ $lrc -eq 0 ] && [ "$got_l" = "$want_l" ] && [ "$got_c" = "$want_c" ] && [ $zok = 1 ]; then
+    R "$name" PASS "$size B $dir, sha256 ok, $((t1 - t0)) s$zinfo"
   elif [ "$v" = stock ] && [ "$lp" = rdma ] && [ "$cp" = rdma ] &&
     grep -q 'RDMA_CM_EVENT_CONNECT_ERROR (status -22' /tmp/c.err; then
     # Stock siw to stock siw (client-server MPA): the responder sends the
@@ -162,7 +180,7 @@ xfer() {
     # SDP cannot avoid without peer-to-peer mode (docs/rdma.md).
     R "$name" KNOWN "stock-siw startup race (RFC 5044 7.1.2): $(tail -1 /tmp/c.err)"
   else
-    R "$name" FAIL "$size B $dir: client rc $crc, listener rc $lrc, listener got $(wc -c </tmp/l.out) B (sha ok: $([ "$got_l" = "$want_l" ] && echo y || echo n)), client got $(wc -c </tmp/c.out) B (sha ok: $([ "$got_c" = "$want_c" ] && echo y || echo n)); client: $(tail -1 /tmp/c.err); listener: $(tail -1 /tmp/l.err)"
+    R "$name" FAIL "$size B $dir$zinfo: client rc $crc, listener rc $lrc, listener got $(wc -c </tmp/l.out) B (sha ok: $([ "$got_l" = "$want_l" ] && echo y || echo n)), client got $(wc -c </tmp/c.out) B (sha ok: $([ "$got_c" = "$want_c" ] && echo y || echo n)); client: $(tail -1 /tmp/c.err); listener: $(tail -1 /tmp/l.err)"
     cp /tmp/c.err "/out/$name.client.err"
     cp /tmp/l.err "/out/$name.listener.err"
   fi
@@ -272,6 +290,11 @@ matrix() { # variant
     done
     abort_run "$v-L$lp-C$cp-abort-client" "$lp" "$cp" client
     abort_run "$v-L$lp-C$cp-abort-listener" "$lp" "$cp" listener
+    # Zero copy (Read Zcopy, 9.2) on the device and across providers: real
+    # RDMA Reads by siw and by the soft QP, Send with Invalidate both ways.
+    if [ "$v" = p2p ]; then
+      xfer "$v-L$lp-C$cp-zcopy-1048577-both" "$lp" "$cp" 1048577 both data zcopy
+    fi
   done
 }
 

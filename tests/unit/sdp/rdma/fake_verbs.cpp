@@ -14,6 +14,7 @@ struct Mr {
     ibv_mr mr{};
     std::uint64_t iova = 0;
     int access = 0;
+    bool valid = true;  // false after a peer's Send with Invalidate
 };
 
 std::map<std::uint32_t, Mr*>& mrs() {
@@ -73,7 +74,7 @@ std::vector<std::uint8_t> gather(const ibv_send_wr* wr) {
 // Bytes at a tagged address of a registered region, or null.
 std::uint8_t* tagged(std::uint32_t rkey, std::uint64_t to, std::uint64_t len, int need) {
     auto it = mrs().find(rkey);
-    if (it == mrs().end() || (it->second->access & need) != need) {
+    if (it == mrs().end() || !it->second->valid || (it->second->access & need) != need) {
         return nullptr;
     }
     const Mr* m = it->second;
@@ -103,7 +104,7 @@ int post_send(ibv_qp* iq, ibv_send_wr* wr, ibv_send_wr** bad) {
         ibv_wc_status st = IBV_WC_SUCCESS;
         ibv_wc_opcode op = IBV_WC_SEND;
         std::uint32_t len = 0;
-        if (wr->opcode == IBV_WR_SEND) {
+        if (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_INV) {
             auto bytes = gather(wr);
             len = static_cast<std::uint32_t>(bytes.size());
             if (p->rq.empty() || p->error) {
@@ -126,8 +127,16 @@ int post_send(ibv_qp* iq, ibv_send_wr* wr, ibv_send_wr** bad) {
                         std::memcpy(reinterpret_cast<void*>(r.sge[0].addr), bytes.data(),
                                     bytes.size());
                     }
-                    push(p->rcq, wc_for(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, len),
-                         (wr->send_flags & IBV_SEND_SOLICITED) != 0);
+                    ibv_wc wc = wc_for(r.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, len);
+                    if (wr->opcode == IBV_WR_SEND_WITH_INV) {
+                        // The receiver's STag dies as the message arrives.
+                        if (auto m = mrs().find(wr->invalidate_rkey); m != mrs().end()) {
+                            m->second->valid = false;
+                        }
+                        wc.wc_flags |= IBV_WC_WITH_INV;
+                        wc.invalidated_rkey = wr->invalidate_rkey;
+                    }
+                    push(p->rcq, wc, (wr->send_flags & IBV_SEND_SOLICITED) != 0);
                 }
             }
         } else if (wr->opcode == IBV_WR_RDMA_WRITE) {
@@ -231,6 +240,18 @@ Pair::Pair() {
 Pair::~Pair() = default;
 
 int fail_next_reg = 0;
+
+std::size_t invalidate_with_access(int access) {
+    std::size_t n = 0;
+    for (auto& [key, m] : mrs()) {
+        (void)key;
+        if ((m->access & access) == access && m->valid) {
+            m->valid = false;
+            ++n;
+        }
+    }
+    return n;
+}
 
 std::size_t live_mrs() {
     return mrs().size();

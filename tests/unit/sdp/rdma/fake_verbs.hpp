@@ -61,6 +61,10 @@ struct Pair {
 // When non-zero, the next ibv_reg_mr_iova2 fails with this errno (then 0).
 extern int fail_next_reg;
 
+// Marks every live region with all of `access` invalid (as a remote
+// invalidation would); returns how many.
+std::size_t invalidate_with_access(int access);
+
 // Live registrations (for leak checks).
 std::size_t live_mrs();
 

@@ -144,6 +144,28 @@ TEST(RdmaTranslate, SendWithSolicitedEvent) {
               static_cast<unsigned>(IBV_SEND_SOLICITED | IBV_SEND_INLINE));
 }
 
+// RDMAP 4.3: Send (with Solicited Event) and Invalidate of a peer STag.
+TEST(RdmaTranslate, SendWithInvalidate) {
+    SendWr wr;
+    wr.opcode = WrOpcode::send_se;
+    wr.invalidate_stag = 0x12345678;
+    ibv_sge sge{};
+    ibv_send_wr w = r::make_send_wr(wr, 5, &sge, 1, false);
+    EXPECT_EQ(w.opcode, IBV_WR_SEND_WITH_INV);
+    EXPECT_EQ(w.invalidate_rkey, 0x12345678u);
+    EXPECT_EQ(w.send_flags, static_cast<unsigned>(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED));
+    wr.opcode = WrOpcode::send;
+    w = r::make_send_wr(wr, 6, &sge, 1, false);
+    EXPECT_EQ(w.opcode, IBV_WR_SEND_WITH_INV);
+    EXPECT_EQ(w.send_flags, static_cast<unsigned>(IBV_SEND_SIGNALED));
+    // Not for RDMA Writes (no such opcode), nor a plain Send.
+    wr.opcode = WrOpcode::rdma_write;
+    EXPECT_EQ(r::make_send_wr(wr, 7, &sge, 1, false).opcode, IBV_WR_RDMA_WRITE);
+    wr.opcode = WrOpcode::send;
+    wr.invalidate_stag = 0;
+    EXPECT_EQ(r::make_send_wr(wr, 8, &sge, 1, false).opcode, IBV_WR_SEND);
+}
+
 TEST(RdmaTranslate, RdmaWrite) {
     std::vector<std::uint8_t> data(8);
     SendWr wr;

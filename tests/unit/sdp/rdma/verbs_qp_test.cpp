@@ -303,65 +303,173 @@ TEST_F(RdmaQpOnFakeDevice, LockLimitFailureIsExplained) {
     EXPECT_TRUE(a->reg_mr(mem, 0, kAccessLocalWrite));
 }
 
-// The SDP engine through EngineAdapter on two RdmaQueuePairs.
-TEST_F(RdmaQpOnFakeDevice, SdpOverTheRdmaQp) {
-    using sdp::engine::Role;
-    using sdp::engine::State;
-    sdp::engine::Config cfg;
-    cfg.recv_buf_size = 2048;
-    cfg.send_buf_size = 2048;
-    cfg.recv_buf_count = 8;
-    sdp::rdma::EngineAdapter ca(Role::connecting, cfg, 4);
-    sdp::rdma::EngineAdapter sa(Role::accepting, cfg, 4);
-    ASSERT_FALSE(ca.attach(*a));
-    ASSERT_FALSE(sa.attach(*b));
-    auto pump = [&] {
+// The SDP engine through EngineAdapter on two RdmaQueuePairs: a connected
+// pair (Hello/HelloAck exchanged) and a pump that moves work until idle.
+struct SdpOnFakeDevice : RdmaQpOnFakeDevice {
+    std::unique_ptr<sdp::rdma::EngineAdapter> ca;
+    std::unique_ptr<sdp::rdma::EngineAdapter> sa;
+
+    // 2 KiB private buffers; zero copy above `threshold` (0: Bcopy only).
+    static sdp::engine::Config small_buffers(std::size_t threshold) {
+        sdp::engine::Config cfg;
+        cfg.recv_buf_size = 2048;
+        cfg.send_buf_size = 2048;
+        cfg.recv_buf_count = 8;
+        cfg.bcopy_threshold = threshold;
+        return cfg;
+    }
+    void connect(const sdp::engine::Config& cfg) {
+        using sdp::engine::Role;
+        ca = std::make_unique<sdp::rdma::EngineAdapter>(Role::connecting, cfg, 4);
+        sa = std::make_unique<sdp::rdma::EngineAdapter>(Role::accepting, cfg, 4);
+        ASSERT_FALSE(ca->attach(*a));
+        ASSERT_FALSE(sa->attach(*b));
+        const auto hello = ca->sdp().connect();
+        ca->progress();
+        ASSERT_EQ(sa->sdp().accept(hello), sdp::engine::Error::none);
+        sa->progress();
+        ca->set_can_send();
+        sa->set_can_send();
+        pump();
+        ASSERT_EQ(ca->sdp().state(), sdp::engine::State::established);
+        ASSERT_EQ(sa->sdp().state(), sdp::engine::State::established);
+    }
+    void pump() {
         for (int i = 0; i < 100000; ++i) {
-            const bool moved = ca.progress() | sa.progress();
+            const bool moved = ca->progress() | sa->progress();
             if (!moved) {
                 return;
             }
         }
-    };
-    const auto hello = ca.sdp().connect();
-    ca.progress();
-    ASSERT_EQ(sa.sdp().accept(hello), sdp::engine::Error::none);
-    sa.progress();
-    ca.set_can_send();
-    sa.set_can_send();
-    pump();
-    ASSERT_EQ(ca.sdp().state(), State::established);
-    ASSERT_EQ(sa.sdp().state(), State::established);
-
-    std::vector<std::uint8_t> data(200 * 1000);
-    for (std::size_t i = 0; i < data.size(); ++i) {
-        data[i] = static_cast<std::uint8_t>(i ^ (i >> 8));
     }
+    void close_both() {
+        using sdp::engine::State;
+        ca->sdp().shutdown_write();
+        pump();
+        EXPECT_TRUE(sa->sdp().eof());
+        sa->sdp().shutdown_write();
+        pump();
+        EXPECT_EQ(ca->teardown(), sdp::rdma::EngineAdapter::Teardown::graceful);
+        EXPECT_TRUE(ca->sends_drained());
+        ca->llp_closed();
+        sa->llp_closed();
+        EXPECT_EQ(ca->sdp().state(), State::closed);
+        EXPECT_EQ(sa->sdp().state(), State::closed);
+    }
+    // Posted send work requests of `q` with this opcode.
+    static std::size_t count_sent(const fakeverbs::Qp& q, ibv_wr_opcode op) {
+        std::size_t n = 0;
+        for (const auto& w : q.sent) {
+            n += w.opcode == op ? 1 : 0;
+        }
+        return n;
+    }
+};
+
+std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
+    std::vector<std::uint8_t> data(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        data[i] = static_cast<std::uint8_t>((i * seed) ^ (i >> 8));
+    }
+    return data;
+}
+
+TEST_F(SdpOnFakeDevice, BcopyStream) {
+    connect(small_buffers(0));
+    const auto data = pattern(200 * 1000, 1);
     std::vector<std::uint8_t> got, buf(3000);
     std::size_t off = 0;
     for (int round = 0; round < 10000 && got.size() < data.size(); ++round) {
-        off += ca.sdp().write(std::span(data).subspan(off));
+        off += ca->sdp().write(std::span(data).subspan(off));
         pump();
-        while (std::size_t n = sa.sdp().read(buf)) {
+        while (std::size_t n = sa->sdp().read(buf)) {
             got.insert(got.end(), buf.begin(), buf.begin() + static_cast<long>(n));
         }
         pump();
     }
     EXPECT_EQ(got, data);
-    EXPECT_FALSE(ca.broken());
-    EXPECT_FALSE(sa.broken());
+    EXPECT_FALSE(ca->broken());
+    EXPECT_FALSE(sa->broken());
+    close_both();
+}
 
-    ca.sdp().shutdown_write();
+// Read Zcopy (9.2) on the rdma-core QP: the SrcAvail's buffer registered
+// for remote read, pulled by RDMA Read into the reader's registered buffer,
+// the RdmaRdCompl as Send with Invalidate of the source's STag, every
+// transfer region deregistered afterwards. Then Write Zcopy (9.3): the
+// Data Sink (Pipelined after the REQ_PIPE hint of its RdmaRdCompl, 12.3)
+// lends its buffer with SinkAvail and the source RDMA-Writes into it.
+TEST_F(SdpOnFakeDevice, ZeroCopyBothMechanisms) {
+    connect(small_buffers(4096));
+    const std::size_t mrs_connected = fakeverbs::live_mrs();
+
+    // Read Zcopy, in three partial reads of the one advertisement.
+    const auto data = pattern(96 * 1024, 7);
+    ASSERT_TRUE(ca->sdp().write_zcopy(data));
     pump();
-    EXPECT_TRUE(sa.sdp().eof());
-    sa.sdp().shutdown_write();
+    std::vector<std::uint8_t> got;
+    std::vector<std::uint8_t> buf(32 * 1024);
+    for (int round = 0; round < 100 && got.size() < data.size(); ++round) {
+        if (std::size_t n = sa->sdp().read(buf)) {  // the Combined Mode payload
+            got.insert(got.end(), buf.begin(), buf.begin() + static_cast<long>(n));
+            continue;
+        }
+        ASSERT_GT(sa->sdp().zcopy_readable(), 0u);
+        ASSERT_TRUE(sa->sdp().read_zcopy(buf));
+        pump();
+        const auto n = sa->sdp().take_zcopy_read();
+        ASSERT_TRUE(n.has_value());
+        got.insert(got.end(), buf.begin(), buf.begin() + static_cast<long>(*n));
+        pump();
+    }
+    EXPECT_EQ(got, data);
+    EXPECT_FALSE(ca->sdp().zcopy_write_pending());
+    EXPECT_GE(sa->sdp().stats().zcopy_reads, 3u);
+    EXPECT_GE(count_sent(dev.b, IBV_WR_RDMA_READ), 3u);
+    // The final RdmaRdCompl invalidated the source's STag remotely.
+    EXPECT_EQ(count_sent(dev.b, IBV_WR_SEND_WITH_INV), 1u);
+    EXPECT_EQ(fakeverbs::live_mrs(), mrs_connected);
+
+    // Write Zcopy: the source's half went Pipelined on the REQ_PIPE hint.
+    ASSERT_GT(ca->sdp().stats().mode_changes_sent, 0u);
+    std::vector<std::uint8_t> sink(64 * 1024);
+    ASSERT_TRUE(sa->sdp().post_sink(sink));
     pump();
-    EXPECT_EQ(ca.teardown(), sdp::rdma::EngineAdapter::Teardown::graceful);
-    EXPECT_TRUE(ca.sends_drained());
-    ca.llp_closed();
-    sa.llp_closed();
-    EXPECT_EQ(ca.sdp().state(), State::closed);
-    EXPECT_EQ(sa.sdp().state(), State::closed);
+    const auto more = pattern(64 * 1024, 13);
+    ASSERT_TRUE(ca->sdp().write_zcopy(more));
+    pump();
+    EXPECT_FALSE(sa->sdp().sink_pending());
+    const auto n = sa->sdp().take_zcopy_read();
+    ASSERT_TRUE(n.has_value());
+    EXPECT_EQ(*n, more.size());
+    EXPECT_EQ(sink, more);
+    EXPECT_GE(count_sent(dev.a, IBV_WR_RDMA_WRITE), 1u);
+    EXPECT_GE(sa->sdp().stats().sink_avail_sent, 1u);
+    EXPECT_EQ(fakeverbs::live_mrs(), mrs_connected);
+    EXPECT_FALSE(ca->broken());
+    EXPECT_FALSE(sa->broken());
+    close_both();
+}
+
+// A stale STag (the source's region invalid under its advertisement) is
+// the peer's to refuse (RDMAP Terminate): the RDMA Read completes with an
+// error, the reader's connection resets with rdma_failed, nothing crashes.
+TEST_F(SdpOnFakeDevice, ReadOfAStaleStagResets) {
+    connect(small_buffers(4096));
+    const auto data = pattern(64 * 1024, 3);
+    ASSERT_TRUE(ca->sdp().write_zcopy(data));
+    pump();
+    std::vector<std::uint8_t> buf(64 * 1024);
+    while (sa->sdp().read(buf) > 0) {
+    }
+    ASSERT_GT(sa->sdp().zcopy_readable(), 0u);
+    ASSERT_EQ(fakeverbs::invalidate_with_access(IBV_ACCESS_REMOTE_READ), 1u);
+    ASSERT_TRUE(sa->sdp().read_zcopy(buf));
+    pump();
+    EXPECT_EQ(sa->sdp().state(), sdp::engine::State::reset);
+    EXPECT_EQ(sa->sdp().error(), sdp::engine::Error::rdma_failed);
+    EXPECT_FALSE(sa->sdp().take_zcopy_read().has_value());
+    EXPECT_TRUE(sa->broken());
 }
 
 }  // namespace
