@@ -11,25 +11,17 @@
 
 #include "zcopy_pair.hpp"
 
-namespace e = sdp::engine;
-namespace w = sdp::wire;
-using sdp::test::drain;
-using sdp::test::FakeQp;
-using sdp::test::feed;
-using sdp::test::Pair;
-using sdp::test::pattern;
-using sdp::test::ZPair;
-using Bytes = std::vector<std::uint8_t>;
+using namespace sdp::test;
 
 namespace {
 
-w::Mid mid_of_packet(const sdp::test::Packet& p) {
+w::Mid mid_of_packet(const Packet& p) {
     auto r = w::decode(p.bytes);
     return std::holds_alternative<w::Message>(r) ? w::mid_of(std::get<w::Message>(r).body)
                                                  : w::Mid::data;
 }
 
-std::vector<w::Mid> mids(const std::deque<sdp::test::Packet>& q) {
+std::vector<w::Mid> mids(const std::deque<Packet>& q) {
     std::vector<w::Mid> out;
     for (const auto& p : q)
         if (!p.close)

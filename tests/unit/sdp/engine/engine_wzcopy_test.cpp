@@ -14,16 +14,7 @@
 
 #include "zcopy_pair.hpp"
 
-namespace e = sdp::engine;
-namespace w = sdp::wire;
-using sdp::test::decoded;
-using sdp::test::kPipelinePayloads;
-using sdp::test::Pair;
-using sdp::test::pattern;
-using sdp::test::sent_with;
-using sdp::test::zcopy_config;
-using sdp::test::ZPair;
-using Bytes = std::vector<std::uint8_t>;
+using namespace sdp::test;
 
 namespace {
 
@@ -95,14 +86,9 @@ TEST(SdpEngineWriteZcopy, PartialFill) {
     ZPair p;
     p.pipeline();
     Bytes sink(300000);
-    ASSERT_TRUE(p.b.post_sink(sink));
-    p.run();
     const Bytes data = pattern(50000, 3);
-    ASSERT_EQ(p.a.write(data), data.size());
-    p.run();
+    ASSERT_EQ(p.lend_and_fill(sink, data), std::optional<std::size_t>(data.size()));
     ASSERT_FALSE(p.b.sink_pending());
-    const auto n = p.b.take_zcopy_read();
-    ASSERT_EQ(n, std::optional<std::size_t>(data.size()));
     EXPECT_TRUE(std::equal(data.begin(), data.end(), sink.begin()));
     EXPECT_EQ(std::get<w::RdmaWrCompl>(
                   decoded(sent_with(p.qa.sent_log, w::Mid::rdma_wr_compl).at(0)).body)
@@ -164,16 +150,12 @@ TEST(SdpEngineWriteZcopy, StaleSinkAvailViaNonDiscards) {
     p.read_b(got);
     EXPECT_EQ(got, small);
 
-    ASSERT_TRUE(p.b.post_sink(sink));
-    p.run();
+    const Bytes big = pattern(80000, 6);
+    EXPECT_EQ(p.lend_and_fill(sink, big), std::optional<std::size_t>(big.size()));
     const auto avail = sent_with(p.qb.sent_log, w::Mid::sink_avail);
     ASSERT_EQ(avail.size(), 2u);
     EXPECT_EQ(std::get<w::SinkAvail>(decoded(avail[1]).body).non_discards, kPipelinePayloads);
     EXPECT_EQ(p.a.stats().sink_avail_received, 1u) << "current";
-    const Bytes big = pattern(80000, 6);
-    ASSERT_EQ(p.a.write(big), big.size());
-    p.run();
-    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(big.size()));
     EXPECT_TRUE(std::equal(big.begin(), big.end(), sink.begin()));
 }
 
@@ -214,10 +196,8 @@ TEST(SdpEngineWriteZcopy, SmallWriteUsesDataInsteadOfTheSinkAvail) {
     ZPair p;
     p.pipeline();
     Bytes sink(100000);
-    p.lend_b(sink);
     const Bytes small = pattern(500, 7);
-    ASSERT_EQ(p.a.write(small), small.size());
-    p.run();
+    EXPECT_FALSE(p.lend_and_fill(sink, small).has_value()) << "nothing written into the sink";
     EXPECT_EQ(p.a.stats().sink_avail_bcopy, 1u);
     EXPECT_EQ(p.a.stats().rdma_writes, 0u);
     EXPECT_FALSE(p.b.sink_pending());
@@ -668,11 +648,8 @@ TEST(SdpEngineWriteZcopy, Section6_1_2ReqPipeOnlyInCompletions) {
     ZPair p;
     p.pipeline();
     Bytes sink(100000);
-    p.lend_b(sink);
     const Bytes data = pattern(80000, 24);
-    ASSERT_EQ(p.a.write(data), data.size());
-    p.run();
-    ASSERT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size()));
+    ASSERT_EQ(p.lend_and_fill(sink, data), std::optional<std::size_t>(data.size()));
     const auto wr = sent_with(p.qa.sent_log, w::Mid::rdma_wr_compl);
     ASSERT_EQ(wr.size(), 1u);
     EXPECT_TRUE(decoded(wr[0]).flags & w::flag::req_pipe);
@@ -721,7 +698,7 @@ TEST(SdpEngineWriteZcopy, Section11_3SinkAvailAfterAPartialReadIsAViolation) {
 
 // 6.2.1.3: we announce MaxAdverts 1, the most the engine tracks.
 TEST(SdpEngineWriteZcopy, HelloAnnouncesMaxAdvertsOne) {
-    sdp::test::FakeQp q;
+    FakeQp q;
     e::Connection c(e::Role::connecting, zcopy_config(), q);
     const auto r = w::decode(c.connect());
     ASSERT_TRUE(std::holds_alternative<w::Message>(r));
