@@ -337,6 +337,66 @@ TEST(SdpEngineWriteZcopy, Section11_3CrossingSrcAvailAndSinkAvail) {
     EXPECT_TRUE(p.faults.empty());
 }
 
+// 11.3 rule 2a: a Data Sink that receives a SrcAvail while it has no
+// Unprocessed or In-Process SinkAvail MUST NOT send a SinkAvail. b lends a
+// buffer while it has no credit for the SinkAvail (10.5: one credit left
+// that gives none), so the SinkAvail waits unsent; a's SrcAvail, sent
+// before a learnt of that, arrives: the waiting SinkAvail is withdrawn
+// (never sent, not even once credit is back; its region gone) and the
+// bytes come by Read Zcopy, once and in stream order.
+TEST(SdpEngineWriteZcopy, Section11_3Rule2aUnsentSinkAvailIsWithdrawn) {
+    ZPair p;
+    p.pipeline();
+    // b to a: Data until b keeps the two credits 10.5 reserves (a reads
+    // none), then a ChRcvBuf (no payload) takes one more and stays on the
+    // wire, so a sends b no credit for it yet.
+    const Bytes back = pattern(256 * 1024, 30);
+    std::size_t off = 0;
+    feed(p.b, back, off);
+    p.run();
+    ASSERT_EQ(p.b.send_credits(), 2u);
+    ASSERT_TRUE(p.b.request_peer_recv_size(2 * p.b.peer_recv_size()));
+    ASSERT_EQ(p.b.send_credits(), 1u);
+
+    Bytes sink(100000);
+    ASSERT_TRUE(p.b.post_sink(sink));
+    ASSERT_TRUE(p.b.sink_pending());
+    ASSERT_TRUE(sent_with(p.qb.sent_log, w::Mid::sink_avail).empty()) << "no credit for it";
+    ASSERT_EQ(p.qb.regions.size(), 1u);
+
+    const Bytes data = pattern(200000, 31);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run_to_b();
+    EXPECT_FALSE(p.b.sink_pending()) << "withdrawn";
+    EXPECT_FALSE(p.b.take_zcopy_read().has_value()) << "nothing was written into it";
+    EXPECT_TRUE(p.qb.regions.empty()) << "the withdrawn buffer's region is gone";
+    EXPECT_EQ(p.b.stats().src_avail_ignored, 0u) << "rule 2a, not 2b";
+    ASSERT_EQ(p.b.zcopy_readable(), data.size());
+    Bytes got(data.size());
+    ASSERT_TRUE(p.b.read_zcopy(got));
+    p.run();
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size()));
+
+    // a reads what b sent; with credit back, b still sends no SinkAvail.
+    Bytes got_a;
+    for (int i = 0; i < 1000 && got_a.size() < back.size(); ++i) {
+        drain(p.a, got_a);
+        feed(p.b, back, off);
+        p.run();
+    }
+    EXPECT_EQ(got_a, back);
+    p.read_b(got);
+    EXPECT_EQ(got, data) << "once, in order";
+    EXPECT_TRUE(sent_with(p.qb.sent_log, w::Mid::sink_avail).empty());
+    EXPECT_EQ(p.b.stats().sink_avail_sent, 0u);
+    EXPECT_EQ(p.a.stats().sink_avail_received, 0u);
+    EXPECT_EQ(p.a.stats().rdma_writes, 0u);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_TRUE(p.faults.empty());
+    EXPECT_EQ(p.b.state(), e::State::established);
+}
+
 // 12.4, the Data Sink's side: a ModeChange back to Combined Mode ends our
 // outstanding SinkAvail (its state is invalidated, nothing was written) and
 // no SinkAvail may go after it; SrcAvails carry payload again (11.2).
@@ -637,6 +697,54 @@ TEST(SdpEngineWriteZcopy, Section9_4WhenNoTransaction) {
         const Bytes first = pattern(p.a.bcopy_threshold() * 3, 23);
         ASSERT_TRUE(p.a.write_zcopy(first));
         EXPECT_FALSE(p.a.transact(command, reply)) << "behind an advertised buffer (11.2)";
+    }
+}
+
+// 9.4, when transact() cannot carry the request in a SinkAvail (our
+// receive half not Pipelined, Figure 25; or the request larger than one
+// message, max_transaction_request()): it returns false and does nothing,
+// the caller write()s the request and it goes as plain Data; the reply,
+// with no buffer lent, comes back by Bcopy (Data Messages) for read().
+TEST(SdpEngineWriteZcopy, Section9_4NoTransactionRequestAsDataReplyByBcopy) {
+    enum class Case { combined, send_half_pipelined, request_too_large };
+    for (const Case c : {Case::combined, Case::send_half_pipelined, Case::request_too_large}) {
+        SCOPED_TRACE(static_cast<int>(c));
+        ZPair p;
+        if (c == Case::send_half_pipelined)
+            p.pipeline();  // a to b only: a's receive half stays Combined
+        if (c == Case::request_too_large)
+            p.pipeline(false);  // b to a: a may lend
+        const Bytes request =
+            pattern(c == Case::request_too_large ? p.a.max_transaction_request() + 1 : 300, 26);
+        Bytes reply(200000);
+        EXPECT_FALSE(p.a.transact(request, reply));
+        EXPECT_FALSE(p.a.sink_pending());
+        EXPECT_TRUE(p.qa.regions.empty()) << "the reply buffer is not lent";
+        EXPECT_TRUE(p.qa.outbound.empty()) << "nothing sent";
+
+        ASSERT_EQ(p.a.write(request), request.size());
+        p.run();
+        Bytes got;
+        p.read_b(got);
+        EXPECT_EQ(got, request);
+        EXPECT_FALSE(sent_with(p.qa.sent_log, w::Mid::data).empty()) << "as Data";
+        EXPECT_TRUE(sent_with(p.qa.sent_log, w::Mid::sink_avail).empty());
+        EXPECT_EQ(p.a.stats().transactions_sent, 0u);
+        EXPECT_EQ(p.b.stats().sink_avail_received, 0u);
+
+        const Bytes answer = pattern(150000, 27);
+        std::size_t off = 0;
+        Bytes answered;
+        for (int i = 0; i < 1000 && answered.size() < answer.size(); ++i) {
+            feed(p.b, answer, off);
+            p.run();
+            drain(p.a, answered);
+        }
+        EXPECT_EQ(answered, answer);
+        EXPECT_EQ(p.qb.writes, 0u) << "no RDMA Write: Bcopy";
+        EXPECT_EQ(p.a.stats().sink_bytes_received, 0u);
+        EXPECT_FALSE(sent_with(p.qb.sent_log, w::Mid::data).empty());
+        EXPECT_TRUE(p.faults.empty());
     }
 }
 

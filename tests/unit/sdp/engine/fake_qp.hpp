@@ -228,10 +228,12 @@ class Pair {
     }
 
     // Delivers one message from a to b as a's engine would number it (Bufs
-    // 16); inv: as Send with Invalidate of that STag. Returns its MSeq.
-    std::uint32_t inject(wire::Body body, std::uint32_t inv = 0) {
+    // 16); inv: as Send with Invalidate of that STag; flags: the BSDH Flags
+    // (6.1.2). Returns its MSeq.
+    std::uint32_t inject(wire::Body body, std::uint32_t inv = 0, std::uint8_t flags = 0) {
         wire::Message m;
         m.bufs = 16;
+        m.flags = flags;
         m.mseq = b.last_received_mseq() + 1;
         m.mseq_ack = b.next_mseq() - 1;
         m.body = std::move(body);
