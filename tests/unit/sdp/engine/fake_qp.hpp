@@ -316,4 +316,20 @@ class Pair {
     }
 };
 
+// Relays `data` from `src` to `dst`, two engines of `p`: writes what fits
+// from `off` on (bytes before it were written already), runs the pair and
+// reads at `dst`, until all of `data` is read or `rounds` runs have passed.
+// Returns what `dst` read.
+inline std::vector<std::uint8_t> relay(Pair& p, engine::Connection& src, engine::Connection& dst,
+                                       const std::vector<std::uint8_t>& data, std::size_t off = 0,
+                                       int rounds = 100000) {
+    std::vector<std::uint8_t> got;
+    for (int i = 0; i < rounds && got.size() < data.size(); ++i) {
+        feed(src, data, off);
+        p.run();
+        drain(dst, got);
+    }
+    return got;
+}
+
 }  // namespace sdp::test
