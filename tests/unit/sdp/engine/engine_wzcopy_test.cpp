@@ -32,6 +32,17 @@ void expect_bytes_then_current_sink(ZPair& p, Bytes& sink, const Bytes& expected
     EXPECT_EQ(p.a.stats().sink_avail_received, current + 1);
 }
 
+// b write()s `answer` into the `reply` buffer a lent (Write Zcopy, the
+// reply of a Transaction, 9.4): a's advertisement ends with all of it
+// RDMA-Written there.
+void expect_answer_written(ZPair& p, const Bytes& answer, const Bytes& reply) {
+    ASSERT_EQ(p.b.write(answer), answer.size());
+    p.run();
+    ASSERT_FALSE(p.a.sink_pending());
+    ASSERT_EQ(p.a.take_zcopy_read(), std::optional<std::size_t>(answer.size()));
+    EXPECT_TRUE(std::equal(answer.begin(), answer.end(), reply.begin()));
+}
+
 }  // namespace
 
 // 9.3 steps 1-3: SinkAvail for the reader's whole buffer with NonDiscards
@@ -644,12 +655,7 @@ TEST(SdpEngineWriteZcopy, Section9_4TransactionCommandAndReply) {
     ASSERT_EQ(p.b.read(got), command.size());
     got.resize(command.size());
     EXPECT_EQ(got, command);
-    const Bytes answer = pattern(150000, 21);
-    ASSERT_EQ(p.b.write(answer), answer.size());
-    p.run();
-    ASSERT_FALSE(p.a.sink_pending());
-    ASSERT_EQ(p.a.take_zcopy_read(), std::optional<std::size_t>(answer.size()));
-    EXPECT_TRUE(std::equal(answer.begin(), answer.end(), reply.begin()));
+    ASSERT_NO_FATAL_FAILURE(expect_answer_written(p, pattern(150000, 21), reply));
     EXPECT_GE(p.qb.writes, 1u);
     EXPECT_TRUE(p.qa.regions.empty());
     EXPECT_TRUE(p.faults.empty());
@@ -692,6 +698,48 @@ TEST(SdpEngineWriteZcopy, Section9_4WhenNoTransaction) {
         ASSERT_TRUE(p.a.write_zcopy(first));
         EXPECT_FALSE(p.a.transact(command, reply)) << "behind an advertised buffer (11.2)";
     }
+}
+
+// 9.4 with credit for a message without payload but not for one with
+// payload (10.5: two credits): transact() still lends the reply buffer and
+// returns true, but the SinkAvail goes bare and the request as the next
+// Data Message once credit is back; the reply is RDMA-Written as usual.
+TEST(SdpEngineWriteZcopy, Section9_4TransactionWithTwoCreditsSendsTheRequestAsData) {
+    ZPair p;
+    p.pipeline(false);  // b to a: a may lend
+    // a to b: full Data Messages until a keeps two credits, nothing queued
+    // (b reads none).
+    const std::size_t per_message = p.a.peer_recv_size() - w::kBsdhSize;
+    const Bytes first = pattern((p.a.send_credits() - 2) * per_message, 28);
+    ASSERT_EQ(p.a.write(first), first.size());
+    p.run();
+    ASSERT_EQ(p.a.send_credits(), 2u);
+    ASSERT_EQ(p.a.send_queued(), 0u);
+
+    const Bytes command = pattern(300, 29);
+    Bytes reply(200000);
+    ASSERT_TRUE(p.a.transact(command, reply));
+    EXPECT_TRUE(p.a.sink_pending());
+    EXPECT_EQ(p.a.send_queued(), command.size()) << "the request waits as Data";
+    p.run();
+    const auto avail = sent_with(p.qa.sent_log, w::Mid::sink_avail);
+    ASSERT_EQ(avail.size(), 1u);
+    EXPECT_TRUE(std::get<w::SinkAvail>(decoded(avail[0]).body).payload.empty());
+    EXPECT_EQ(p.a.stats().transactions_sent, 0u);
+    EXPECT_EQ(p.b.stats().sink_avail_received, 1u);
+
+    // b reads: credit back, the request follows, after a's earlier bytes.
+    Bytes got;
+    for (int i = 0; i < 100 && got.size() < first.size() + command.size(); ++i) {
+        p.read_b(got);
+        p.run();
+    }
+    Bytes want = first;
+    want.insert(want.end(), command.begin(), command.end());
+    EXPECT_EQ(got, want);
+    ASSERT_NO_FATAL_FAILURE(expect_answer_written(p, pattern(150000, 30), reply));
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_TRUE(p.faults.empty());
 }
 
 // 9.4, when transact() cannot carry the request in a SinkAvail (our
