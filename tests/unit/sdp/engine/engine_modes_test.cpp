@@ -97,7 +97,7 @@ TEST(SdpEngineModes, Section6_1_2ReqPipeClearWhenOurReceiveHalfIsBuffered) {
 // 6.1.2: "The Mode Master MUST NOT check the REQ_PIPE bit in any other SDP
 // Message" than RdmaRdCompl and RdmaWrCompl: set in Data (with and without
 // payload) it leaves our Combined send half alone; in an RdmaWrCompl for our
-// SinkAvail it moves that half to Pipelined Mode (12.3).
+// SinkAvail it moves that half to Pipelined Mode (12.3), once.
 TEST(SdpEngineModes, Section6_1_2ReqPipeExaminedInCompletionsOnly) {
     ZPair p;
     p.pipeline();  // a to b: b may lend
@@ -124,6 +124,14 @@ TEST(SdpEngineModes, Section6_1_2ReqPipeExaminedInCompletionsOnly) {
     ASSERT_EQ(mc.size(), 1u);
     EXPECT_EQ(std::get<w::ModeChange>(decoded(mc[0]).body),
               (w::ModeChange{false, Mode::pipelined}));
+    // Already Pipelined: the hint asks for the current mode, and no
+    // ModeChange may name that (12).
+    ASSERT_TRUE(p.b.post_sink(sink));
+    p.inject(w::RdmaWrCompl{100}, p.qb.regions.begin()->first, w::flag::req_pipe);
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(100));
+    EXPECT_EQ(p.b.mode_out(), Mode::pipelined);
+    EXPECT_EQ(p.b.stats().mode_changes_sent, 1u);
+    EXPECT_EQ(p.b.state(), e::State::established);
 }
 
 }  // namespace
