@@ -11,25 +11,17 @@
 
 #include "zcopy_pair.hpp"
 
-namespace e = sdp::engine;
-namespace w = sdp::wire;
-using sdp::test::drain;
-using sdp::test::FakeQp;
-using sdp::test::feed;
-using sdp::test::Pair;
-using sdp::test::pattern;
-using sdp::test::ZPair;
-using Bytes = std::vector<std::uint8_t>;
+using namespace sdp::test;
 
 namespace {
 
-w::Mid mid_of_packet(const sdp::test::Packet& p) {
+w::Mid mid_of_packet(const Packet& p) {
     auto r = w::decode(p.bytes);
     return std::holds_alternative<w::Message>(r) ? w::mid_of(std::get<w::Message>(r).body)
                                                  : w::Mid::data;
 }
 
-std::vector<w::Mid> mids(const std::deque<sdp::test::Packet>& q) {
+std::vector<w::Mid> mids(const std::deque<Packet>& q) {
     std::vector<w::Mid> out;
     for (const auto& p : q)
         if (!p.close)
@@ -193,14 +185,8 @@ TEST(SdpEngineDuplication, Section13_1_1_LocalPeerKeepsABufferForTheAck) {
     EXPECT_EQ(p.a.duplication(), e::Dup::reconnecting) << p.a.describe();
     EXPECT_EQ(p.b.duplication(), e::Dup::local_done) << p.b.describe();
     EXPECT_TRUE(p.faults.empty());
-    Bytes got;
     resume(p);
-    for (int i = 0; i < 100000 && got.size() < data.size(); ++i) {
-        feed(p.a, data, off);
-        p.run();
-        drain(p.b, got);
-    }
-    EXPECT_EQ(got, data);
+    EXPECT_EQ(relay(p, p.a, p.b, data, off), data);
 }
 
 // 13.1.1 step 3: the SuspCommAck waits for the In-Process RDMA Read; its
@@ -394,13 +380,6 @@ TEST(SdpEngineDuplication, Section13_1_1_LentBuffersEndWithTheTransition) {
     EXPECT_EQ(p.qa.writes + p.qb.writes, 0u);
     ASSERT_NO_FATAL_FAILURE(resume(p));
     const Bytes data = pattern(100000, 9);
-    std::size_t off = 0;
-    Bytes got;
-    for (int i = 0; i < 1000 && got.size() < data.size(); ++i) {
-        feed(p.b, data, off);
-        p.run();
-        drain(p.a, got);
-    }
-    EXPECT_EQ(got, data);
+    EXPECT_EQ(relay(p, p.b, p.a, data), data);
     EXPECT_TRUE(p.faults.empty());
 }

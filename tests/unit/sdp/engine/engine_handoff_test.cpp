@@ -13,11 +13,7 @@
 #include "fake_qp.hpp"
 
 namespace e = sdp::engine;
-using sdp::test::drain;
-using sdp::test::FakeQp;
-using sdp::test::feed;
-using sdp::test::Pair;
-using sdp::test::pattern;
+using namespace sdp::test;
 using Bytes = std::vector<std::uint8_t>;
 
 namespace {

@@ -15,8 +15,7 @@
 
 namespace e = sdp::engine;
 namespace w = sdp::wire;
-using sdp::test::Pair;
-using sdp::test::pattern;
+using namespace sdp::test;
 using Bytes = std::vector<std::uint8_t>;
 
 namespace {

@@ -12,8 +12,7 @@
 
 namespace e = sdp::engine;
 namespace w = sdp::wire;
-using sdp::test::Pair;
-using sdp::test::pattern;
+using namespace sdp::test;
 using Bytes = std::vector<std::uint8_t>;
 
 namespace {
@@ -612,7 +611,7 @@ TEST(SdpEngineCredits, PeerSendingWithoutCreditIsViolation) {
     // stream first; the engine, driven directly here, must fail the
     // connection too rather than count a buffer it never posted (found by
     // fuzz_sdp_engine).
-    sdp::test::FakeQp qp;
+    FakeQp qp;
     e::Connection b(e::Role::accepting, e::Config{}, qp);
     ASSERT_EQ(b.accept(hello_bytes(1, 2, 1, 1)), e::Error::none);
     const std::uint32_t posted = b.local_bufs();
@@ -636,7 +635,7 @@ TEST(SdpEngineCredits, PeerSendingWithoutCreditIsViolation) {
 TEST(SdpEngineClose, ResetAfterDisConnIsNotEndOfStream) {
     // Data, DisConn, then AbortConn before the data was read: the unread
     // byte is lost, so readers must see a reset, not a clean end of stream.
-    sdp::test::FakeQp qp;
+    FakeQp qp;
     e::Connection b(e::Role::accepting, e::Config{}, qp);
     ASSERT_EQ(b.accept(hello_bytes(1, 2, 1, 1)), e::Error::none);
     std::uint32_t mseq = 1;
@@ -658,7 +657,7 @@ TEST(SdpEngineClose, ResetAfterDisConnIsNotEndOfStream) {
 }
 
 TEST(SdpEngineClose, DisConnAfterReadIsEndOfStream) {
-    sdp::test::FakeQp qp;
+    FakeQp qp;
     e::Connection b(e::Role::accepting, e::Config{}, qp);
     ASSERT_EQ(b.accept(hello_bytes(1, 2, 1, 1)), e::Error::none);
     w::Message m;
@@ -731,7 +730,7 @@ TEST(SdpEngineCredits, MandatoryUpdateAfterPeersPureUpdateAndNoEndlessExchange) 
 // The Bufs of a peer left with no credit by its own pure update is restored
 // at once (10.5): here A spends its last credit on an update.
 TEST(SdpEngineCredits, PeerWithNoCreditLeftIsUpdated) {
-    sdp::test::FakeQp qp;
+    FakeQp qp;
     e::Config cb;
     cb.recv_buf_count = 4;
     e::Connection b(e::Role::accepting, cb, qp);

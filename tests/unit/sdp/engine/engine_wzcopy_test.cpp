@@ -14,16 +14,7 @@
 
 #include "zcopy_pair.hpp"
 
-namespace e = sdp::engine;
-namespace w = sdp::wire;
-using sdp::test::decoded;
-using sdp::test::kPipelinePayloads;
-using sdp::test::Pair;
-using sdp::test::pattern;
-using sdp::test::sent_with;
-using sdp::test::zcopy_config;
-using sdp::test::ZPair;
-using Bytes = std::vector<std::uint8_t>;
+using namespace sdp::test;
 
 namespace {
 
@@ -39,6 +30,17 @@ void expect_bytes_then_current_sink(ZPair& p, Bytes& sink, const Bytes& expected
     p.lend_b(sink);
     EXPECT_EQ(p.a.stats().sink_avail_stale, stale);
     EXPECT_EQ(p.a.stats().sink_avail_received, current + 1);
+}
+
+// b write()s `answer` into the `reply` buffer a lent (Write Zcopy, the
+// reply of a Transaction, 9.4): a's advertisement ends with all of it
+// RDMA-Written there.
+void expect_answer_written(ZPair& p, const Bytes& answer, const Bytes& reply) {
+    ASSERT_EQ(p.b.write(answer), answer.size());
+    p.run();
+    ASSERT_FALSE(p.a.sink_pending());
+    ASSERT_EQ(p.a.take_zcopy_read(), std::optional<std::size_t>(answer.size()));
+    EXPECT_TRUE(std::equal(answer.begin(), answer.end(), reply.begin()));
 }
 
 }  // namespace
@@ -95,14 +97,9 @@ TEST(SdpEngineWriteZcopy, PartialFill) {
     ZPair p;
     p.pipeline();
     Bytes sink(300000);
-    ASSERT_TRUE(p.b.post_sink(sink));
-    p.run();
     const Bytes data = pattern(50000, 3);
-    ASSERT_EQ(p.a.write(data), data.size());
-    p.run();
+    ASSERT_EQ(p.lend_and_fill(sink, data), std::optional<std::size_t>(data.size()));
     ASSERT_FALSE(p.b.sink_pending());
-    const auto n = p.b.take_zcopy_read();
-    ASSERT_EQ(n, std::optional<std::size_t>(data.size()));
     EXPECT_TRUE(std::equal(data.begin(), data.end(), sink.begin()));
     EXPECT_EQ(std::get<w::RdmaWrCompl>(
                   decoded(sent_with(p.qa.sent_log, w::Mid::rdma_wr_compl).at(0)).body)
@@ -164,16 +161,12 @@ TEST(SdpEngineWriteZcopy, StaleSinkAvailViaNonDiscards) {
     p.read_b(got);
     EXPECT_EQ(got, small);
 
-    ASSERT_TRUE(p.b.post_sink(sink));
-    p.run();
+    const Bytes big = pattern(80000, 6);
+    EXPECT_EQ(p.lend_and_fill(sink, big), std::optional<std::size_t>(big.size()));
     const auto avail = sent_with(p.qb.sent_log, w::Mid::sink_avail);
     ASSERT_EQ(avail.size(), 2u);
     EXPECT_EQ(std::get<w::SinkAvail>(decoded(avail[1]).body).non_discards, kPipelinePayloads);
     EXPECT_EQ(p.a.stats().sink_avail_received, 1u) << "current";
-    const Bytes big = pattern(80000, 6);
-    ASSERT_EQ(p.a.write(big), big.size());
-    p.run();
-    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(big.size()));
     EXPECT_TRUE(std::equal(big.begin(), big.end(), sink.begin()));
 }
 
@@ -214,10 +207,8 @@ TEST(SdpEngineWriteZcopy, SmallWriteUsesDataInsteadOfTheSinkAvail) {
     ZPair p;
     p.pipeline();
     Bytes sink(100000);
-    p.lend_b(sink);
     const Bytes small = pattern(500, 7);
-    ASSERT_EQ(p.a.write(small), small.size());
-    p.run();
+    EXPECT_FALSE(p.lend_and_fill(sink, small).has_value()) << "nothing written into the sink";
     EXPECT_EQ(p.a.stats().sink_avail_bcopy, 1u);
     EXPECT_EQ(p.a.stats().rdma_writes, 0u);
     EXPECT_FALSE(p.b.sink_pending());
@@ -355,6 +346,60 @@ TEST(SdpEngineWriteZcopy, Section11_3CrossingSrcAvailAndSinkAvail) {
     EXPECT_TRUE(p.qa.regions.empty());
     EXPECT_TRUE(p.qb.regions.empty());
     EXPECT_TRUE(p.faults.empty());
+}
+
+// 11.3 rule 2a: a Data Sink that receives a SrcAvail while it has no
+// Unprocessed or In-Process SinkAvail MUST NOT send a SinkAvail. b lends a
+// buffer while it has no credit for the SinkAvail (10.5: one credit left
+// that gives none), so the SinkAvail waits unsent; a's SrcAvail, sent
+// before a learnt of that, arrives: the waiting SinkAvail is withdrawn
+// (never sent, not even once credit is back; its region gone) and the
+// bytes come by Read Zcopy, once and in stream order.
+TEST(SdpEngineWriteZcopy, Section11_3Rule2aUnsentSinkAvailIsWithdrawn) {
+    ZPair p;
+    p.pipeline();
+    // b to a: Data until b keeps the two credits 10.5 reserves (a reads
+    // none), then a ChRcvBuf (no payload) takes one more and stays on the
+    // wire, so a sends b no credit for it yet.
+    const Bytes back = pattern(256 * 1024, 30);
+    std::size_t off = 0;
+    feed(p.b, back, off);
+    p.run();
+    ASSERT_EQ(p.b.send_credits(), 2u);
+    ASSERT_TRUE(p.b.request_peer_recv_size(2 * p.b.peer_recv_size()));
+    ASSERT_EQ(p.b.send_credits(), 1u);
+
+    Bytes sink(100000);
+    ASSERT_TRUE(p.b.post_sink(sink));
+    ASSERT_TRUE(p.b.sink_pending());
+    ASSERT_TRUE(sent_with(p.qb.sent_log, w::Mid::sink_avail).empty()) << "no credit for it";
+    ASSERT_EQ(p.qb.regions.size(), 1u);
+
+    const Bytes data = pattern(200000, 31);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run_to_b();
+    EXPECT_FALSE(p.b.sink_pending()) << "withdrawn";
+    EXPECT_FALSE(p.b.take_zcopy_read().has_value()) << "nothing was written into it";
+    EXPECT_TRUE(p.qb.regions.empty()) << "the withdrawn buffer's region is gone";
+    EXPECT_EQ(p.b.stats().src_avail_ignored, 0u) << "rule 2a, not 2b";
+    ASSERT_EQ(p.b.zcopy_readable(), data.size());
+    Bytes got(data.size());
+    ASSERT_TRUE(p.b.read_zcopy(got));
+    p.run();
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size()));
+
+    // a reads what b sent; with credit back, b still sends no SinkAvail.
+    EXPECT_EQ(relay(p, p.b, p.a, back, off), back);
+    p.read_b(got);
+    EXPECT_EQ(got, data) << "once, in order";
+    EXPECT_TRUE(sent_with(p.qb.sent_log, w::Mid::sink_avail).empty());
+    EXPECT_EQ(p.b.stats().sink_avail_sent, 0u);
+    EXPECT_EQ(p.a.stats().sink_avail_received, 0u);
+    EXPECT_EQ(p.a.stats().rdma_writes, 0u);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_TRUE(p.faults.empty());
+    EXPECT_EQ(p.b.state(), e::State::established);
 }
 
 // 12.4, the Data Sink's side: a ModeChange back to Combined Mode ends our
@@ -610,12 +655,7 @@ TEST(SdpEngineWriteZcopy, Section9_4TransactionCommandAndReply) {
     ASSERT_EQ(p.b.read(got), command.size());
     got.resize(command.size());
     EXPECT_EQ(got, command);
-    const Bytes answer = pattern(150000, 21);
-    ASSERT_EQ(p.b.write(answer), answer.size());
-    p.run();
-    ASSERT_FALSE(p.a.sink_pending());
-    ASSERT_EQ(p.a.take_zcopy_read(), std::optional<std::size_t>(answer.size()));
-    EXPECT_TRUE(std::equal(answer.begin(), answer.end(), reply.begin()));
+    ASSERT_NO_FATAL_FAILURE(expect_answer_written(p, pattern(150000, 21), reply));
     EXPECT_GE(p.qb.writes, 1u);
     EXPECT_TRUE(p.qa.regions.empty());
     EXPECT_TRUE(p.faults.empty());
@@ -660,6 +700,89 @@ TEST(SdpEngineWriteZcopy, Section9_4WhenNoTransaction) {
     }
 }
 
+// 9.4 with credit for a message without payload but not for one with
+// payload (10.5: two credits): transact() still lends the reply buffer and
+// returns true, but the SinkAvail goes bare and the request as the next
+// Data Message once credit is back; the reply is RDMA-Written as usual.
+TEST(SdpEngineWriteZcopy, Section9_4TransactionWithTwoCreditsSendsTheRequestAsData) {
+    ZPair p;
+    p.pipeline(false);  // b to a: a may lend
+    // a to b: full Data Messages until a keeps two credits, nothing queued
+    // (b reads none).
+    const std::size_t per_message = p.a.peer_recv_size() - w::kBsdhSize;
+    const Bytes first = pattern((p.a.send_credits() - 2) * per_message, 28);
+    ASSERT_EQ(p.a.write(first), first.size());
+    p.run();
+    ASSERT_EQ(p.a.send_credits(), 2u);
+    ASSERT_EQ(p.a.send_queued(), 0u);
+
+    const Bytes command = pattern(300, 29);
+    Bytes reply(200000);
+    ASSERT_TRUE(p.a.transact(command, reply));
+    EXPECT_TRUE(p.a.sink_pending());
+    EXPECT_EQ(p.a.send_queued(), command.size()) << "the request waits as Data";
+    p.run();
+    const auto avail = sent_with(p.qa.sent_log, w::Mid::sink_avail);
+    ASSERT_EQ(avail.size(), 1u);
+    EXPECT_TRUE(std::get<w::SinkAvail>(decoded(avail[0]).body).payload.empty());
+    EXPECT_EQ(p.a.stats().transactions_sent, 0u);
+    EXPECT_EQ(p.b.stats().sink_avail_received, 1u);
+
+    // b reads: credit back, the request follows, after a's earlier bytes.
+    Bytes got;
+    for (int i = 0; i < 100 && got.size() < first.size() + command.size(); ++i) {
+        p.read_b(got);
+        p.run();
+    }
+    Bytes want = first;
+    want.insert(want.end(), command.begin(), command.end());
+    EXPECT_EQ(got, want);
+    ASSERT_NO_FATAL_FAILURE(expect_answer_written(p, pattern(150000, 30), reply));
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_TRUE(p.faults.empty());
+}
+
+// 9.4, when transact() cannot carry the request in a SinkAvail (our
+// receive half not Pipelined, Figure 25; or the request larger than one
+// message, max_transaction_request()): it returns false and does nothing,
+// the caller write()s the request and it goes as plain Data; the reply,
+// with no buffer lent, comes back by Bcopy (Data Messages) for read().
+TEST(SdpEngineWriteZcopy, Section9_4NoTransactionRequestAsDataReplyByBcopy) {
+    enum class Case { combined, send_half_pipelined, request_too_large };
+    for (const Case c : {Case::combined, Case::send_half_pipelined, Case::request_too_large}) {
+        SCOPED_TRACE(static_cast<int>(c));
+        ZPair p;
+        if (c == Case::send_half_pipelined)
+            p.pipeline();  // a to b only: a's receive half stays Combined
+        if (c == Case::request_too_large)
+            p.pipeline(false);  // b to a: a may lend
+        const Bytes request =
+            pattern(c == Case::request_too_large ? p.a.max_transaction_request() + 1 : 300, 26);
+        Bytes reply(200000);
+        EXPECT_FALSE(p.a.transact(request, reply));
+        EXPECT_FALSE(p.a.sink_pending());
+        EXPECT_TRUE(p.qa.regions.empty()) << "the reply buffer is not lent";
+        EXPECT_TRUE(p.qa.outbound.empty()) << "nothing sent";
+
+        ASSERT_EQ(p.a.write(request), request.size());
+        p.run();
+        Bytes got;
+        p.read_b(got);
+        EXPECT_EQ(got, request);
+        EXPECT_FALSE(sent_with(p.qa.sent_log, w::Mid::data).empty()) << "as Data";
+        EXPECT_TRUE(sent_with(p.qa.sent_log, w::Mid::sink_avail).empty());
+        EXPECT_EQ(p.a.stats().transactions_sent, 0u);
+        EXPECT_EQ(p.b.stats().sink_avail_received, 0u);
+
+        const Bytes answer = pattern(150000, 27);
+        EXPECT_EQ(relay(p, p.b, p.a, answer), answer);
+        EXPECT_EQ(p.qb.writes, 0u) << "no RDMA Write: Bcopy";
+        EXPECT_EQ(p.a.stats().sink_bytes_received, 0u);
+        EXPECT_FALSE(sent_with(p.qb.sent_log, w::Mid::data).empty());
+        EXPECT_TRUE(p.faults.empty());
+    }
+}
+
 // 6.1.2: REQ_PIPE goes in RdmaRdCompl and RdmaWrCompl only. The bit in an
 // RdmaWrCompl applies to the opposite half: b, which lent a buffer on the a
 // to b half, gets a's RdmaWrCompl with REQ_PIPE and moves its own send half
@@ -668,11 +791,8 @@ TEST(SdpEngineWriteZcopy, Section6_1_2ReqPipeOnlyInCompletions) {
     ZPair p;
     p.pipeline();
     Bytes sink(100000);
-    p.lend_b(sink);
     const Bytes data = pattern(80000, 24);
-    ASSERT_EQ(p.a.write(data), data.size());
-    p.run();
-    ASSERT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(data.size()));
+    ASSERT_EQ(p.lend_and_fill(sink, data), std::optional<std::size_t>(data.size()));
     const auto wr = sent_with(p.qa.sent_log, w::Mid::rdma_wr_compl);
     ASSERT_EQ(wr.size(), 1u);
     EXPECT_TRUE(decoded(wr[0]).flags & w::flag::req_pipe);
@@ -721,7 +841,7 @@ TEST(SdpEngineWriteZcopy, Section11_3SinkAvailAfterAPartialReadIsAViolation) {
 
 // 6.2.1.3: we announce MaxAdverts 1, the most the engine tracks.
 TEST(SdpEngineWriteZcopy, HelloAnnouncesMaxAdvertsOne) {
-    sdp::test::FakeQp q;
+    FakeQp q;
     e::Connection c(e::Role::connecting, zcopy_config(), q);
     const auto r = w::decode(c.connect());
     ASSERT_TRUE(std::holds_alternative<w::Message>(r));

@@ -13,15 +13,7 @@
 
 #include "zcopy_pair.hpp"
 
-namespace e = sdp::engine;
-namespace w = sdp::wire;
-using sdp::test::decoded;
-using sdp::test::Pair;
-using sdp::test::pattern;
-using sdp::test::sent_with;
-using sdp::test::zcopy_config;
-using sdp::test::ZPair;
-using Bytes = std::vector<std::uint8_t>;
+using namespace sdp::test;
 
 // 9.2 steps 1-3: SrcAvail with the first bytes inline (11.2), one RDMA Read
 // into the reader's buffer, RdmaRdCompl counting the bytes read (not the

@@ -228,10 +228,12 @@ class Pair {
     }
 
     // Delivers one message from a to b as a's engine would number it (Bufs
-    // 16); inv: as Send with Invalidate of that STag. Returns its MSeq.
-    std::uint32_t inject(wire::Body body, std::uint32_t inv = 0) {
+    // 16); inv: as Send with Invalidate of that STag; flags: the BSDH Flags
+    // (6.1.2). Returns its MSeq.
+    std::uint32_t inject(wire::Body body, std::uint32_t inv = 0, std::uint8_t flags = 0) {
         wire::Message m;
         m.bufs = 16;
+        m.flags = flags;
         m.mseq = b.last_received_mseq() + 1;
         m.mseq_ack = b.next_mseq() - 1;
         m.body = std::move(body);
@@ -313,5 +315,21 @@ class Pair {
         return true;
     }
 };
+
+// Relays `data` from `src` to `dst`, two engines of `p`: writes what fits
+// from `off` on (bytes before it were written already), runs the pair and
+// reads at `dst`, until all of `data` is read or `rounds` runs have passed.
+// Returns what `dst` read.
+inline std::vector<std::uint8_t> relay(Pair& p, engine::Connection& src, engine::Connection& dst,
+                                       const std::vector<std::uint8_t>& data, std::size_t off = 0,
+                                       int rounds = 100000) {
+    std::vector<std::uint8_t> got;
+    for (int i = 0; i < rounds && got.size() < data.size(); ++i) {
+        feed(src, data, off);
+        p.run();
+        drain(dst, got);
+    }
+    return got;
+}
 
 }  // namespace sdp::test

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <utility>
 #include <variant>
@@ -109,6 +111,16 @@ struct ZPair : Pair {
     void lend_b(std::span<std::uint8_t> sink) {
         EXPECT_TRUE(b.post_sink(sink));
         run();
+    }
+    // Write Zcopy of `data` into `sink` (9.3): b lends it (lend_b), a
+    // write()s all of `data` and the transfer runs. Returns what b's
+    // take_zcopy_read() says then: the bytes a RDMA-Wrote into `sink`
+    // (RdmaWrCompl), or nothing if they came another way (read() them).
+    std::optional<std::size_t> lend_and_fill(std::span<std::uint8_t> sink, const Bytes& data) {
+        lend_b(sink);
+        EXPECT_EQ(a.write(data), data.size());
+        run();
+        return b.take_zcopy_read();
     }
 };
 
