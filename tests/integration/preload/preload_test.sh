@@ -22,6 +22,14 @@
 #               (SCM_RIGHTS) and closed by its maker; sendfile(2) on it
 #   flags       non-blocking connect, accept4 flags, non-blocking I/O, and no
 #               stale entry after close_range() (flags_check.py)
+#   nbconnect   non-blocking connect() (nb_connect.py sdp): EINPROGRESS at
+#               once, POLLOUT and SO_ERROR 0 over SDP, connect() again, close()
+#               and fork() while in progress, asyncio's sock_connect
+#   nbconnect_fallback  non-blocking connect() with a Port Mapper that does
+#               not answer: the in-progress state (EALREADY, EAGAIN, not
+#               writable, also for an epoll registration), TCP on the
+#               program's own socket under `both` (refused: SO_ERROR
+#               ECONNREFUSED), and SO_ERROR ECONNREFUSED under `sdp`
 #   exit        a program that writes and exits without close(): every byte
 #               arrives, then end of stream (not a reset)
 #   fd_handover an SDP descriptor passed to an unrelated process whose maker
@@ -314,6 +322,9 @@ asyncio)
     > "$work/cli.log" 2> "$work/cli.err" || die "asyncio client failed: $(cat "$work/cli.log")"
   grep -q "^OK 4 " "$work/cli.log" || die "asyncio client: $(cat "$work/cli.log")"
   expect_stat "$work/cli.json" connect_sdp 4
+  # asyncio's sock_connect got EINPROGRESS each time (a library thread
+  # connected while the event loop ran).
+  expect_stat "$work/cli.json" connect_async 4
   ;;
 forking)
   start_pmd
@@ -522,7 +533,48 @@ flags)
   cat "$work/fl.log"
   [ "$rc" -eq 0 ] || die "descriptor checks failed"
   expect_stat "$work/fl.json" connect_sdp 1
+  expect_stat "$work/fl.json" connect_async 1
   expect_stat "$work/fl.json" accept_sdp 1
+  ;;
+nbconnect)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
+  preload nb "$py" "$here/nb_connect.py" sdp 127.0.0.1 "$port" > "$work/nb.log" 2> "$work/nb.err"
+  rc=$?
+  cat "$work/nb.log"
+  [ "$rc" -eq 0 ] || die "non-blocking connect checks failed"
+  # echo, close, fork and asyncio: four connect()s returned EINPROGRESS,
+  # three went over SDP, one was closed while in progress.
+  expect_stat "$work/nb.json" connect_async 4
+  expect_stat "$work/nb.json" connect_sdp 3
+  expect_stat "$work/nb.json" connect_abandoned 1
+  expect_stat "$work/nb.json" connect_fallback 0
+  ;;
+nbconnect_fallback)
+  # No sdp-pmd: the PMSP is a UDP port nobody answers on; every connect()
+  # asks it (no negative cache) for 1 s.
+  export SDP_PMSP=127.0.0.1:$(pick_udp_port) SDP_PRELOAD_RESOLVE_MS=1000 SDP_PRELOAD_NEGATIVE_S=0
+  port=$(pick_port)
+  "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" 2> "$work/srv.err" &
+  pids+=($!)
+  wait_listen "$port"
+  preload nb "$py" "$here/nb_connect.py" fallback 127.0.0.1 "$port" > "$work/nb.log" \
+    2> "$work/nb.err"
+  rc=$?
+  cat "$work/nb.log"
+  [ "$rc" -eq 0 ] || die "non-blocking connect with fallback failed"
+  expect_stat "$work/nb.json" connect_async 3
+  expect_stat "$work/nb.json" connect_fallback 3
+  expect_stat "$work/nb.json" connect_sdp 0
+  printf 'use sdp client * *\n' > "$work/rules.conf"
+  SDP_PRELOAD_CONFIG=$work/rules.conf preload nbr "$py" "$here/nb_connect.py" refused 127.0.0.1 \
+    "$port" > "$work/nbr.log" 2> "$work/nbr.err"
+  rc=$?
+  cat "$work/nbr.log"
+  [ "$rc" -eq 0 ] || die "non-blocking connect under 'use sdp' failed"
+  expect_stat "$work/nbr.json" connect_failed 1
+  expect_stat "$work/nbr.json" connect_fallback 0
   ;;
 exit)
   start_pmd
