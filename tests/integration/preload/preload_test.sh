@@ -242,6 +242,16 @@ sum_stat() {
   "$py" -c 'import json,sys; print(sum(json.load(open(f))[sys.argv[1]] for f in sys.argv[2:]))' \
     "$key" "$@" 2>/dev/null
 }
+# checks NAME WHAT CMD...: a checking program preloaded (NAME.json, NAME.log),
+# its lines shown; dies with WHAT when it fails.
+checks() {
+  local name=$1 what=$2
+  shift 2
+  preload "$name" "$@" > "$work/$name.log" 2> "$work/$name.err"
+  local rc=$?
+  cat "$work/$name.log"
+  [ "$rc" -eq 0 ] || die "$what"
+}
 serve() {
   preload srv "$@" > "$work/srv.log" 2> "$work/srv.err" &
   srv=$!
@@ -528,10 +538,7 @@ fd_passing)
 flags)
   start_pmd
   port=$(pick_port)
-  preload fl "$py" "$here/flags_check.py" 127.0.0.1 "$port" > "$work/fl.log" 2> "$work/fl.err"
-  rc=$?
-  cat "$work/fl.log"
-  [ "$rc" -eq 0 ] || die "descriptor checks failed"
+  checks fl "descriptor checks failed" "$py" "$here/flags_check.py" 127.0.0.1 "$port"
   expect_stat "$work/fl.json" connect_sdp 1
   expect_stat "$work/fl.json" connect_async 1
   expect_stat "$work/fl.json" accept_sdp 1
@@ -540,10 +547,7 @@ nbconnect)
   start_pmd
   port=$(pick_port)
   serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
-  preload nb "$py" "$here/nb_connect.py" sdp 127.0.0.1 "$port" > "$work/nb.log" 2> "$work/nb.err"
-  rc=$?
-  cat "$work/nb.log"
-  [ "$rc" -eq 0 ] || die "non-blocking connect checks failed"
+  checks nb "non-blocking connect checks failed" "$py" "$here/nb_connect.py" sdp 127.0.0.1 "$port"
   # echo, close, fork and asyncio: four connect()s returned EINPROGRESS,
   # three went over SDP, one was closed while in progress.
   expect_stat "$work/nb.json" connect_async 4
@@ -559,20 +563,14 @@ nbconnect_fallback)
   "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" 2> "$work/srv.err" &
   pids+=($!)
   wait_listen "$port"
-  preload nb "$py" "$here/nb_connect.py" fallback 127.0.0.1 "$port" > "$work/nb.log" \
-    2> "$work/nb.err"
-  rc=$?
-  cat "$work/nb.log"
-  [ "$rc" -eq 0 ] || die "non-blocking connect with fallback failed"
+  checks nb "non-blocking connect with fallback failed" \
+    "$py" "$here/nb_connect.py" fallback 127.0.0.1 "$port"
   expect_stat "$work/nb.json" connect_async 3
   expect_stat "$work/nb.json" connect_fallback 3
   expect_stat "$work/nb.json" connect_sdp 0
   printf 'use sdp client * *\n' > "$work/rules.conf"
-  SDP_PRELOAD_CONFIG=$work/rules.conf preload nbr "$py" "$here/nb_connect.py" refused 127.0.0.1 \
-    "$port" > "$work/nbr.log" 2> "$work/nbr.err"
-  rc=$?
-  cat "$work/nbr.log"
-  [ "$rc" -eq 0 ] || die "non-blocking connect under 'use sdp' failed"
+  SDP_PRELOAD_CONFIG=$work/rules.conf checks nbr "non-blocking connect under 'use sdp' failed" \
+    "$py" "$here/nb_connect.py" refused 127.0.0.1 "$port"
   expect_stat "$work/nbr.json" connect_failed 1
   expect_stat "$work/nbr.json" connect_fallback 0
   ;;
