@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// connect() of a socket the rules send to SDP (docs/preload.md, "Clients").
+// connect() of a socket the rules send to SDP (docs/preload.md, "Clients",
+// "Non-blocking connect()").
 // On a blocking socket the Port Mapper exchange and the SDP startup run
 // inside connect(). On an O_NONBLOCK socket connect() returns EINPROGRESS at
 // once and a thread of the library runs them (a Connecting):

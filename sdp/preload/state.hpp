@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The preload library's process state: the real libc functions, the table of
 // descriptors it knows, logging and counters (docs/preload.md, "How it
-// works"). Only preload.cpp, bridge.cpp and listener.cpp include this.
+// works"). Only the library's own sources (sdp/preload/*.cpp) include this.
 #pragma once
 
 #include <pthread.h>
