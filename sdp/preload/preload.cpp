@@ -161,7 +161,7 @@ SDP_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
                 errno = *err;
                 return -1;
             }
-        } else if (auto s = entry_of(fd, Entry::Kind::sdp)) {
+        } else if (auto s = endpoint_of(addr, len) ? entry_of(fd, Entry::Kind::sdp) : nullptr) {
             // Connected: 0 once after a non-blocking connect() (the kernel
             // says so to the first connect() after the handshake), then
             // EISCONN.

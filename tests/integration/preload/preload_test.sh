@@ -320,6 +320,7 @@ http)
       2> "$work/cli$n.err" || die "curl $n failed"
     same "$work/www/blob.bin" "$work/got$n" "curl $n"
     expect_stat "$work/cli$n.json" connect_sdp 1
+    expect_stat "$work/cli$n.json" connect_async 1  # curl connects non-blocking
   done
   capture_stop
   expect_sdp_on_wire 3
