@@ -29,7 +29,8 @@
 #               not answer: the in-progress state (EALREADY, EAGAIN, not
 #               writable, also for an epoll registration), TCP on the
 #               program's own socket under `both` (refused: SO_ERROR
-#               ECONNREFUSED), and SO_ERROR ECONNREFUSED under `sdp`
+#               ECONNREFUSED), and SO_ERROR ECONNREFUSED under `sdp`; both
+#               also with a Node.js (libuv) client when node is installed
 #   exit        a program that writes and exits without close(): every byte
 #               arrives, then end of stream (not a reset)
 #   fd_handover an SDP descriptor passed to an unrelated process whose maker
@@ -251,6 +252,20 @@ checks() {
   local rc=$?
   cat "$work/$name.log"
   [ "$rc" -eq 0 ] || die "$what"
+}
+# node_client NAME: a Node.js (libuv, epoll) client preloaded as NAME
+# connects to the echo server on $port and gets its bytes back (libuv
+# connects non-blocking and reads SO_ERROR); nothing when node is missing.
+node_client() {
+  command -v node >/dev/null 2>&1 || { echo "note: node not installed"; return 0; }
+  preload "$1" node -e '
+    const s = require("net").connect(+process.argv[1], "127.0.0.1", () => s.write("hello"));
+    s.on("data", (d) => { console.log("got " + d); s.end(); });
+    s.on("error", (e) => { console.log("error " + e.code); process.exitCode = 1; });
+    setTimeout(() => { console.log("timeout"); process.exit(2); }, 15000).unref();' "$port" \
+    > "$work/$1.log" 2> "$work/$1.err"
+  grep -qx "got hello" "$work/$1.log" || die "node client: $(cat "$work/$1.log")"
+  expect_stat "$work/$1.json" connect_async 1
 }
 serve() {
   preload srv "$@" > "$work/srv.log" 2> "$work/srv.err" &
@@ -555,6 +570,8 @@ nbconnect)
   expect_stat "$work/nb.json" connect_sdp 3
   expect_stat "$work/nb.json" connect_abandoned 1
   expect_stat "$work/nb.json" connect_fallback 0
+  node_client node
+  [ ! -e "$work/node.json" ] || expect_stat "$work/node.json" connect_sdp 1
   ;;
 nbconnect_fallback)
   # No sdp-pmd: the PMSP is a UDP port nobody answers on; every connect()
@@ -569,6 +586,9 @@ nbconnect_fallback)
   expect_stat "$work/nb.json" connect_async 3
   expect_stat "$work/nb.json" connect_fallback 3
   expect_stat "$work/nb.json" connect_sdp 0
+  # libuv's epoll registration made while in progress, then TCP.
+  node_client node
+  [ ! -e "$work/node.json" ] || expect_stat "$work/node.json" connect_fallback 1
   printf 'use sdp client * *\n' > "$work/rules.conf"
   SDP_PRELOAD_CONFIG=$work/rules.conf checks nbr "non-blocking connect under 'use sdp' failed" \
     "$py" "$here/nb_connect.py" refused 127.0.0.1 "$port"
