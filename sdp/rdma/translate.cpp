@@ -153,6 +153,12 @@ ibv_send_wr make_send_wr(const iwarp::SendWr& wr, std::uint64_t ibv_wr_id, ibv_s
         // is invalid when the message arrives (RDMAP 4.3).
         w.opcode = IBV_WR_SEND_WITH_INV;
         w.invalidate_rkey = wr.invalidate_stag;
+        // libsiw (rdma-core's siw provider) takes the STag to invalidate
+        // from wr.rdma.rkey, not invalidate_rkey: without this it sent STag
+        // 0 and the peer answered with a Terminate "STag cannot be
+        // invalidated" (seen in the VM lab). Providers that follow the verbs
+        // definition ignore wr.rdma for a Send.
+        w.wr.rdma.rkey = wr.invalidate_stag;
     }
     if (wr.opcode == iwarp::WrOpcode::rdma_write || wr.opcode == iwarp::WrOpcode::rdma_read) {
         w.wr.rdma.remote_addr = wr.remote_to;

@@ -88,7 +88,8 @@ int run(sdp::Stream& s, bool verbose) {
     while (true) {
         std::size_t n = s.read_some(buf, ec);
         if (ec) {
-            std::fprintf(stderr, "sdp-cat: read: %s\n", ec.message().c_str());
+            std::fprintf(stderr, "sdp-cat: read: %s%s%s\n", ec.message().c_str(),
+                         verbose ? " — " : "", verbose ? s.describe().c_str() : "");
             rc = 1;
             break;
         }

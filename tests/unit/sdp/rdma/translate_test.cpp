@@ -153,6 +153,7 @@ TEST(RdmaTranslate, SendWithInvalidate) {
     ibv_send_wr w = r::make_send_wr(wr, 5, &sge, 1, false);
     EXPECT_EQ(w.opcode, IBV_WR_SEND_WITH_INV);
     EXPECT_EQ(w.invalidate_rkey, 0x12345678u);
+    EXPECT_EQ(w.wr.rdma.rkey, 0x12345678u);  // where libsiw reads it
     EXPECT_EQ(w.send_flags, static_cast<unsigned>(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED));
     wr.opcode = WrOpcode::send;
     w = r::make_send_wr(wr, 6, &sge, 1, false);
