@@ -38,12 +38,6 @@ std::string provider_text(const std::error_code& ec, const std::string& why) {
 rdma::RdmaSessionConfig rdma_config(const StreamOptions& o) {
     rdma::RdmaSessionConfig c;
     c.engine = engine_config(o);
-    // Zero copy stays off on this provider for now: the adapter and this
-    // channel do it (fake-device tests), and one-way transfers passed on
-    // siw in the VM lab, but two crossing zero-copy streams stalled there
-    // and one one-way run stalled after the SrcAvail's payload (docs/rdma.md,
-    // "Zero copy"). Bcopy only, as the peer is told by SendSm.
-    c.engine.bcopy_threshold = 0;
     c.cm.resolve_timeout = o.connect_timeout;
     c.cm.establish_timeout = o.handshake_timeout;
     return c;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sdp/rdma/verbs_qp.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <limits>
 
@@ -206,16 +207,20 @@ void RdmaQueuePair::drain(ibv_cq* cq, std::deque<Posted>& q) {
             return;
         }
         for (int i = 0; i < n; ++i) {
-            // Work requests complete in order on each queue: older
-            // unsignaled entries before this one are done too.
-            while (!q.empty() && q.front().id < wc[i].wr_id) {
-                q.pop_front();
-            }
-            if (q.empty() || q.front().id != wc[i].wr_id) {
+            const auto it = std::find_if(q.begin(), q.end(),
+                                         [&](const Posted& e) { return e.id == wc[i].wr_id; });
+            if (it == q.end()) {
                 continue;  // not ours (cannot happen on a private CQ)
             }
-            const Posted p = q.front();
-            q.pop_front();
+            const Posted p = *it;
+            // Unsignaled requests posted before this one are done with it
+            // (they raise no completion of their own). Signaled ones keep
+            // their entry: completions of a send queue are not always in
+            // posting order (siw completes an RDMA Read when its Read
+            // Response arrives, after the Sends posted behind it).
+            const auto first =
+                std::remove_if(q.begin(), it, [](const Posted& e) { return !e.signaled; });
+            q.erase(first, std::next(it));
             if (wc[i].status != IBV_WC_SUCCESS) {
                 state_ = iwarp::QpState::error;
                 if (wc[i].status != IBV_WC_WR_FLUSH_ERR || !last_error_) {

@@ -53,6 +53,10 @@ void flush(Qp* q) {
         push(q->rcq, wc_for(q->rq.front().wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0));
         q->rq.pop_front();
     }
+    while (!q->held.empty()) {  // Reads whose response will not come
+        push(q->scq, wc_for(q->held.front().wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_READ, 0));
+        q->held.pop_front();
+    }
 }
 
 void terminate(Qp* q) {
@@ -170,7 +174,11 @@ int post_send(ibv_qp* iq, ibv_send_wr* wr, ibv_send_wr** bad) {
         }
         if (signaled || st != IBV_WC_SUCCESS) {
             ++q->sq_depth;
-            push(q->scq, wc_for(wr->wr_id, st, op, len));
+            if (q->hold_reads && op == IBV_WC_RDMA_READ && st == IBV_WC_SUCCESS) {
+                q->held.push_back(wc_for(wr->wr_id, st, op, len));
+            } else {
+                push(q->scq, wc_for(wr->wr_id, st, op, len));
+            }
         }
     }
     return 0;
@@ -249,6 +257,15 @@ std::size_t invalidate_with_access(int access) {
             m->valid = false;
             ++n;
         }
+    }
+    return n;
+}
+
+std::size_t release_reads(Qp& q) {
+    const std::size_t n = q.held.size();
+    while (!q.held.empty()) {
+        push(q.scq, q.held.front());
+        q.held.pop_front();
     }
     return n;
 }

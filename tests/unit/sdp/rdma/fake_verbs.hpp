@@ -43,6 +43,11 @@ struct Qp {
     std::uint32_t sq_depth = 0;  // signaled sends whose completion is not polled yet
     bool error = false;
     std::vector<ibv_send_wr> sent;  // copies of every posted send WR (sg_list cleared)
+    // As siw: an RDMA Read completes when its Read Response arrives, after
+    // Sends posted later have completed. While set, successful Read
+    // completions wait in `held` until release_reads().
+    bool hold_reads = false;
+    std::deque<ibv_wc> held;
 };
 
 // One pair of connected QPs with their CQs on a shared fake context.
@@ -64,6 +69,9 @@ extern int fail_next_reg;
 // Marks every live region with all of `access` invalid (as a remote
 // invalidation would); returns how many.
 std::size_t invalidate_with_access(int access);
+
+// Moves q's held Read completions to its send CQ; returns how many.
+std::size_t release_reads(Qp& q);
 
 // Live registrations (for leak checks).
 std::size_t live_mrs();
