@@ -754,9 +754,11 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
         const bool ready = drive(
             lk,
             [&] {
-                // Suspended (13.1.1): the stream waits for its new connection.
+                // Suspended (13.1.1): the stream waits for its new connection;
+                // handing off with the old LLP closed: for the hand-off to end.
                 return !core_.suspended() &&
-                       (c.write_space() > 0 || c.state() != engine::State::established);
+                       (c.state() != engine::State::established ||
+                        (c.write_space() > 0 && !(core_.rd_eof() && core_.handing_off())));
             },
             io_deadline());
         if (!ready) {

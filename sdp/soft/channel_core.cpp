@@ -334,6 +334,11 @@ std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in,
         return 0;
     }
     if (rd_eof_ && !suspended()) {
+        if (handing_off()) {
+            // 13.1.1 step 5: the old LLP closed after the SuspCommAck; the
+            // hand-off takes the state next (then operation_canceled).
+            return std::nullopt;
+        }
         ec = lost_error();
         return 0;
     }
