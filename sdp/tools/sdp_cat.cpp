@@ -131,7 +131,9 @@ int run(sdp::Stream& s, bool verbose) {
                      static_cast<unsigned long long>(st.send_sm_sent),
                      static_cast<unsigned long long>(st.send_sm_received));
     }
-    if (wec && wec != std::errc::broken_pipe) {
+    // Any write error means stdin did not all reach the peer: a failure,
+    // a broken pipe too (the bytes after it are lost).
+    if (wec) {
         std::fprintf(stderr, "sdp-cat: write: %s\n", wec.message().c_str());
         return 1;
     }
