@@ -34,8 +34,10 @@ namespace detail {
 class ProviderChannel {
   public:
     virtual ~ProviderChannel() = default;
+    // may_lend: `out` may be lent to the peer for Write Zcopy (9.3); false
+    // for a read that must fill its buffer (MSG_WAITALL, Stream::read).
     virtual std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec,
-                                  bool stop_at_urgent) = 0;
+                                  bool stop_at_urgent, bool may_lend) = 0;
     // Out-of-band data (9.5.3), as Stream's calls of the same names.
     virtual std::error_code send_oob(std::uint8_t byte) = 0;
     virtual std::uint8_t read_oob(std::error_code& ec) = 0;
@@ -69,7 +71,8 @@ class TcpPath {
             ::close(fd);
         }
     }
-    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec, bool stop_at_urgent);
+    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec, bool stop_at_urgent,
+                          bool may_lend = false);  // never lends
     std::error_code send_oob(std::uint8_t byte);
     std::uint8_t read_oob(std::error_code& ec);
     bool at_mark();

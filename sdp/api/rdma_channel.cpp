@@ -48,7 +48,7 @@ rdma::RdmaSessionConfig rdma_config(const StreamOptions& o) {
 RdmaChannel::RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, const StreamOptions& o)
     : s_(std::move(s)),
       io_timeout_(o.io_timeout),
-      zcopy_writes_(o.mechanism == Mechanism::zcopy),
+      zcopy_(o.mechanism == Mechanism::zcopy),
       device_(s_->cm().device_name()) {}
 
 std::unique_ptr<RdmaChannel> RdmaChannel::start(std::unique_ptr<rdma::RdmaSession> s,
@@ -155,7 +155,7 @@ bool RdmaChannel::wait_locked(std::unique_lock<std::mutex>& lk,
 }
 
 std::size_t RdmaChannel::read_some(std::span<std::uint8_t> out, std::error_code& ec,
-                                   bool stop_at_urgent) {
+                                   bool stop_at_urgent, bool may_lend) {
     ec.clear();
     std::unique_lock lk(mu_);
     const auto deadline = io_deadline();
@@ -177,6 +177,15 @@ std::size_t RdmaChannel::read_some(std::span<std::uint8_t> out, std::error_code&
                 return read_zcopy_locked(lk, deadline, ec);
             }
             progress_locked();
+        }
+        // Nothing queued and a large buffer: lend it for Write Zcopy.
+        if (may_lend && !stop_at_urgent) {
+            if (auto z = lend_locked(lk, out, ec)) {
+                return *z;
+            }
+            if (ec) {
+                return 0;
+            }
         }
         // A lone out-of-line urgent byte is not skipped before more data
         // arrives (read_oob() may still take it), as the soft provider.
@@ -220,6 +229,31 @@ std::size_t RdmaChannel::read_zcopy_locked(std::unique_lock<std::mutex>& lk,
     }
     ec = std::make_error_code(std::errc::connection_reset);
     return 0;
+}
+
+std::optional<std::size_t> RdmaChannel::lend_locked(std::unique_lock<std::mutex>& lk,
+                                                    std::span<std::uint8_t> out,
+                                                    std::error_code& ec) {
+    auto& sdp = s_->sdp();
+    // Not with io_timeout: a read that gives up would have to revoke the
+    // buffer (SinkAvailCancel, 9.5.5) and wait for the peer's answer, as the
+    // soft provider (docs/sdp.md, "Zero copy").
+    if (!zcopy_ || io_timeout_.count() != 0 || sdp.bcopy_threshold() == 0 ||
+        out.size() <= sdp.bcopy_threshold() || !sdp.post_sink(out)) {
+        return std::nullopt;
+    }
+    progress_locked();  // the SinkAvail goes out
+    if (!wait_lent_locked(lk, std::nullopt, [&] { return !sdp.sink_pending(); })) {
+        ec = std::make_error_code(std::errc::connection_reset);
+        return 0;
+    }
+    if (auto n = sdp.take_zcopy_read()) {
+        progress_locked();  // credit updates
+        return n;
+    }
+    // Stale (9.5.1: a message with payload came first), DisConn or an
+    // error: read() and the state checks report it.
+    return std::nullopt;
 }
 
 bool RdmaChannel::wait_lent_locked(std::unique_lock<std::mutex>& lk,
@@ -272,7 +306,7 @@ std::optional<std::size_t> RdmaChannel::write_zcopy_locked(std::unique_lock<std:
 std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
     ec.clear();
     std::unique_lock lk(mu_);
-    if (zcopy_writes_ && !finished_ && !stop_) {
+    if (zcopy_ && !finished_ && !stop_) {
         if (auto z = write_zcopy_locked(lk, in, ec)) {
             return *z;
         }

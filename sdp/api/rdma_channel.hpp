@@ -41,9 +41,10 @@ class RdmaChannel final : public ProviderChannel {
     // Takes an established session and starts its progress thread. nullptr
     // with ec (and why) when the thread or the eventfd cannot be had.
     // Options used: io_timeout, and mechanism (zcopy: writes larger than
-    // the threshold go by Read Zcopy; automatic writes by Bcopy here, no
-    // chooser yet). Reads take the peer's advertised buffers by RDMA Read
-    // whenever the mechanism is not bcopy.
+    // the threshold go by Read Zcopy, and reads without io_timeout lend
+    // buffers larger than it for Write Zcopy; automatic writes by Bcopy
+    // here, no chooser yet). Reads take the peer's advertised buffers by
+    // RDMA Read whenever the mechanism is not bcopy.
     static std::unique_ptr<RdmaChannel> start(std::unique_ptr<rdma::RdmaSession> s,
                                               const StreamOptions& o, std::error_code& ec,
                                               std::string* why = nullptr);
@@ -51,8 +52,8 @@ class RdmaChannel final : public ProviderChannel {
     RdmaChannel(const RdmaChannel&) = delete;
     RdmaChannel& operator=(const RdmaChannel&) = delete;
 
-    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec,
-                          bool stop_at_urgent) override;
+    std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec, bool stop_at_urgent,
+                          bool may_lend) override;
     // Out-of-band data (9.5.3): the same engine as the soft provider.
     std::error_code send_oob(std::uint8_t byte) override;
     std::uint8_t read_oob(std::error_code& ec) override;
@@ -81,6 +82,10 @@ class RdmaChannel final : public ProviderChannel {
     std::size_t read_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                   std::optional<std::chrono::steady_clock::time_point> deadline,
                                   std::error_code& ec);
+    // Write Zcopy (9.3) as Data Sink: `out` lent with SinkAvail and waited
+    // for; nullopt: not lent, or given back unfilled (stale, 9.5.1).
+    std::optional<std::size_t> lend_locked(std::unique_lock<std::mutex>& lk,
+                                           std::span<std::uint8_t> out, std::error_code& ec);
     std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                   std::span<const std::uint8_t> in,
                                                   std::error_code& ec);
@@ -97,7 +102,7 @@ class RdmaChannel final : public ProviderChannel {
 
     std::unique_ptr<rdma::RdmaSession> s_;
     std::chrono::milliseconds io_timeout_;
-    bool zcopy_writes_ = false;  // StreamOptions::mechanism zcopy
+    bool zcopy_ = false;  // StreamOptions::mechanism zcopy
     std::string device_;
     mutable std::mutex mu_;
     std::condition_variable cv_;

@@ -580,13 +580,13 @@ std::size_t Stream::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
         ec = std::make_error_code(std::errc::not_connected);
         return 0;
     }
-    return impl_->on_path([&](auto& p) { return p.read_some(buf, ec, stop_at_urgent); });
+    return impl_->on_path([&](auto& p) { return p.read_some(buf, ec, stop_at_urgent, true); });
 }
 
 namespace detail {
 
 std::size_t TcpPath::read_some(std::span<std::uint8_t> buf, std::error_code& ec,
-                               bool stop_at_urgent) {
+                               bool stop_at_urgent, bool /*may_lend*/) {
     if (!stop_at_urgent || buf.empty()) {
         return tcp_recv(fd, buf, 0, ec);
     }
@@ -736,9 +736,14 @@ std::size_t Stream::read(std::span<std::uint8_t> buf, std::error_code& ec) {
     std::size_t got = 0;
     while (got < buf.size()) {
         // Reads exactly: never lent for Write Zcopy (9.3, MSG_WAITALL).
-        std::size_t n = impl_ && impl_->sdp
-                            ? impl_->sdp->read_some(buf.subspan(got), ec, false, false)
-                            : read_some(buf.subspan(got), ec);
+        std::size_t n = 0;
+        if (!impl_) {
+            ec = std::make_error_code(std::errc::not_connected);
+        } else {
+            ec.clear();
+            n = impl_->on_path(
+                [&](auto& p) { return p.read_some(buf.subspan(got), ec, false, false); });
+        }
         if (ec || n == 0) {
             break;
         }

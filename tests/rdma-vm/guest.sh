@@ -119,6 +119,9 @@ zbytes() { # sent|received FILE: the zero-copy byte count sdp-cat -v reported
   sed -n "s/.*zero copy sent \([0-9]*\) received \([0-9]*\).*/\1 \2/p" "$2" | tail -1 |
     { read -r zs zr; [ "$1" = sent ] && echo "${zs:-0}" || echo "${zr:-0}"; }
 }
+wbytes() { # FILE: the bytes the peer RDMA-Wrote into lent buffers (9.3), as sdp-cat -v reported
+  sed -n "s/.*RDMA Write sent [0-9]* received \([0-9]*\).*/\1/p" "$1" | tail -1 | { read -r w; echo "${w:-0}"; }
+}
 xfer() {
   name=$1 lp=$2 cp=$3 size=$4 dir=$5 expect=${6:-data} mech=${7:-}
   mopt=""
@@ -166,7 +169,7 @@ xfer() {
   zok=1 zinfo=""
   if [ -n "$mech" ]; then
     zl=$(zbytes received /tmp/l.err) zc=$(zbytes received /tmp/c.err)
-    zinfo=", zero copy received: listener $zl B, client $zc B"
+    zinfo=", zero copy received: listener $zl B (RDMA Write $(wbytes /tmp/l.err) B), client $zc B (RDMA Write $(wbytes /tmp/c.err) B)"
     [ "$cin" != /dev/null ] && [ "$zl" -eq 0 ] && zok=0
     [ "$lin" != /dev/null ] && [ "$zc" -eq 0 ] && zok=0
   fi
