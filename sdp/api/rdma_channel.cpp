@@ -49,7 +49,11 @@ RdmaChannel::RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, const StreamOptio
     : s_(std::move(s)),
       io_timeout_(o.io_timeout),
       zcopy_(o.mechanism == Mechanism::zcopy),
-      device_(s_->cm().device_name()) {}
+      device_(s_->cm().device_name()) {
+    if (o.mechanism == Mechanism::automatic && s_->sdp().bcopy_threshold() > 0) {
+        chooser_.emplace(s_->sdp().bcopy_threshold());
+    }
+}
 
 std::unique_ptr<RdmaChannel> RdmaChannel::start(std::unique_ptr<rdma::RdmaSession> s,
                                                 const StreamOptions& o, std::error_code& ec,
@@ -274,9 +278,9 @@ bool RdmaChannel::wait_lent_locked(std::unique_lock<std::mutex>& lk,
     return true;
 }
 
-std::optional<std::size_t> RdmaChannel::write_zcopy_locked(std::unique_lock<std::mutex>& lk,
-                                                           std::span<const std::uint8_t> in,
-                                                           std::error_code& ec) {
+std::optional<std::size_t> RdmaChannel::write_zcopy_locked(
+    std::unique_lock<std::mutex>& lk, std::span<const std::uint8_t> in, std::error_code& ec,
+    const std::function<void()>& started_fn) {
     auto& sdp = s_->sdp();
     // Read Zcopy (9.2) as Data Source: what is queued goes first (11.2),
     // then `in` is advertised and the peer RDMA-Reads it; the call returns
@@ -291,6 +295,7 @@ std::optional<std::size_t> RdmaChannel::write_zcopy_locked(std::unique_lock<std:
     if (!*started) {
         return std::nullopt;
     }
+    started_fn();
     progress_locked();
     if (!wait_lent_locked(lk, io_deadline(), [&] { return !sdp.zcopy_write_pending(); })) {
         ec = std::make_error_code(std::errc::timed_out);
@@ -306,9 +311,31 @@ std::optional<std::size_t> RdmaChannel::write_zcopy_locked(std::unique_lock<std:
 std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
     ec.clear();
     std::unique_lock lk(mu_);
-    if (zcopy_ && !finished_ && !stop_) {
-        if (auto z = write_zcopy_locked(lk, in, ec)) {
+    bool zcopy = zcopy_;
+    if (chooser_) {
+        zcopy = chooser_->choose(in.size()) == engine::Choice::zcopy;
+        if (!zcopy) {
+            chooser_->begin_write(io::steady_ns(), in.size(), engine::Choice::bcopy);
+        }
+    }
+    if (zcopy && !finished_ && !stop_) {
+        // Zero copy starts with an empty queue (11.2): the bytes queued
+        // before belong to the Bcopy run, whose sample ends there.
+        const auto started = [&] {
+            if (chooser_) {
+                chooser_->begin_write(io::steady_ns(), in.size(), engine::Choice::zcopy);
+            }
+        };
+        if (auto z = write_zcopy_locked(lk, in, ec, started)) {
+            if (chooser_ && ec) {
+                chooser_->discard();  // no sample from a failed write
+            } else if (chooser_) {
+                chooser_->wrote(*z);
+            }
             return *z;
+        }
+        if (chooser_) {
+            chooser_->restart_run(io::steady_ns(), in.size());  // refused: a new Bcopy run
         }
     }
     auto deadline = io_deadline();
@@ -339,6 +366,11 @@ std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code
             ec = std::make_error_code(std::errc::timed_out);
             break;
         }
+    }
+    if (chooser_ && ec) {
+        chooser_->discard();  // no sample from a failed write
+    } else if (chooser_) {
+        chooser_->wrote(done);
     }
     return done;
 }

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "internal.hpp"
+#include "sdp/engine/chooser.hpp"
 #include "sdp/rdma/cm.hpp"
 #include "sdp/rdma/session.hpp"
 #include "sdp/stream.hpp"
@@ -42,9 +43,10 @@ class RdmaChannel final : public ProviderChannel {
     // with ec (and why) when the thread or the eventfd cannot be had.
     // Options used: io_timeout, and mechanism (zcopy: writes larger than
     // the threshold go by Read Zcopy, and reads without io_timeout lend
-    // buffers larger than it for Write Zcopy; automatic writes by Bcopy
-    // here, no chooser yet). Reads take the peer's advertised buffers by
-    // RDMA Read whenever the mechanism is not bcopy.
+    // buffers larger than it for Write Zcopy; automatic: each write larger
+    // than the threshold by the mechanism engine::MechanismChooser picks).
+    // Reads take the peer's advertised buffers by RDMA Read whenever the
+    // mechanism is not bcopy.
     static std::unique_ptr<RdmaChannel> start(std::unique_ptr<rdma::RdmaSession> s,
                                               const StreamOptions& o, std::error_code& ec,
                                               std::string* why = nullptr);
@@ -86,9 +88,11 @@ class RdmaChannel final : public ProviderChannel {
     // for; nullopt: not lent, or given back unfilled (stale, 9.5.1).
     std::optional<std::size_t> lend_locked(std::unique_lock<std::mutex>& lk,
                                            std::span<std::uint8_t> out, std::error_code& ec);
+    // started(): the advertisement begins (the queue before it drained).
     std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                   std::span<const std::uint8_t> in,
-                                                  std::error_code& ec);
+                                                  std::error_code& ec,
+                                                  const std::function<void()>& started);
     bool wait_lent_locked(std::unique_lock<std::mutex>& lk,
                           std::optional<std::chrono::steady_clock::time_point> deadline,
                           const std::function<bool()>& done);
@@ -103,6 +107,8 @@ class RdmaChannel final : public ProviderChannel {
     std::unique_ptr<rdma::RdmaSession> s_;
     std::chrono::milliseconds io_timeout_;
     bool zcopy_ = false;  // StreamOptions::mechanism zcopy
+    // StreamOptions::mechanism automatic: the chooser (with its sample).
+    std::optional<engine::MechanismChooser> chooser_;
     std::string device_;
     mutable std::mutex mu_;
     std::condition_variable cv_;

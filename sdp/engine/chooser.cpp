@@ -76,4 +76,25 @@ std::uint64_t MechanismChooser::cost(std::size_t size, Choice c) const {
     return classes_[class_of(size)].mean[c == Choice::zcopy ? 1 : 0].ps_per_byte;
 }
 
+void MechanismChooser::begin_write(std::uint64_t now, std::size_t size, Choice used) {
+    if (run_ && run_->bytes > 0 && (used == Choice::zcopy || run_->used == Choice::zcopy)) {
+        record(run_->size, run_->used, now > run_->start ? now - run_->start : 0, run_->bytes);
+    }
+    if (used == Choice::bcopy && run_ && run_->used == Choice::bcopy &&
+        (size <= threshold_ || same_class(run_->size, size))) {
+        return;
+    }
+    run_ = Run{now, size, 0, used};
+}
+
+void MechanismChooser::restart_run(std::uint64_t now, std::size_t size) {
+    run_ = Run{now, size, 0, Choice::bcopy};
+}
+
+void MechanismChooser::wrote(std::size_t bytes) {
+    if (run_) {
+        run_->bytes += bytes;
+    }
+}
+
 }  // namespace sdp::engine

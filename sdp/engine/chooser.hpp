@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace sdp::engine {
 
@@ -46,6 +47,26 @@ class MechanismChooser {
     // Whether two sizes are in the same class.
     [[nodiscard]] static bool same_class(std::size_t a, std::size_t b);
 
+    // --- the sample being taken, for a driver's write() ---------------------
+    // The last zero-copy write (until the next write starts) or the current
+    // run of Bcopy writes (until a zero-copy write has drained the queue
+    // behind it). `now` is the driver's clock in nanoseconds.
+    //
+    // A write of `size` by `used` starts: a sample that either is zero copy
+    // ends and is recorded. A Bcopy write continues the current Bcopy run
+    // unless it is larger than the threshold and of another size class (that
+    // run ends without a sample: its queue was not drained). Small writes
+    // (at most the threshold) join the run, so a "small header, large body"
+    // pattern still measures the body's class.
+    void begin_write(std::uint64_t now, std::size_t size, Choice used);
+    // The zero-copy write of `size` was refused: a new Bcopy run starts (the
+    // one before ends without a sample).
+    void restart_run(std::uint64_t now, std::size_t size);
+    // Bytes the write in progress moved.
+    void wrote(std::size_t bytes);
+    // The write failed: no sample from it.
+    void discard() { run_.reset(); }
+
     // The class's mean cost in picoseconds per byte (0: no sample yet).
     [[nodiscard]] std::uint64_t cost(std::size_t size, Choice c) const;
     [[nodiscard]] std::size_t threshold() const { return threshold_; }
@@ -65,8 +86,16 @@ class MechanismChooser {
     static Choice best(const Class& k);
     static std::size_t class_of(std::size_t size);
 
+    struct Run {
+        std::uint64_t start = 0;
+        std::size_t size = 0;   // its size class
+        std::size_t bytes = 0;  // written in it
+        Choice used = Choice::bcopy;
+    };
+
     std::size_t threshold_;
     std::array<Class, 64> classes_{};
+    std::optional<Run> run_;
 };
 
 }  // namespace sdp::engine

@@ -677,32 +677,6 @@ void SoftChannel::after_call() {
     kick_helper();
 }
 
-void SoftChannel::begin_sample(std::size_t size, engine::Choice used) {
-    const auto now = Clock::now();
-    auto& c = core_.sdp();
-    const bool ends = last_write_ && last_write_->bytes > 0 &&
-                      (used == engine::Choice::zcopy || last_write_->used == engine::Choice::zcopy);
-    if (ends) {
-        const auto ns =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_write_->start);
-        chooser_->record(last_write_->size, last_write_->used,
-                         static_cast<std::uint64_t>(std::max<std::int64_t>(ns.count(), 0)),
-                         last_write_->bytes);
-    }
-    // A Bcopy write continues the current Bcopy run unless it is larger than
-    // the threshold and of another size class (that run ends without a
-    // sample: its queue was not drained). Small writes (at most the
-    // threshold) join the run, so a "small header, large body" pattern
-    // still measures the body's class.
-    if (used == engine::Choice::bcopy && last_write_ &&
-        last_write_->used == engine::Choice::bcopy &&
-        (size <= c.bcopy_threshold() ||
-         engine::MechanismChooser::same_class(last_write_->size, size))) {
-        return;
-    }
-    last_write_ = LastWrite{now, size, 0, used};
-}
-
 std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
     ec.clear();
     std::unique_lock lk(mu_);
@@ -711,7 +685,7 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     if (chooser_) {
         zcopy = chooser_->choose(in.size()) == engine::Choice::zcopy;
         if (!zcopy) {
-            begin_sample(in.size(), engine::Choice::bcopy);
+            chooser_->begin_write(steady_ns(), in.size(), engine::Choice::bcopy);
         }
     }
     if (zcopy) {
@@ -719,29 +693,30 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
         // before belong to the Bcopy run, whose sample ends there.
         const auto started = [&] {
             if (chooser_) {
-                begin_sample(in.size(), engine::Choice::zcopy);
+                chooser_->begin_write(steady_ns(), in.size(), engine::Choice::zcopy);
             }
         };
         if (auto z = write_zcopy_locked(lk, in, ec, started)) {
-            if (last_write_) {
-                last_write_->bytes = *z;
-                if (ec) {
-                    last_write_.reset();  // no sample from a failed write
-                }
+            if (chooser_ && ec) {
+                chooser_->discard();  // no sample from a failed write
+            } else if (chooser_) {
+                chooser_->wrote(*z);
             }
             return *z;
         }
         if (chooser_) {
             // Refused: a new Bcopy run (the one before, if its queue did
             // not drain, ends without a sample).
-            last_write_ = LastWrite{Clock::now(), in.size(), 0, engine::Choice::bcopy};
+            chooser_->restart_run(steady_ns(), in.size());
         }
     }
     std::size_t done = 0;
     while (done < in.size()) {
         const auto n = core_.write(in.subspan(done), ec);
         if (ec) {
-            last_write_.reset();  // no sample from a failed write
+            if (chooser_) {
+                chooser_->discard();  // no sample from a failed write
+            }
             kick_helper();
             return done;
         }
@@ -763,12 +738,14 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
             io_deadline());
         if (!ready) {
             ec = std::make_error_code(std::errc::timed_out);
-            last_write_.reset();
+            if (chooser_) {
+                chooser_->discard();
+            }
             return done;
         }
     }
-    if (last_write_) {
-        last_write_->bytes += done;
+    if (chooser_) {
+        chooser_->wrote(done);
     }
     wake_poller_for_output();
     kick_helper();

@@ -63,6 +63,14 @@ namespace sdp::io {
 
 using Clock = std::chrono::steady_clock;
 
+// The drivers' clock for sans-I/O cores that take time as a number
+// (engine::MechanismChooser): steady nanoseconds.
+inline std::uint64_t steady_ns() {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+            .count());
+}
+
 struct ChannelOptions {
     SessionConfig session;
     // Bound on the MPA startup plus Hello/HelloAck.
@@ -207,10 +215,6 @@ class SoftChannel {
                                                   std::span<const std::uint8_t> in,
                                                   std::error_code& ec,
                                                   const std::function<void()>& started);
-    // ChannelOptions::adaptive: a write of `size` by `used` begins now; the
-    // sample of the run before is taken if it ended (a zero-copy write, or
-    // a Bcopy run whose queue a zero-copy write has drained).
-    void begin_sample(std::size_t size, engine::Choice used);
     // Write Zcopy (9.3) for read_some() and transact(): `out` lent with
     // SinkAvail (carrying `request` if not empty: a Transaction, 9.4) until
     // the peer wrote into it, a message made it stale or a cancel went
@@ -252,18 +256,8 @@ class SoftChannel {
     std::size_t mss_ = 1460;
     std::chrono::milliseconds io_timeout_{0};
     std::chrono::milliseconds handshake_timeout_{5000};
-    // ChannelOptions::adaptive: the chooser, and the sample being taken:
-    // the last zero-copy write (until the next write starts) or the current
-    // run of Bcopy writes of one size class (until the next zero-copy write
-    // has drained the queue behind it).
+    // ChannelOptions::adaptive: the chooser (with the sample being taken).
     std::optional<engine::MechanismChooser> chooser_;
-    struct LastWrite {
-        Clock::time_point start;
-        std::size_t size = 0;   // its size class
-        std::size_t bytes = 0;  // written in it
-        engine::Choice used = engine::Choice::bcopy;
-    };
-    std::optional<LastWrite> last_write_;
     // The connection's addresses, taken at the handshake: a duplication
     // reconnects from the same local one to the peer's address (13.1.1);
     // the old socket may no longer know them when that happens.

@@ -116,4 +116,46 @@ TEST(MechanismChooser, HugeDurationsDoNotOverflow) {
     EXPECT_EQ(m.choose(SIZE_MAX), Choice::zcopy) << "then alternately";
 }
 
+// The sample a driver's writes make (begin_write/wrote): a zero-copy write
+// is measured from its start to the next write's start; a run of Bcopy
+// writes (small ones and the same class joining it) until the next
+// zero-copy write starts; a run cut by another class, a refused zero-copy
+// write or a failure gives no sample.
+TEST(MechanismChooser, DriverSamplesRunsAndZeroCopyWrites) {
+    constexpr std::size_t kT = 32 * 1024;
+    constexpr std::size_t kBig = 1 << 20;
+    MechanismChooser m(kT);
+    // A Bcopy run: a 100-byte header and two bodies, then a zero-copy write
+    // ends it at t=5000 ns: 2 MiB + 100 B in 5000 ns.
+    m.begin_write(1000, kBig, Choice::bcopy);
+    m.wrote(kBig);
+    m.begin_write(2000, 100, Choice::bcopy);
+    m.wrote(100);
+    m.begin_write(3000, kBig + 5, Choice::bcopy);
+    m.wrote(kBig);
+    EXPECT_EQ(m.cost(kBig, Choice::bcopy), 0u) << "the run goes on";
+    m.begin_write(6000, kBig, Choice::zcopy);
+    const std::uint64_t bcopy_ps = 5000ull * 1000 / (2 * kBig + 100);
+    EXPECT_EQ(m.cost(kBig, Choice::bcopy), bcopy_ps);
+    m.wrote(kBig);
+    // The zero-copy write ends when the next write starts: 1 MiB in 8000 ns.
+    m.begin_write(14000, kBig, Choice::bcopy);
+    EXPECT_EQ(m.cost(kBig, Choice::zcopy), 8000ull * 1000 / kBig);
+    // A write of another class above the threshold cuts the run: no sample.
+    m.wrote(kBig);
+    m.begin_write(20000, 4 * kBig, Choice::bcopy);
+    m.wrote(4 * kBig);
+    m.begin_write(30000, 4 * kBig, Choice::zcopy);
+    EXPECT_EQ(m.cost(kBig, Choice::bcopy), bcopy_ps) << "the cut run is not recorded";
+    EXPECT_GT(m.cost(4 * kBig, Choice::bcopy), 0u) << "the new class's run is";
+    // Refused zero copy: a new Bcopy run; a failed write: nothing.
+    m.restart_run(40000, 4 * kBig);
+    m.wrote(4 * kBig);
+    m.discard();
+    const auto before = m.cost(4 * kBig, Choice::zcopy);
+    m.begin_write(50000, 4 * kBig, Choice::zcopy);
+    EXPECT_EQ(m.cost(4 * kBig, Choice::zcopy), before) << "nothing after a failure";
+    EXPECT_EQ(m.cost(4 * kBig, Choice::bcopy), 10000ull * 1000 / (4 * kBig));
+}
+
 }  // namespace
