@@ -345,7 +345,9 @@ class Connection {
     // and NonDiscards, 9.5.1). True if started: `out` must stay valid until
     // sink_pending() is false; then take_zcopy_read() has the byte count the
     // peer wrote (RdmaWrCompl), or nothing: a message with payload came
-    // first (9.5.1 step 1: its bytes are readable()), the peer acknowledged
+    // first (9.5.1 step 1: its bytes are readable()), the peer's SrcAvail
+    // came while our SinkAvail was not sent yet (11.3 rule 2a: withdrawn,
+    // the SrcAvail's data is read instead), the peer acknowledged
     // cancel_sink() (9.5.5), a DisConn came, or the connection ended.
     // False, nothing done: not possible now (our receive half not in
     // Pipelined Mode (Figure 25; the peer moves it there after our REQ_PIPE
@@ -362,7 +364,10 @@ class Connection {
     // nothing queued or advertised before it (stream order, 11.2/11.3), no
     // urgent byte pending, writable, and `request` fits one message
     // (max_transaction_request()). False, nothing done: write() the request
-    // and post_sink() (or read) as usual.
+    // and post_sink() (or read) as usual. True also when the peer's credits
+    // allow no message with payload (10.5): then the request goes as Data
+    // first and the SinkAvail alone after it (the reply may still come
+    // into `reply`); the caller sees no difference.
     bool transact(std::span<const std::uint8_t> request, std::span<std::uint8_t> reply);
     [[nodiscard]] std::size_t max_transaction_request() const;
     [[nodiscard]] bool sink_pending() const { return sink_out_.has_value(); }

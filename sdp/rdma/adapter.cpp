@@ -178,16 +178,7 @@ bool EngineAdapter::try_post(Work& w) {
         wr.local_stag = w.local_stag;
         wr.local_to = w.local_to;
         wr.read_length = w.read_len;
-        auto e = qp_->post_send(wr);
-        if (e == iwarp::VerbsError::queue_full) {
-            return false;
-        }
-        if (e) {
-            fail(std::string("post_send (RDMA Read): ") + iwarp::to_string(*e));
-            return true;
-        }
-        ++sends_in_flight_;
-        return true;
+        return post_or_fail(wr, "post_send (RDMA Read)") != PostResult::full;
     }
     if (w.kind == Work::Kind::write) {
         wr.opcode = iwarp::WrOpcode::rdma_write;
@@ -209,17 +200,11 @@ bool EngineAdapter::try_post(Work& w) {
         }
         wr.wr_id = slot;
         wr.data = std::span<const std::uint8_t>(p, data.size());
-        auto e = qp_->post_send(wr);
-        if (e == iwarp::VerbsError::queue_full) {
-            return false;
+        const PostResult r = post_or_fail(wr, "post_send");
+        if (r == PostResult::posted) {
+            free_send_.pop_back();
         }
-        if (e) {
-            fail(std::string("post_send: ") + iwarp::to_string(*e));
-            return true;
-        }
-        free_send_.pop_back();
-        ++sends_in_flight_;
-        return true;
+        return r != PostResult::full;
     }
     // Larger than a slot: its own region while it is posted.
     BigSend b;
@@ -233,19 +218,30 @@ bool EngineAdapter::try_post(Work& w) {
     const std::uint64_t id = kBigSendBit | next_big_++;
     wr.wr_id = id;
     wr.data = std::span<const std::uint8_t>(b.bytes).subspan(w.off);
-    auto e = qp_->post_send(wr);
-    if (e) {
+    const PostResult r = post_or_fail(wr, "post_send");
+    if (r != PostResult::posted) {
         qp_->dereg_mr(b.stag);
-        if (e == iwarp::VerbsError::queue_full) {
+        if (r == PostResult::full) {
             w.bytes = std::move(b.bytes);  // posted later
             return false;
         }
-        fail(std::string("post_send: ") + iwarp::to_string(*e));
         return true;
     }
     big_sends_.emplace(id, std::move(b));
-    ++sends_in_flight_;
     return true;
+}
+
+EngineAdapter::PostResult EngineAdapter::post_or_fail(const iwarp::SendWr& wr, const char* what) {
+    const auto e = qp_->post_send(wr);
+    if (e == iwarp::VerbsError::queue_full) {
+        return PostResult::full;
+    }
+    if (e) {
+        fail(std::string(what) + ": " + iwarp::to_string(*e));
+        return PostResult::failed;
+    }
+    ++sends_in_flight_;
+    return PostResult::posted;
 }
 
 bool EngineAdapter::flush_pending() {

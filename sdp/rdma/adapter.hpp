@@ -123,6 +123,10 @@ class EngineAdapter final : private engine::QueuePair {
     bool flush_pending();
     // Posts `w`; false: the send queue is full (try again later).
     bool try_post(Work& w);
+    // One post_send: counted in flight when posted; any error but a full
+    // queue breaks the adapter (fail(), with `what` in the text).
+    enum class PostResult : std::uint8_t { posted, full, failed };
+    PostResult post_or_fail(const iwarp::SendWr& wr, const char* what);
     void fail(std::string text);
 
     iwarp::QueuePair* qp_ = nullptr;
