@@ -30,6 +30,9 @@ AsioChannel::AsioChannel(Socket sock, iwarp::MpaRole role, const ChannelOptions&
       opts_(opts),
       timer_(ex_),
       resume_timer_(ex_) {
+    if (opts.adaptive && opts.session.engine.bcopy_threshold > 0) {
+        chooser_.emplace(opts.session.engine.bcopy_threshold);
+    }
     boost::system::error_code e;
     local_ep_ = sock_.local_endpoint(e);
     peer_ep_ = sock_.remote_endpoint(e);
@@ -521,23 +524,49 @@ void AsioChannel::serve_read() {
 
 void AsioChannel::serve_write() {
     serve(wr_op_, [this](IoOp& op, std::error_code& ec) -> std::optional<std::size_t> {
-        // mechanism zcopy: a large buffer is advertised (SrcAvail) once what
-        // was queued before it has gone, and completes when the peer has
-        // read it (9.2). automatic writes by Bcopy here (no chooser yet).
+        // A large buffer may be advertised (SrcAvail, 9.2) once what was
+        // queued before it has gone; the op then completes when the peer
+        // has read it. mechanism zcopy: every buffer above the threshold;
+        // automatic: as the chooser says, per op.
+        const auto sampled = [&](std::optional<std::size_t> n) {
+            if (n && chooser_ && ec) {
+                chooser_->discard();  // no sample from a failed write
+            } else if (n && chooser_) {
+                chooser_->wrote(*n);
+            }
+            return n;
+        };
         if (op.zcopy) {
-            return core_.zcopy_write_result(op.wbuf.size(), ec);
+            return sampled(core_.zcopy_write_result(op.wbuf.size(), ec));
         }
-        if (!opts_.adaptive && !finished_) {
+        if (!op.chosen) {
+            op.chosen = true;
+            op.try_zcopy = !opts_.adaptive;  // bcopy: the threshold 0 refuses
+            if (chooser_) {
+                op.try_zcopy = chooser_->choose(op.wbuf.size()) == engine::Choice::zcopy;
+                if (!op.try_zcopy) {
+                    chooser_->begin_write(steady_ns(), op.wbuf.size(), engine::Choice::bcopy);
+                }
+            }
+        }
+        if (op.try_zcopy && !finished_) {
             const auto started = core_.sdp().start_zcopy_write(op.wbuf);
             if (!started) {
                 return std::nullopt;  // queued data first
             }
             if (*started) {
                 op.zcopy = true;
+                if (chooser_) {
+                    chooser_->begin_write(steady_ns(), op.wbuf.size(), engine::Choice::zcopy);
+                }
                 return std::nullopt;
             }
+            op.try_zcopy = false;
+            if (chooser_) {
+                chooser_->restart_run(steady_ns(), op.wbuf.size());  // refused: a Bcopy run
+            }
         }
-        return core_.write(op.wbuf, ec);
+        return sampled(core_.write(op.wbuf, ec));
     });
 }
 

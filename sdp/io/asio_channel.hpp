@@ -103,6 +103,10 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
         // Read Zcopy (9.2) started with this op's buffer: lent to the RDMA
         // Read (reader) or to the peer (writer) until the core says done.
         bool zcopy = false;
+        // Writer: the mechanism was chosen (once per op); zero copy is to
+        // be tried (until the engine starts or refuses it).
+        bool chosen = false;
+        bool try_zcopy = false;
     };
 
     void pump();
@@ -143,6 +147,8 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     Socket sock_;
     ChannelCore core_;
     ChannelOptions opts_;
+    // ChannelOptions::adaptive: the chooser (with the sample being taken).
+    std::optional<engine::MechanismChooser> chooser_;
     std::size_t mss_ = 1460;
     boost::asio::steady_timer timer_;  // handshake, then close linger
 

@@ -135,9 +135,8 @@ struct StreamOptions {
     // cheaper on this connection for writes of its size (both tried first;
     // reads never lend). Both directions: a
     // bcopy stream also asks a zero-copy peer for Bcopy (SendSm). Blocking
-    // Stream and AsyncStream (Read Zcopy only) on the soft provider; the
-    // rdma provider uses Bcopy for now (docs/rdma.md, "Zero copy"). See
-    // docs/sdp.md, "Zero copy".
+    // Stream on both providers; AsyncStream (Read Zcopy only, never lends)
+    // on the soft provider. See docs/sdp.md, "Zero copy".
     Mechanism mechanism = Mechanism::bcopy;
     std::size_t zcopy_threshold = 32 * 1024;
     // SO_OOBINLINE: a received urgent byte stays in the normal stream (see

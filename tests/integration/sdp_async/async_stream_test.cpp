@@ -583,6 +583,57 @@ TEST(SdpAsyncStream, ZeroCopyBothWays) {
     EXPECT_GT(srv_stats.zcopy_bytes_sent, n / 2) << "the client's reads took the server's";
 }
 
+// Mechanism automatic on the async stream (engine::MechanismChooser): the
+// warm-up alternates Bcopy and Read Zcopy in each size class, so eight
+// 512 KiB writes take both; every byte arrives in order.
+TEST(SdpAsyncStream, AutomaticWritesTakeBothMechanisms) {
+    constexpr std::size_t kChunk = 512 * 1024;
+    constexpr std::size_t n = 8 * kChunk;
+    AsyncClientPair p;
+    std::error_code srv_rec;
+    std::size_t srv_got = 0;
+    bool srv_ok = false;
+    sdp::StreamStats srv_stats;
+    auto o = opts();
+    o.mechanism = sdp::Mechanism::automatic;
+    ASSERT_NO_FATAL_FAILURE(p.start(
+        [&](sdp::Stream& s) {
+            srv_got = recv_pattern(s, 21, srv_rec, srv_ok);
+            srv_stats = s.stats();
+        },
+        o));
+    const auto out = make_pattern(n, 21);
+    std::size_t sent = 0;
+    bool done = false;
+    error_code wec;
+    std::function<void()> next = [&] {
+        if (sent == n) {
+            p.client.async_shutdown([&](error_code) { done = true; });
+            return;
+        }
+        asio::async_write(p.client, asio::buffer(out.data() + sent, kChunk),
+                          [&](error_code e, std::size_t k) {
+                              wec = e;
+                              sent += k;
+                              if (e) {
+                                  done = true;
+                                  return;
+                              }
+                              next();
+                          });
+    };
+    next();
+    ASSERT_TRUE(run_until(
+        p.io, [&] { return done; }, 120s));
+    EXPECT_FALSE(wec) << wec.message();
+    p.srv.join();
+    EXPECT_FALSE(srv_rec) << srv_rec.message();
+    EXPECT_EQ(srv_got, n);
+    EXPECT_TRUE(srv_ok) << "bytes lost, duplicated or reordered";
+    EXPECT_GT(srv_stats.zcopy_bytes_received, 0u) << "no write went zero copy";
+    EXPECT_LT(srv_stats.zcopy_bytes_received, n) << "no write went by Bcopy";
+}
+
 // A pending zero-copy write cannot be called back: cancel() resets the
 // stream (the advertised buffer's STag is invalidated), then the handler
 // gets operation_aborted and the buffer is the caller's again: the peer's
