@@ -95,6 +95,7 @@ void RdmaChannel::stop_thread() {
         std::lock_guard lk(mu_);
         stop_ = true;
     }
+    cv_.notify_all();  // callers waiting without a deadline see stop_
     if (wake_fd_ >= 0) {
         const std::uint64_t one = 1;
         (void)!::write(wake_fd_, &one, sizeof one);
@@ -184,11 +185,19 @@ std::size_t RdmaChannel::read_some(std::span<std::uint8_t> out, std::error_code&
         }
         // Nothing queued and a large buffer: lend it for Write Zcopy.
         if (may_lend && !stop_at_urgent) {
-            if (auto z = lend_locked(lk, out, ec)) {
+            bool lent = false;
+            if (auto z = lend_locked(lk, out, ec, lent)) {
                 return *z;
             }
             if (ec) {
                 return 0;
+            }
+            if (lent) {
+                // Given back unfilled: what ended it (data, the peer's
+                // SrcAvail withdrawing it under 11.3 rule 2a, DisConn, an
+                // error) is looked at from the top, without waiting for
+                // another event.
+                continue;
             }
         }
         // A lone out-of-line urgent byte is not skipped before more data
@@ -237,8 +246,9 @@ std::size_t RdmaChannel::read_zcopy_locked(std::unique_lock<std::mutex>& lk,
 
 std::optional<std::size_t> RdmaChannel::lend_locked(std::unique_lock<std::mutex>& lk,
                                                     std::span<std::uint8_t> out,
-                                                    std::error_code& ec) {
+                                                    std::error_code& ec, bool& lent) {
     auto& sdp = s_->sdp();
+    lent = false;
     // Not with io_timeout: a read that gives up would have to revoke the
     // buffer (SinkAvailCancel, 9.5.5) and wait for the peer's answer, as the
     // soft provider (docs/sdp.md, "Zero copy").
@@ -246,6 +256,7 @@ std::optional<std::size_t> RdmaChannel::lend_locked(std::unique_lock<std::mutex>
         out.size() <= sdp.bcopy_threshold() || !sdp.post_sink(out)) {
         return std::nullopt;
     }
+    lent = true;
     progress_locked();  // the SinkAvail goes out
     if (!wait_lent_locked(lk, std::nullopt, [&] { return !sdp.sink_pending(); })) {
         ec = std::make_error_code(std::errc::connection_reset);

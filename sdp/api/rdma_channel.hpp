@@ -85,9 +85,11 @@ class RdmaChannel final : public ProviderChannel {
                                   std::optional<std::chrono::steady_clock::time_point> deadline,
                                   std::error_code& ec);
     // Write Zcopy (9.3) as Data Sink: `out` lent with SinkAvail and waited
-    // for; nullopt: not lent, or given back unfilled (stale, 9.5.1).
+    // for; nullopt: not lent (lent false), or given back unfilled (lent
+    // true: stale, 9.5.1, withdrawn, 11.3 rule 2a, DisConn or an error).
     std::optional<std::size_t> lend_locked(std::unique_lock<std::mutex>& lk,
-                                           std::span<std::uint8_t> out, std::error_code& ec);
+                                           std::span<std::uint8_t> out, std::error_code& ec,
+                                           bool& lent);
     // started(): the advertisement begins (the queue before it drained).
     std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                   std::span<const std::uint8_t> in,

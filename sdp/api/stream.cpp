@@ -136,9 +136,8 @@ engine::Config engine_config(const StreamOptions& o) {
     c.send_queue_limit = o.send_queue_limit;
     c.max_recv_buf_size = o.max_recv_buf_size;
     c.grow_peer_buffers = o.grow_peer_buffers;
-    // automatic: zero copy possible, chosen per write by the soft driver
-    // (ChannelOptions::adaptive); the rdma provider and the async stream
-    // have no zero copy yet, so for them it is Bcopy as before.
+    // automatic: zero copy possible, chosen per write by the driver
+    // (ChannelOptions::adaptive, engine::MechanismChooser).
     c.bcopy_threshold = o.mechanism == Mechanism::bcopy ? 0 : o.zcopy_threshold;
     c.oob_inline = o.oob_inline;
     return c;

@@ -113,8 +113,12 @@ int run(sdp::Stream& s, bool verbose) {
         return rc;
     }
     const auto st = s.stats();
-    if (auto e = s.close(); e && verbose) {
-        std::fprintf(stderr, "sdp-cat: close: %s\n", e.message().c_str());
+    // A close that failed (linger ran out: abortive) may have lost queued
+    // bytes: a failure too.
+    const auto cec = s.close();
+    if (cec) {
+        std::fprintf(stderr, "sdp-cat: close: %s\n", cec.message().c_str());
+        rc = 1;
     }
     if (verbose) {
         // Which mechanisms carried the bytes (9.2, 9.3): for the VM lab
@@ -137,7 +141,7 @@ int run(sdp::Stream& s, bool verbose) {
         std::fprintf(stderr, "sdp-cat: write: %s\n", wec.message().c_str());
         return 1;
     }
-    return 0;
+    return rc;
 }
 
 }  // namespace

@@ -293,8 +293,9 @@ matrix() { # variant
     done
     abort_run "$v-L$lp-C$cp-abort-client" "$lp" "$cp" client
     abort_run "$v-L$lp-C$cp-abort-listener" "$lp" "$cp" listener
-    # Zero copy (Read Zcopy, 9.2) in every pairing and direction: each
-    # receiving end must take bytes by RDMA Read of the sender's buffer.
+    # Zero copy in every pairing and direction: each receiving end must
+    # take bytes by zero copy (RDMA Read of the sender's buffer, 9.2, or
+    # the sender's RDMA Write into a lent one, 9.3; both are reported).
     if [ "$v" = p2p ]; then
       for dir in c2l l2c both; do
         xfer "$v-L$lp-C$cp-zcopy-1048577-$dir" "$lp" "$cp" 1048577 $dir data zcopy

@@ -521,6 +521,28 @@ TEST_F(SdpOnFakeDevice, ReadZcopyCompletesAfterALaterSend) {
     close_both();
 }
 
+// A Read still waiting for its Response when the QP goes to error is
+// flushed: the reader's transfer ends (rdma_failed), nothing waits for ever.
+TEST_F(SdpOnFakeDevice, HeldReadIsFlushedWhenTheQpFails) {
+    connect(small_buffers(4096));
+    dev.b.hold_reads = true;
+    const auto data = pattern(32 * 1024, 5);
+    ASSERT_TRUE(ca->sdp().write_zcopy(data));
+    pump();
+    std::vector<std::uint8_t> buf(data.size());
+    while (sa->sdp().read(buf) > 0) {
+    }
+    ASSERT_TRUE(sa->sdp().read_zcopy(buf));
+    pump();
+    ASSERT_TRUE(sa->sdp().zcopy_read_pending());
+    b->to_error();
+    pump();
+    EXPECT_FALSE(sa->sdp().zcopy_read_pending());
+    EXPECT_FALSE(sa->sdp().take_zcopy_read().has_value());
+    EXPECT_EQ(sa->sdp().state(), sdp::engine::State::reset);
+    EXPECT_TRUE(sa->broken());
+}
+
 // A stale STag (the source's region invalid under its advertisement) is
 // the peer's to refuse (RDMAP Terminate): the RDMA Read completes with an
 // error, the reader's connection resets with rdma_failed, nothing crashes.
