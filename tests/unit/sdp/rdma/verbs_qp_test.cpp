@@ -390,6 +390,21 @@ struct SdpOnFakeDevice : RdmaQpOnFakeDevice {
         EXPECT_EQ(ca->sdp().state(), State::closed);
         EXPECT_EQ(sa->sdp().state(), State::closed);
     }
+    // Read Zcopy of `data` (a SrcAvail from ca) with sa's RDMA Read posted
+    // into `buf` and its completion held back (as siw: until the Read
+    // Response arrives); `got` has the Combined Mode inline bytes.
+    void start_held_read(const std::vector<std::uint8_t>& data, std::vector<std::uint8_t>& buf,
+                         std::vector<std::uint8_t>& got) {
+        connect(small_buffers(4096));
+        dev.b.hold_reads = true;
+        ASSERT_TRUE(ca->sdp().write_zcopy(data));
+        pump();
+        got.assign(buf.begin(), buf.begin() + static_cast<long>(sa->sdp().read(buf)));
+        ASSERT_GT(sa->sdp().zcopy_readable(), 0u);
+        ASSERT_TRUE(sa->sdp().read_zcopy(buf));
+        pump();
+        ASSERT_TRUE(sa->sdp().zcopy_read_pending());
+    }
     // Posted send work requests of `q` with this opcode.
     static std::size_t count_sent(const fakeverbs::Qp& q, ibv_wr_opcode op) {
         std::size_t n = 0;
@@ -490,18 +505,9 @@ TEST_F(SdpOnFakeDevice, ZeroCopyBothMechanisms) {
 // completes first. The Read must still finish the transfer (the session-11
 // VM lab stall: the reader waited for ever, the writer's buffer stayed lent).
 TEST_F(SdpOnFakeDevice, ReadZcopyCompletesAfterALaterSend) {
-    connect(small_buffers(4096));
-    dev.b.hold_reads = true;
     const auto data = pattern(32 * 1024, 5);
-    ASSERT_TRUE(ca->sdp().write_zcopy(data));
-    pump();
-    std::vector<std::uint8_t> buf(data.size());
-    std::vector<std::uint8_t> got(buf.begin(),
-                                  buf.begin() + static_cast<long>(sa->sdp().read(buf)));
-    ASSERT_GT(sa->sdp().zcopy_readable(), 0u);
-    ASSERT_TRUE(sa->sdp().read_zcopy(buf));
-    pump();
-    ASSERT_TRUE(sa->sdp().zcopy_read_pending());
+    std::vector<std::uint8_t> buf(data.size()), got;
+    ASSERT_NO_FATAL_FAILURE(start_held_read(data, buf, got));
     const auto back = pattern(1000, 11);
     ASSERT_EQ(sa->sdp().write(back), back.size());
     pump();
@@ -524,17 +530,9 @@ TEST_F(SdpOnFakeDevice, ReadZcopyCompletesAfterALaterSend) {
 // A Read still waiting for its Response when the QP goes to error is
 // flushed: the reader's transfer ends (rdma_failed), nothing waits for ever.
 TEST_F(SdpOnFakeDevice, HeldReadIsFlushedWhenTheQpFails) {
-    connect(small_buffers(4096));
-    dev.b.hold_reads = true;
     const auto data = pattern(32 * 1024, 5);
-    ASSERT_TRUE(ca->sdp().write_zcopy(data));
-    pump();
-    std::vector<std::uint8_t> buf(data.size());
-    while (sa->sdp().read(buf) > 0) {
-    }
-    ASSERT_TRUE(sa->sdp().read_zcopy(buf));
-    pump();
-    ASSERT_TRUE(sa->sdp().zcopy_read_pending());
+    std::vector<std::uint8_t> buf(data.size()), got;
+    ASSERT_NO_FATAL_FAILURE(start_held_read(data, buf, got));
     b->to_error();
     pump();
     EXPECT_FALSE(sa->sdp().zcopy_read_pending());
