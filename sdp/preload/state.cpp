@@ -20,6 +20,7 @@
 
 #include "pmclient/sockaddr.hpp"
 #include "sdp/preload/bridge.hpp"
+#include "sdp/preload/connecting.hpp"
 #include "sdp/preload/listener.hpp"
 
 namespace sdp::preload {
@@ -260,6 +261,55 @@ std::shared_ptr<Entry> FdTable::take(int fd) {
     return e;
 }
 
+int FdTable::replace(const std::shared_ptr<Entry>& from, const std::shared_ptr<Entry>& to) {
+    int n = 0;
+    std::lock_guard lk(mu_);
+    for (auto it = map_.begin(); it != map_.end();) {
+        if (it->second != from) {
+            ++it;
+            continue;
+        }
+        ++n;
+        if (to) {
+            to->dev = from->dev;
+            to->ino = from->ino;
+            it->second = to;
+            ++it;
+        } else {
+            bits_[it->first / 64].fetch_and(~(std::uint64_t{1} << (it->first % 64)));
+            it = map_.erase(it);
+        }
+    }
+    return n;
+}
+
+bool FdTable::holds(const std::shared_ptr<Entry>& e) {
+    std::lock_guard lk(mu_);
+    return std::any_of(map_.begin(), map_.end(), [&](const auto& kv) { return kv.second == e; });
+}
+
+bool FdTable::replace_file(int fd, const std::shared_ptr<Entry>& expect, int with, int flags,
+                           std::shared_ptr<Entry> next) {
+    std::unique_lock lk(mu_);
+    auto it = map_.find(fd);
+    struct stat st {};
+    // Under the lock: the program's close()/dup2() of fd forget it here
+    // first, so fd cannot become another file of the program's meanwhile.
+    if (it == map_.end() || it->second != expect || ::fstat(fd, &st) != 0 ||
+        st.st_dev != expect->dev || st.st_ino != expect->ino) {
+        return false;
+    }
+    if (real().dup3(with, fd, flags) < 0 || ::fstat(fd, &st) != 0) {
+        return false;
+    }
+    next->dev = st.st_dev;
+    next->ino = st.st_ino;
+    it->second = std::move(next);
+    lk.unlock();
+    replace(expect, nullptr);  // dups of the old file: no longer the program's socket
+    return true;
+}
+
 void FdTable::after_fork_child(pid_t parent) {
     // Called with mu_ held by this (the only) thread since the prepare
     // handler. Only plain containers and close(2) here.
@@ -275,6 +325,22 @@ void FdTable::after_fork_child(pid_t parent) {
         }
         if (e.bridge) {
             leak->push_back(std::move(e.bridge));
+        }
+        if (e.kind == Entry::Kind::connecting) {
+            // The parent's thread completes it: a connection made over SDP
+            // is served by the parent's bridge, as any inherited one; a
+            // socket handed back is the program's own kernel socket.
+            const bool running = e.connecting && e.connecting->running();
+            if (e.connecting) {
+                leak->push_back(std::move(e.connecting));
+            }
+            if (!running) {
+                bits_[it->first / 64].fetch_and(~(std::uint64_t{1} << (it->first % 64)));
+                leak->push_back(std::move(it->second));
+                it = map_.erase(it);
+                continue;
+            }
+            e.kind = Entry::Kind::sdp;
         }
         if (e.listener) {
             // The parent takes its SDP connections; a doorbell this process
@@ -345,6 +411,20 @@ void track_internal(int fd) {
     auto e = std::make_shared<Entry>();
     e->kind = Entry::Kind::internal;
     fds().put(fd, std::move(e));
+}
+
+bool install(int fd, int app_fd, bool cloexec, bool nonblock, bool keep_app) {
+    if (real().dup3(app_fd, fd, cloexec ? O_CLOEXEC : 0) < 0) {
+        return false;
+    }
+    if (!keep_app) {
+        close_internal(app_fd);
+    }
+    if (nonblock) {
+        const int fl = real().fcntl(fd, F_GETFL);
+        real().fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    }
+    return true;
 }
 
 void close_internal(int fd) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The preload library's process state: the real libc functions, the table of
 // descriptors it knows, logging and counters (docs/preload.md, "How it
-// works"). Only preload.cpp, bridge.cpp and listener.cpp include this.
+// works"). Only the library's own sources (sdp/preload/*.cpp) include this.
 #pragma once
 
 #include <pthread.h>
@@ -9,12 +9,14 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "pmclient/address.hpp"
@@ -75,14 +77,16 @@ class SignalsBlocked {
 
 class Bridge;
 class Listener;
+class Connecting;
 
 // What the library knows of a descriptor.
 struct Entry {
     enum class Kind : std::uint8_t {
-        candidate,  // an AF_INET/AF_INET6 stream socket the program made, not yet connected
-        sdp,        // the program's end of a bridged SDP connection
-        listener,   // a listening socket that also takes SDP connections
-        internal,   // the library's own (closed in a forked child)
+        candidate,   // an AF_INET/AF_INET6 stream socket the program made, not yet connected
+        sdp,         // the program's end of a bridged SDP connection
+        listener,    // a listening socket that also takes SDP connections
+        connecting,  // a non-blocking connect() in progress, or just handed back (connecting.hpp)
+        internal,    // the library's own (closed in a forked child)
     };
     Kind kind = Kind::candidate;
     int family = AF_INET;
@@ -109,6 +113,12 @@ struct Entry {
     // thread sets it when a connection is taken over (handoff.hpp).
     std::shared_ptr<Bridge> bridge;
     std::shared_ptr<Listener> listener;
+    // connecting: the connect() in progress (or handed back).
+    std::shared_ptr<Connecting> connecting;
+    // sdp, made by a non-blocking connect(): the next connect() returns 0
+    // once (as the kernel's does after the handshake completed), later ones
+    // EISCONN. Read and cleared under the table's lock.
+    bool connect_unreported = false;
 };
 
 // The descriptor table. Lookups for untracked descriptors cost one atomic
@@ -126,6 +136,17 @@ class FdTable {
     bool put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino);
     // Drops fd; returns what it held.
     std::shared_ptr<Entry> take(int fd);
+    // Every descriptor that holds `from` holds `to` instead (dropped when
+    // `to` is null; `to` describes the same file); how many did.
+    int replace(const std::shared_ptr<Entry>& from, const std::shared_ptr<Entry>& to);
+    // Some descriptor holds e.
+    bool holds(const std::shared_ptr<Entry>& e);
+    // If fd still holds `expect` and its file: puts the file of `with` at fd
+    // (dup3 with `flags`) and `next` as its entry; the other descriptors
+    // that held `expect` are dropped. False (nothing done) otherwise, or
+    // with errno when dup3 failed.
+    bool replace_file(int fd, const std::shared_ptr<Entry>& expect, int with, int flags,
+                      std::shared_ptr<Entry> next);
     // fork(): the child keeps the program's descriptors and closes the
     // library's (sockets, socketpair ends and listeners of the parent's
     // bridges, which live on in the parent only).
@@ -151,8 +172,45 @@ FdTable& fds();
 // An entry's bridge, read under the table's lock.
 std::shared_ptr<Bridge> bridge_of(const Entry& e);
 
+// The objects of one kind (bridges, connect()s in progress) whose library
+// threads run in this process. Never destroyed (threads may outlive
+// exit()); locked across fork(), and in the child the parent's are
+// forgotten without being touched (leaked: destroying one would act on the
+// parent's connection).
+template <typename T>
+struct LiveSet {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::unordered_set<std::shared_ptr<T>> live;
+
+    static LiveSet& instance() {
+        static auto* s = new LiveSet;
+        return *s;
+    }
+    void add(std::shared_ptr<T> t) {
+        std::lock_guard lk(mu);
+        live.insert(std::move(t));
+    }
+    void remove(std::shared_ptr<T> t) {  // by value: released after the lock
+        std::lock_guard lk(mu);
+        live.erase(t);
+        cv.notify_all();
+    }
+    void fork_prepare() { mu.lock(); }
+    void fork_parent() { mu.unlock(); }
+    void fork_child() {
+        auto* leak = new std::unordered_set<std::shared_ptr<T>>;
+        leak->swap(live);
+        mu.unlock();
+    }
+};
+
 // Remembers a descriptor the library made (closed in a forked child).
 void track_internal(int fd);
+// Puts the program's end of a bridge at `fd` (dup3), keeping the descriptor
+// number, its close-on-exec flag and O_NONBLOCK; closes app_fd unless
+// keep_app. False with errno (app_fd still open).
+bool install(int fd, int app_fd, bool cloexec, bool nonblock, bool keep_app = false);
 // Forgets and closes one.
 void close_internal(int fd);
 
@@ -186,6 +244,8 @@ void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
     X(connect_tcp_rule) \
     X(connect_fallback) \
     X(connect_failed) \
+    X(connect_async) \
+    X(connect_abandoned) \
     X(listen_sdp) \
     X(listen_tcp_rule) \
     X(register_failed) \

@@ -22,6 +22,15 @@
 #               (SCM_RIGHTS) and closed by its maker; sendfile(2) on it
 #   flags       non-blocking connect, accept4 flags, non-blocking I/O, and no
 #               stale entry after close_range() (flags_check.py)
+#   nbconnect   non-blocking connect() (nb_connect.py sdp): EINPROGRESS at
+#               once, POLLOUT and SO_ERROR 0 over SDP, connect() again, close()
+#               and fork() while in progress, asyncio's sock_connect
+#   nbconnect_fallback  non-blocking connect() with a Port Mapper that does
+#               not answer: the in-progress state (EALREADY, EAGAIN, not
+#               writable, also for an epoll registration), TCP on the
+#               program's own socket under `both` (refused: SO_ERROR
+#               ECONNREFUSED), and SO_ERROR ECONNREFUSED under `sdp`; both
+#               also with a Node.js (libuv) client when node is installed
 #   exit        a program that writes and exits without close(): every byte
 #               arrives, then end of stream (not a reset)
 #   fd_handover an SDP descriptor passed to an unrelated process whose maker
@@ -234,6 +243,30 @@ sum_stat() {
   "$py" -c 'import json,sys; print(sum(json.load(open(f))[sys.argv[1]] for f in sys.argv[2:]))' \
     "$key" "$@" 2>/dev/null
 }
+# checks NAME WHAT CMD...: a checking program preloaded (NAME.json, NAME.log),
+# its lines shown; dies with WHAT when it fails.
+checks() {
+  local name=$1 what=$2
+  shift 2
+  preload "$name" "$@" > "$work/$name.log" 2> "$work/$name.err"
+  local rc=$?
+  cat "$work/$name.log"
+  [ "$rc" -eq 0 ] || die "$what"
+}
+# node_client NAME: a Node.js (libuv, epoll) client preloaded as NAME
+# connects to the echo server on $port and gets its bytes back (libuv
+# connects non-blocking and reads SO_ERROR); nothing when node is missing.
+node_client() {
+  command -v node >/dev/null 2>&1 || { echo "note: node not installed"; return 0; }
+  preload "$1" node -e '
+    const s = require("net").connect(+process.argv[1], "127.0.0.1", () => s.write("hello"));
+    s.on("data", (d) => { console.log("got " + d); s.end(); });
+    s.on("error", (e) => { console.log("error " + e.code); process.exitCode = 1; });
+    setTimeout(() => { console.log("timeout"); process.exit(2); }, 15000).unref();' "$port" \
+    > "$work/$1.log" 2> "$work/$1.err"
+  grep -qx "got hello" "$work/$1.log" || die "node client: $(cat "$work/$1.log")"
+  expect_stat "$work/$1.json" connect_async 1
+}
 serve() {
   preload srv "$@" > "$work/srv.log" 2> "$work/srv.err" &
   srv=$!
@@ -302,6 +335,7 @@ http)
       2> "$work/cli$n.err" || die "curl $n failed"
     same "$work/www/blob.bin" "$work/got$n" "curl $n"
     expect_stat "$work/cli$n.json" connect_sdp 1
+    expect_stat "$work/cli$n.json" connect_async 1  # curl connects non-blocking
   done
   capture_stop
   expect_sdp_on_wire 3
@@ -314,6 +348,9 @@ asyncio)
     > "$work/cli.log" 2> "$work/cli.err" || die "asyncio client failed: $(cat "$work/cli.log")"
   grep -q "^OK 4 " "$work/cli.log" || die "asyncio client: $(cat "$work/cli.log")"
   expect_stat "$work/cli.json" connect_sdp 4
+  # asyncio's sock_connect got EINPROGRESS each time (a library thread
+  # connected while the event loop ran).
+  expect_stat "$work/cli.json" connect_async 4
   ;;
 forking)
   start_pmd
@@ -517,12 +554,46 @@ fd_passing)
 flags)
   start_pmd
   port=$(pick_port)
-  preload fl "$py" "$here/flags_check.py" 127.0.0.1 "$port" > "$work/fl.log" 2> "$work/fl.err"
-  rc=$?
-  cat "$work/fl.log"
-  [ "$rc" -eq 0 ] || die "descriptor checks failed"
+  checks fl "descriptor checks failed" "$py" "$here/flags_check.py" 127.0.0.1 "$port"
   expect_stat "$work/fl.json" connect_sdp 1
+  expect_stat "$work/fl.json" connect_async 1
   expect_stat "$work/fl.json" accept_sdp 1
+  ;;
+nbconnect)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
+  checks nb "non-blocking connect checks failed" "$py" "$here/nb_connect.py" sdp 127.0.0.1 "$port"
+  # echo, close, fork and asyncio: four connect()s returned EINPROGRESS,
+  # three went over SDP, one was closed while in progress.
+  expect_stat "$work/nb.json" connect_async 4
+  expect_stat "$work/nb.json" connect_sdp 3
+  expect_stat "$work/nb.json" connect_abandoned 1
+  expect_stat "$work/nb.json" connect_fallback 0
+  node_client node
+  [ ! -e "$work/node.json" ] || expect_stat "$work/node.json" connect_sdp 1
+  ;;
+nbconnect_fallback)
+  # No sdp-pmd: the PMSP is a UDP port nobody answers on; every connect()
+  # asks it (no negative cache) for 1 s.
+  export SDP_PMSP=127.0.0.1:$(pick_udp_port) SDP_PRELOAD_RESOLVE_MS=1000 SDP_PRELOAD_NEGATIVE_S=0
+  port=$(pick_port)
+  "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" 2> "$work/srv.err" &
+  pids+=($!)
+  wait_listen "$port"
+  checks nb "non-blocking connect with fallback failed" \
+    "$py" "$here/nb_connect.py" fallback 127.0.0.1 "$port"
+  expect_stat "$work/nb.json" connect_async 3
+  expect_stat "$work/nb.json" connect_fallback 3
+  expect_stat "$work/nb.json" connect_sdp 0
+  # libuv's epoll registration made while in progress, then TCP.
+  node_client node
+  [ ! -e "$work/node.json" ] || expect_stat "$work/node.json" connect_fallback 1
+  printf 'use sdp client * *\n' > "$work/rules.conf"
+  SDP_PRELOAD_CONFIG=$work/rules.conf checks nbr "non-blocking connect under 'use sdp' failed" \
+    "$py" "$here/nb_connect.py" refused 127.0.0.1 "$port"
+  expect_stat "$work/nbr.json" connect_failed 1
+  expect_stat "$work/nbr.json" connect_fallback 0
   ;;
 exit)
   start_pmd
