@@ -95,8 +95,9 @@ std::optional<int> connect_blocking(int fd, const std::shared_ptr<Entry>& cand,
         const std::string provider = st.info().provider;
         int app = -1;
         auto bridge = Bridge::create(std::move(st), &app);
-        if (bridge && install(fd, app, (fdfl & FD_CLOEXEC) != 0, (fl & O_NONBLOCK) != 0)) {
-            fds().put(fd, sdp_entry(*cand, bridge, addr, len));  // keepalive came with the options
+        // keepalive came with the options
+        if (bridge && install(fd, app, (fdfl & FD_CLOEXEC) != 0, (fl & O_NONBLOCK) != 0, cand,
+                              sdp_entry(*cand, bridge, addr, len))) {
             bridge->start();
             count_sdp(dest, provider);
             return 0;
@@ -214,18 +215,17 @@ std::optional<int> Connecting::start(int fd, const std::shared_ptr<Entry>& cand,
     std::memcpy(&e->peer, addr, c->addr_len_);  // a forked child's getpeername()
     e->peer_len = c->addr_len_;
     c->entry_ = e;
-    if (!install(fd, c->app_, (fdfl & FD_CLOEXEC) != 0, true, true)) {
+    if (!install(fd, c->app_, (fdfl & FD_CLOEXEC) != 0, true, cand, e, true)) {
         return undo();
     }
-    fds().put(fd, e);
     registry().add(c);
     try {
         std::thread([c] { c->run(); }).detach();
     } catch (const std::system_error&) {
         registry().remove(c);
-        // The program's own socket goes back; nothing happened.
-        if (!fds().replace_file(fd, e, c->x_, (fdfl & FD_CLOEXEC) != 0 ? O_CLOEXEC : 0,
-                                std::make_shared<Entry>(*cand))) {
+        // The program's own socket goes back (with its O_NONBLOCK, which
+        // the shared file status flags kept); nothing happened.
+        if (fds().swap_file_all(e, c->x_, std::make_shared<Entry>(*cand)) == 0) {
             fds().take(fd);
         }
         return undo();
@@ -359,13 +359,13 @@ void Connecting::hand_back(int error, bool failed) {
         return;
     }
     auto next = std::make_shared<Entry>(*e);  // kind connecting: SO_ERROR, connect() end Y
-    const int fdfl = real().fcntl(fd_, F_GETFD);
     const int yfl = real().fcntl(app_, F_GETFL);
     const int xfl = real().fcntl(x_, F_GETFL);
     real().fcntl(x_, F_SETFL, (xfl & ~O_NONBLOCK) | (yfl & O_NONBLOCK));
     std::unique_lock lk(mu_);
-    if (cancelled_ || !fds().replace_file(fd_, e, x_, (fdfl & FD_CLOEXEC) != 0 ? O_CLOEXEC : 0,
-                                          std::move(next))) {
+    // X goes back at every number that holds the descriptor (dups made
+    // while in progress too), with the epoll registrations made there.
+    if (cancelled_ || fds().swap_file_all(e, x_, std::move(next)) == 0) {
         lk.unlock();
         abandon(nullptr);
         return;

@@ -5,8 +5,10 @@
 // transport is made, where the descriptor must look like a TCP socket, or
 // where the descriptor table follows the program's closes: socket, listen,
 // connect, accept/accept4, close, close_range, closefrom, dup/dup2/dup3,
-// fcntl(F_DUPFD*), getsockname/getpeername, getsockopt/setsockopt. Data
-// calls (read, write, send*, recv*, sendfile, poll, select, epoll, ioctl
+// fcntl(F_DUPFD*), getsockname/getpeername, getsockopt/setsockopt, and
+// epoll_ctl for the descriptors in the table (their registrations follow
+// the number when its file is replaced). Data
+// calls (read, write, send*, recv*, sendfile, poll, select, epoll_wait, ioctl
 // FIONREAD/SIOCATMARK/FIONBIO, fcntl O_NONBLOCK, MSG_OOB, shutdown) reach
 // the kernel unchanged: an SDP connection's descriptor is one end of an
 // AF_UNIX socketpair whose other end a Bridge carries over SDP, so the
@@ -265,14 +267,6 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
         }
         if (c) {
             InternalScope in;
-            if (!install(nfd, c->app_fd, (flags & SOCK_CLOEXEC) != 0,
-                         (flags & SOCK_NONBLOCK) != 0)) {
-                const int err = errno;
-                close_internal(c->app_fd);
-                real().close(nfd);
-                errno = err;
-                return -1;
-            }
             // Socket options of the listening socket are the accepted one's
             // (as TCP inherits them); the local address is the listening
             // port on the address the SDP connection came to.
@@ -284,8 +278,15 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
             ne->local_len = sockaddr_of(
                 pm::Endpoint{c->local.address, e->bound ? e->bound->port : c->local.port},
                 e->family, ne->local);
+            if (!install(nfd, c->app_fd, (flags & SOCK_CLOEXEC) != 0, (flags & SOCK_NONBLOCK) != 0,
+                         nullptr, ne)) {
+                const int err = errno;
+                close_internal(c->app_fd);
+                real().close(nfd);
+                errno = err;
+                return -1;
+            }
             apply_keepalive(*ne);
-            fds().put(nfd, ne);
             ++counters().accept_sdp;
             log(2, "accept: SDP from %s", c->peer.to_string().c_str());
             copy_out(ne->peer, ne->peer_len, addr, len);
@@ -318,6 +319,7 @@ SDP_EXPORT int close(int fd) {
         }
         forget(fd);
     }
+    fds().forget_epoll(fd);  // one atomic load unless fd is an epoll set we recorded in
     return real().close(fd);
 }
 
@@ -335,6 +337,7 @@ SDP_EXPORT int close_range(unsigned first, unsigned last, int flags) {
         if (fds().tracked(static_cast<int>(fd)) && !library_owned(static_cast<int>(fd))) {
             forget(static_cast<int>(fd));
         }
+        fds().forget_epoll(static_cast<int>(fd));
     }
     unsigned from = first;
     for (int own : fds().internal_in(first, last)) {
@@ -362,8 +365,11 @@ SDP_EXPORT int dup2(int fd, int fd2) {
         errno = EBADF;
         return -1;
     }
-    if (fd != fd2 && fds().tracked(fd2) && real().fcntl(fd, F_GETFD) >= 0) {
-        forget(fd2);
+    if (fd != fd2 && real().fcntl(fd, F_GETFD) >= 0) {
+        if (fds().tracked(fd2)) {
+            forget(fd2);
+        }
+        fds().forget_epoll(fd2);
     }
     const int r = real().dup2(fd, fd2);
     copy_entry(fd, r);
@@ -375,8 +381,11 @@ SDP_EXPORT int dup3(int fd, int fd2, int flags) {
         errno = EBADF;
         return -1;
     }
-    if (fd != fd2 && fds().tracked(fd2) && real().fcntl(fd, F_GETFD) >= 0) {
-        forget(fd2);
+    if (fd != fd2 && real().fcntl(fd, F_GETFD) >= 0) {
+        if (fds().tracked(fd2)) {
+            forget(fd2);
+        }
+        fds().forget_epoll(fd2);
     }
     const int r = real().dup3(fd, fd2, flags);
     copy_entry(fd, r);
@@ -533,6 +542,17 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
     // Other TCP options (TCP_USER_TIMEOUT...) apply to the LLP socket.
     const auto b = bridge_of(*e);
     return b ? b->llp_setsockopt(level, name, val, len) : 0;
+}
+
+// Epoll registrations of the descriptors the library may give another file
+// (a connect() in progress, SDP up, the TCP fallback; FdTable::swap_file)
+// are recorded and move with the number. Others, and the library's own
+// calls, reach the kernel unchanged.
+SDP_EXPORT int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
+    if (internal_call() || !fds().tracked(fd)) {
+        return real().epoll_ctl(epfd, op, fd, ev);
+    }
+    return fds().epoll_ctl(epfd, op, fd, ev);
 }
 
 // Threads the library's code starts (the SDP channel's helper, the

@@ -152,6 +152,7 @@ const Real& real() {
         SDP_PRELOAD_RESOLVE(sendmsg);
         SDP_PRELOAD_RESOLVE(recvmsg);
         SDP_PRELOAD_RESOLVE(pthread_create);
+        SDP_PRELOAD_RESOLVE(epoll_ctl);
 #undef SDP_PRELOAD_RESOLVE
         if (x.fcntl64 == nullptr) {
             x.fcntl64 = x.fcntl;
@@ -195,6 +196,18 @@ bool FdTable::tracked(int fd) const {
     return (bits_[fd / 64].load(std::memory_order_acquire) >> (fd % 64)) & 1u;
 }
 
+bool FdTable::current(int fd, const Entry& e) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 && st.st_dev == e.dev && st.st_ino == e.ino;
+}
+
+FdTable::Map::iterator FdTable::erase_locked(Map::iterator it) {
+    const int fd = it->first;
+    bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+    regs_.erase(fd);  // the epfds' bits stay until they close (a stale bit costs a lock)
+    return map_.erase(it);
+}
+
 std::shared_ptr<Entry> FdTable::get(int fd) {
     if (!tracked(fd)) {
         return nullptr;
@@ -208,8 +221,7 @@ std::shared_ptr<Entry> FdTable::get(int fd) {
     }
     if (!open || st.st_dev != it->second->dev || st.st_ino != it->second->ino) {
         // Closed behind the library's back, the number now another file's.
-        bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
-        map_.erase(it);
+        erase_locked(it);
         return nullptr;
     }
     return it->second;
@@ -226,7 +238,10 @@ void FdTable::put(int fd, std::shared_ptr<Entry> e) {
     e->dev = st.st_dev;
     e->ino = st.st_ino;
     std::lock_guard lk(mu_);
-    map_[fd] = std::move(e);
+    auto [it, fresh] = map_.insert_or_assign(fd, std::move(e));
+    if (fresh) {
+        regs_.erase(fd);  // none should be there: only numbers in the table have some
+    }
     bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
 }
 
@@ -251,13 +266,13 @@ std::shared_ptr<Entry> FdTable::take(int fd) {
         return nullptr;
     }
     std::lock_guard lk(mu_);
-    bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
     auto it = map_.find(fd);
     if (it == map_.end()) {
+        bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
         return nullptr;
     }
     auto e = std::move(it->second);
-    map_.erase(it);
+    erase_locked(it);
     return e;
 }
 
@@ -276,8 +291,7 @@ int FdTable::replace(const std::shared_ptr<Entry>& from, const std::shared_ptr<E
             it->second = to;
             ++it;
         } else {
-            bits_[it->first / 64].fetch_and(~(std::uint64_t{1} << (it->first % 64)));
-            it = map_.erase(it);
+            it = erase_locked(it);
         }
     }
     return n;
@@ -288,26 +302,155 @@ bool FdTable::holds(const std::shared_ptr<Entry>& e) {
     return std::any_of(map_.begin(), map_.end(), [&](const auto& kv) { return kv.second == e; });
 }
 
-bool FdTable::replace_file(int fd, const std::shared_ptr<Entry>& expect, int with, int flags,
-                           std::shared_ptr<Entry> next) {
-    std::unique_lock lk(mu_);
+bool FdTable::swap_locked(int fd, int with, int flags) {
+    // The registrations of fd are on the file now at fd: taken off it first
+    // (after the dup3, a DEL would reach the new file; the old one may live
+    // on elsewhere, a copy the library keeps, a dup of the program's, and
+    // would go on reporting its events under the program's data).
+    auto rit = regs_.find(fd);
+    std::vector<EpollReg> moving;
+    if (rit != regs_.end()) {
+        moving = rit->second;
+    }
+    for (auto& r : moving) {
+        real().epoll_ctl(r.epfd, EPOLL_CTL_DEL, fd, nullptr);
+    }
+    const bool ok = real().dup3(with, fd, flags) >= 0;
+    const int err = errno;
+    // Made again on the file now at fd (the new one, or the old one when
+    // dup3 failed): same events, same data. An ADD of a file that is
+    // ready already reports it, edge-triggered too.
+    std::size_t failed = 0;
+    for (auto& r : moving) {
+        epoll_event ev = r.ev;
+        if (real().epoll_ctl(r.epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
+            (errno != EEXIST || real().epoll_ctl(r.epfd, EPOLL_CTL_MOD, fd, &ev) != 0)) {
+            ++failed;
+            log(1, "descriptor %d: its epoll registration in %d could not move: %s", fd, r.epfd,
+                std::strerror(errno));
+        }
+    }
+    if (!moving.empty()) {
+        counters().epoll_moved += moving.size() - failed;
+        counters().epoll_move_failed += failed;
+    }
+    errno = err;
+    return ok;
+}
+
+bool FdTable::swap_file(int fd, const std::shared_ptr<Entry>& expect, int with, int flags,
+                        std::shared_ptr<Entry> next) {
+    if (fd < 0 || fd >= kMaxFd) {
+        return expect == nullptr && real().dup3(with, fd, flags) >= 0;  // untracked: no entry
+    }
+    std::lock_guard lk(mu_);
     auto it = map_.find(fd);
-    struct stat st {};
-    // Under the lock: the program's close()/dup2() of fd forget it here
-    // first, so fd cannot become another file of the program's meanwhile.
-    if (it == map_.end() || it->second != expect || ::fstat(fd, &st) != 0 ||
-        st.st_dev != expect->dev || st.st_ino != expect->ino) {
+    // Under the lock: the program's close()/dup2()/epoll_ctl() of fd wait
+    // here, so fd cannot become another file of the program's meanwhile and
+    // no registration of it is made on the old file after the move.
+    if (expect && (it == map_.end() || it->second != expect || !current(fd, *expect))) {
+        errno = EBADF;  // the program closed or replaced it meanwhile
         return false;
     }
-    if (real().dup3(with, fd, flags) < 0 || ::fstat(fd, &st) != 0) {
+    if (!swap_locked(fd, with, flags)) {
+        return false;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
         return false;
     }
     next->dev = st.st_dev;
     next->ino = st.st_ino;
-    it->second = std::move(next);
-    lk.unlock();
-    replace(expect, nullptr);  // dups of the old file: no longer the program's socket
+    map_.insert_or_assign(fd, std::move(next));
+    bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
     return true;
+}
+
+int FdTable::swap_file_all(const std::shared_ptr<Entry>& expect, int with,
+                           std::shared_ptr<Entry> next) {
+    struct stat st {};
+    if (::fstat(with, &st) != 0) {
+        return 0;
+    }
+    next->dev = st.st_dev;
+    next->ino = st.st_ino;
+    int n = 0;
+    std::lock_guard lk(mu_);
+    for (auto it = map_.begin(); it != map_.end();) {
+        if (it->second != expect) {
+            ++it;
+            continue;
+        }
+        const int fd = it->first;
+        const int fdfl = real().fcntl(fd, F_GETFD);
+        if (!current(fd, *expect) || fdfl < 0 ||
+            !swap_locked(fd, with, (fdfl & FD_CLOEXEC) != 0 ? O_CLOEXEC : 0)) {
+            it = erase_locked(it);  // no longer the program's socket
+            continue;
+        }
+        it->second = next;
+        ++n;
+        ++it;
+    }
+    return n;
+}
+
+int FdTable::epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
+    std::lock_guard lk(mu_);
+    auto it = map_.find(fd);
+    if (it != map_.end() && !current(fd, *it->second)) {
+        erase_locked(it);  // another file than the entry's: not recorded
+        it = map_.end();
+    }
+    const int r = real().epoll_ctl(epfd, op, fd, ev);
+    if (r != 0 || it == map_.end() || epfd < 0 || epfd >= kMaxFd) {
+        return r;
+    }
+    const int saved = errno;
+    auto& regs = regs_[fd];
+    auto same =
+        std::find_if(regs.begin(), regs.end(), [&](const EpollReg& g) { return g.epfd == epfd; });
+    if (op == EPOLL_CTL_DEL) {
+        if (same != regs.end()) {
+            regs.erase(same);
+        }
+    } else if (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) {
+        if (same != regs.end()) {
+            same->ev = *ev;
+        } else {
+            try {
+                regs.push_back(EpollReg{epfd, *ev});
+            } catch (const std::bad_alloc&) {
+                // not recorded: this registration stays on the old file at a swap
+            }
+            ep_bits_[epfd / 64].fetch_or(std::uint64_t{1} << (epfd % 64),
+                                         std::memory_order_release);
+        }
+    }
+    if (regs.empty()) {
+        regs_.erase(fd);
+    }
+    errno = saved;
+    return r;
+}
+
+bool FdTable::epoll_known(int epfd) const {
+    if (epfd < 0 || epfd >= kMaxFd) {
+        return false;
+    }
+    return (ep_bits_[epfd / 64].load(std::memory_order_acquire) >> (epfd % 64)) & 1u;
+}
+
+void FdTable::forget_epoll(int epfd) {
+    if (!epoll_known(epfd)) {
+        return;
+    }
+    std::lock_guard lk(mu_);
+    ep_bits_[epfd / 64].fetch_and(~(std::uint64_t{1} << (epfd % 64)), std::memory_order_release);
+    for (auto it = regs_.begin(); it != regs_.end();) {
+        std::erase_if(it->second, [&](const EpollReg& g) { return g.epfd == epfd; });
+        it = it->second.empty() ? regs_.erase(it) : std::next(it);
+    }
 }
 
 void FdTable::after_fork_child(pid_t parent) {
@@ -318,9 +461,8 @@ void FdTable::after_fork_child(pid_t parent) {
         Entry& e = *it->second;
         if (e.kind == Entry::Kind::internal) {
             real().close(it->first);
-            bits_[it->first / 64].fetch_and(~(std::uint64_t{1} << (it->first % 64)));
             leak->push_back(std::move(it->second));
-            it = map_.erase(it);
+            it = erase_locked(it);
             continue;
         }
         if (e.bridge) {
@@ -335,9 +477,8 @@ void FdTable::after_fork_child(pid_t parent) {
                 leak->push_back(std::move(e.connecting));
             }
             if (!running) {
-                bits_[it->first / 64].fetch_and(~(std::uint64_t{1} << (it->first % 64)));
                 leak->push_back(std::move(it->second));
-                it = map_.erase(it);
+                it = erase_locked(it);
                 continue;
             }
             e.kind = Entry::Kind::sdp;
@@ -413,16 +554,18 @@ void track_internal(int fd) {
     fds().put(fd, std::move(e));
 }
 
-bool install(int fd, int app_fd, bool cloexec, bool nonblock, bool keep_app) {
-    if (real().dup3(app_fd, fd, cloexec ? O_CLOEXEC : 0) < 0) {
+bool install(int fd, int app_fd, bool cloexec, bool nonblock, const std::shared_ptr<Entry>& expect,
+             std::shared_ptr<Entry> next, bool keep_app) {
+    if (nonblock) {
+        // On the file before it reaches the number: never blocking there.
+        const int fl = real().fcntl(app_fd, F_GETFL);
+        real().fcntl(app_fd, F_SETFL, fl | O_NONBLOCK);
+    }
+    if (!fds().swap_file(fd, expect, app_fd, cloexec ? O_CLOEXEC : 0, std::move(next))) {
         return false;
     }
     if (!keep_app) {
         close_internal(app_fd);
-    }
-    if (nonblock) {
-        const int fl = real().fcntl(fd, F_GETFL);
-        real().fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     }
     return true;
 }

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -46,6 +47,7 @@ struct Real {
     ssize_t (*sendmsg)(int, const msghdr*, int);
     ssize_t (*recvmsg)(int, msghdr*, int);
     int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+    int (*epoll_ctl)(int, int, int, epoll_event*);
 };
 const Real& real();
 
@@ -141,12 +143,34 @@ class FdTable {
     int replace(const std::shared_ptr<Entry>& from, const std::shared_ptr<Entry>& to);
     // Some descriptor holds e.
     bool holds(const std::shared_ptr<Entry>& e);
-    // If fd still holds `expect` and its file: puts the file of `with` at fd
-    // (dup3 with `flags`) and `next` as its entry; the other descriptors
-    // that held `expect` are dropped. False (nothing done) otherwise, or
-    // with errno when dup3 failed.
-    bool replace_file(int fd, const std::shared_ptr<Entry>& expect, int with, int flags,
-                      std::shared_ptr<Entry> next);
+
+    // --- the file behind a program's descriptor number -------------------
+    // The one place where the library puts another open file at a number
+    // the program holds (dup3 of `with` onto fd, with `flags`), `next`
+    // becoming fd's entry; the program's epoll registrations of fd move
+    // with the number (see epoll_ctl()). With `expect`: only if fd still
+    // holds it and its file. False (nothing done) otherwise (EBADF), or
+    // with dup3's errno.
+    bool swap_file(int fd, const std::shared_ptr<Entry>& expect, int with, int flags,
+                   std::shared_ptr<Entry> next);
+    // swap_file() at every descriptor that holds `expect` (dups made
+    // meanwhile), each keeping its close-on-exec flag; all of them share
+    // `next`. How many were swapped.
+    int swap_file_all(const std::shared_ptr<Entry>& expect, int with, std::shared_ptr<Entry> next);
+
+    // --- epoll registrations of tracked descriptors -----------------------
+    // Epoll keys a registration on (open file, number): when swap_file()
+    // changes the file behind a number, the registrations the program made
+    // for that number are taken off the old file and made again, with the
+    // same events and data, on the new one. They are recorded only for
+    // descriptors in the table, and forgotten with them.
+    // The program's epoll_ctl() for a tracked fd (serialized with swaps).
+    int epoll_ctl(int epfd, int op, int fd, epoll_event* ev);
+    // epfd holds recorded registrations (one atomic load).
+    bool epoll_known(int epfd) const;
+    // epfd is closed (or replaced): its registrations are forgotten.
+    void forget_epoll(int epfd);
+
     // fork(): the child keeps the program's descriptors and closes the
     // library's (sockets, socketpair ends and listeners of the parent's
     // bridges, which live on in the parent only).
@@ -164,9 +188,23 @@ class FdTable {
     std::mutex& mutex() { return mu_; }
 
   private:
+    struct EpollReg {
+        int epfd;
+        epoll_event ev;
+    };
+    using Map = std::unordered_map<int, std::shared_ptr<Entry>>;
+    // fd still describes the file of its entry (fstat), under mu_.
+    static bool current(int fd, const Entry& e);
+    // Drops an entry and the registrations of its number, under mu_.
+    Map::iterator erase_locked(Map::iterator it);
+    // dup3 of `with` onto fd moving fd's registrations, under mu_.
+    bool swap_locked(int fd, int with, int flags);
+
     std::atomic<std::uint64_t> bits_[kMaxFd / 64]{};
+    std::atomic<std::uint64_t> ep_bits_[kMaxFd / 64]{};  // epfds in regs_
     std::mutex mu_;
-    std::unordered_map<int, std::shared_ptr<Entry>> map_;
+    Map map_;
+    std::unordered_map<int, std::vector<EpollReg>> regs_;  // by fd, only fds in map_
 };
 FdTable& fds();
 // An entry's bridge, read under the table's lock.
@@ -207,10 +245,12 @@ struct LiveSet {
 
 // Remembers a descriptor the library made (closed in a forked child).
 void track_internal(int fd);
-// Puts the program's end of a bridge at `fd` (dup3), keeping the descriptor
-// number, its close-on-exec flag and O_NONBLOCK; closes app_fd unless
-// keep_app. False with errno (app_fd still open).
-bool install(int fd, int app_fd, bool cloexec, bool nonblock, bool keep_app = false);
+// Puts the program's end of a bridge at `fd` (FdTable::swap_file, `next`
+// its entry, only while fd holds `expect` when given), keeping the
+// descriptor number, its close-on-exec flag and O_NONBLOCK; closes app_fd
+// unless keep_app. False (app_fd still open), with errno when dup3 failed.
+bool install(int fd, int app_fd, bool cloexec, bool nonblock, const std::shared_ptr<Entry>& expect,
+             std::shared_ptr<Entry> next, bool keep_app = false);
 // Forgets and closes one.
 void close_internal(int fd);
 
@@ -246,6 +286,8 @@ void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
     X(connect_failed) \
     X(connect_async) \
     X(connect_abandoned) \
+    X(epoll_moved) \
+    X(epoll_move_failed) \
     X(listen_sdp) \
     X(listen_tcp_rule) \
     X(register_failed) \
