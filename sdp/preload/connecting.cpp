@@ -405,7 +405,9 @@ void Connecting::abandon(Stream* st) {
         close_internal(*p);
         *p = -1;
     }
-    ++counters().connect_abandoned;
+    if (!std::exchange(abandon_counted_, true)) {
+        ++counters().connect_abandoned;
+    }
     log(3, "connect %s: closed by the program while in progress", dest_.to_string().c_str());
     write_stats();
 }
@@ -457,13 +459,20 @@ void Connecting::closed() {
     cv_.notify_all();
 }
 
-void Connecting::finish_all(std::chrono::milliseconds budget) {
+void Connecting::finish_all() {
+    // Nothing waits for the threads: their results are discarded, and one
+    // still asking the Port Mapper or starting SDP may take seconds to see
+    // it (the process ends them). Those still running count as abandoned
+    // now, for the counters written at exit.
     auto& r = registry();
-    std::unique_lock lk(r.mu);
+    std::lock_guard lk(r.mu);
     for (const auto& c : r.live) {
         c->closed();
+        std::lock_guard clk(c->mu_);
+        if (c->state_ == State::running && !std::exchange(c->abandon_counted_, true)) {
+            ++counters().connect_abandoned;
+        }
     }
-    r.cv.wait_for(lk, budget, [&] { return r.live.empty(); });
 }
 
 }  // namespace sdp::preload

@@ -85,9 +85,9 @@ class Connecting : public std::enable_shared_from_this<Connecting> {
     // discarded (the thread ends as soon as its current step does).
     void closed();
 
-    // Process exit: every pending connect() is abandoned; waits at most
-    // `budget` for their threads.
-    static void finish_all(std::chrono::milliseconds budget);
+    // Process exit: every pending connect() is abandoned (counted), without
+    // waiting for the threads.
+    static void finish_all();
     // (fork(): LiveSet<Connecting>, locked across it; the child forgets
     // the threads, which run on in the parent.)
 
@@ -128,8 +128,9 @@ class Connecting : public std::enable_shared_from_this<Connecting> {
     std::condition_variable cv_;
     std::atomic<State> state_{State::running};
     bool cancelled_ = false;
-    bool released_ = false;  // Y ended after the hand-back
-    int error_ = 0;          // kept for SO_ERROR after the hand-back
+    bool released_ = false;         // Y ended after the hand-back
+    bool abandon_counted_ = false;  // in connect_abandoned already
+    int error_ = 0;                 // kept for SO_ERROR after the hand-back
 };
 
 }  // namespace sdp::preload

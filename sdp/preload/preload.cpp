@@ -723,8 +723,8 @@ __attribute__((destructor)) void preload_fini() {
     for (const auto& l : fds().listeners()) {
         l->close();
     }
-    // connect()s still in progress are abandoned.
-    Connecting::finish_all(settings().exit_linger);
+    // connect()s still in progress are abandoned (not waited for).
+    Connecting::finish_all();
     // Connections a child still holds move to it (13.1.1); the others close.
     hand_off_at_exit(settings().exit_linger);
     Bridge::finish_all(settings().exit_linger);
