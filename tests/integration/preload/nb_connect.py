@@ -7,7 +7,15 @@
 # wait is bounded. Prints one line per check: "ok NAME" or "FAIL NAME: detail".
 #   nb_connect.py sdp HOST PORT       an echo server reached over SDP: the
 #       connection, connect() again (0 once, then EISCONN), bytes both ways,
-#       close() and fork() while in progress, asyncio's sock_connect
+#       fork() while in progress, asyncio's sock_connect
+#   nb_connect.py close HOST PORT PMREQS  a Port Mapper that never answers
+#       (each PMReq it got is a line in PMREQS): close() once the PMReq
+#       arrived, certainly in progress; the thread ends, nothing leaks
+#   nb_connect.py exit HOST PORT ACCEPTS EXIT_AT  PORT is mapped to an SDP
+#       Address that accepts TCP and never answers the MPA Request (each
+#       connection it took is a line in ACCEPTS): once the SDP startup
+#       stalls there, the program exits while in progress (its last
+#       time.monotonic() in EXIT_AT)
 #   nb_connect.py fallback HOST PORT  a Port Mapper that does not answer
 #       (`both`, SDP_PRELOAD_RESOLVE_MS about 1 s, SDP_PRELOAD_NEGATIVE_S=0)
 #       and a plain TCP echo server at PORT: the in-progress state (EALREADY,
@@ -156,13 +164,6 @@ def mode_sdp():
     echo(s, 300000, "echo")
     s.close()
 
-    # close() while in progress: the thread ends, nothing leaks.
-    t0 = settle(threads, 1, 5)
-    f0 = fds()
-    started((host, port), "close: ").close()
-    check("close: threads back", settle(threads, t0) <= t0, f"{threads()} > {t0}")
-    check("close: descriptors back", settle(fds, f0) <= f0, f"{fds()} > {f0}")
-
     # fork() while in progress: the child runs and exits, the parent's
     # connection completes.
     s = started((host, port), "fork: ")
@@ -188,6 +189,55 @@ def mode_sdp():
     s.close()
 
     check("asyncio sock_connect", asyncio.run(asyncio_echo(200000)))
+
+
+def arrived(lines, before, name):
+    """Waits (bounded) until the file `lines` has more than `before` lines."""
+    deadline = time.monotonic() + 5
+    while line_count(lines) <= before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    check(name, line_count(lines) > before)
+
+
+def line_count(path):
+    try:
+        with open(path) as f:
+            return len(f.readlines())
+    except FileNotFoundError:
+        return 0
+
+
+def closed_in_progress(pmreqs, name):
+    """A connect() closed once its PMReq reached the silent Port Mapper."""
+    n0 = line_count(pmreqs)
+    s = started((host, port), name)
+    arrived(pmreqs, n0, name + "the PMReq reached the Port Mapper")
+    in_progress(s, name + "pending")
+    s.close()
+
+
+def mode_close():
+    # close() while in progress: the thread ends, nothing leaks. The first
+    # one also makes the process's Port Mapper client, whose sockets stay:
+    # the descriptors are counted around the second.
+    pmreqs = sys.argv[4]
+    t0 = settle(threads, 1, 5)
+    closed_in_progress(pmreqs, "close (first): ")
+    check("close (first): threads back", settle(threads, t0) <= t0, f"{threads()} > {t0}")
+    f0 = fds()
+    closed_in_progress(pmreqs, "close: ")
+    check("close: threads back", settle(threads, t0) <= t0, f"{threads()} > {t0}")
+    check("close: descriptors back", settle(fds, f0) <= f0, f"{fds()} > {f0}")
+
+
+def mode_exit():
+    accepts, exit_at = sys.argv[4], sys.argv[5]
+    n0 = line_count(accepts)
+    s = started((host, port), "exit: ")
+    arrived(accepts, n0, "exit: the SDP startup stalls")
+    in_progress(s, "exit: pending")
+    with open(exit_at, "w") as f:
+        f.write(repr(time.monotonic()))
 
 
 def mode_fallback():
@@ -242,5 +292,6 @@ def mode_refused():
     s.close()
 
 
-{"sdp": mode_sdp, "fallback": mode_fallback, "refused": mode_refused}[mode]()
+{"sdp": mode_sdp, "fallback": mode_fallback, "refused": mode_refused, "close": mode_close,
+ "exit": mode_exit}[mode]()
 sys.exit(1 if failed else 0)

@@ -23,8 +23,17 @@
 #   flags       non-blocking connect, accept4 flags, non-blocking I/O, and no
 #               stale entry after close_range() (flags_check.py)
 #   nbconnect   non-blocking connect() (nb_connect.py sdp): EINPROGRESS at
-#               once, POLLOUT and SO_ERROR 0 over SDP, connect() again, close()
-#               and fork() while in progress, asyncio's sock_connect
+#               once, POLLOUT and SO_ERROR 0 over SDP, connect() again, fork()
+#               while in progress, asyncio's sock_connect; with a Port Mapper
+#               that takes the PMReq and never answers: close() while in
+#               progress, and an exit while in progress that does not wait
+#   epoll_sdp   one epoll registration kept across connect() over SDP
+#               (epoll_connect.c): made before a non-blocking or a blocking
+#               connect() and changed with EPOLL_CTL_MOD (Boost.Asio, Netty,
+#               nginx), or made edge-triggered while in progress (tokio, NIO)
+#   epoll_fallback  the same with no Port Mapper and a plain TCP server: the
+#               registration follows the program's socket back at the TCP
+#               fallback, also on a dup() made while in progress
 #   nbconnect_fallback  non-blocking connect() with a Port Mapper that does
 #               not answer: the in-progress state (EALREADY, EAGAIN, not
 #               writable, also for an epoll registration), TCP on the
@@ -266,6 +275,35 @@ node_client() {
     > "$work/$1.log" 2> "$work/$1.err"
   grep -qx "got hello" "$work/$1.log" || die "node client: $(cat "$work/$1.log")"
   expect_stat "$work/$1.json" connect_async 1
+}
+# silent_pm: a Port Mapper that takes PMReqs and never answers; each one
+# is a line in $work/pmreq; its address in $silent_pmsp.
+silent_pm() {
+  "$py" -c '
+import socket, sys
+s = socket.socket(type=socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+__import__("os").rename(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    s.recv(2048)
+    with open(sys.argv[2], "a") as f:
+        f.write("PMReq\n")' "$work/silent.port" "$work/pmreq" &
+  pids+=($!)
+  local i
+  for ((i = 0; i < 100; i++)); do [ -s "$work/silent.port" ] && break; sleep 0.1; done
+  [ -s "$work/silent.port" ] || die "the silent Port Mapper did not start"
+  silent_pmsp=127.0.0.1:$(cat "$work/silent.port")
+}
+# epoll_clients WHERE MODE...: preload_epoll_connect in each MODE against the
+# echo server on $port (as ep_MODE: ep_MODE.json, ep_MODE.log).
+epoll_clients() {
+  local where=$1 mode
+  shift
+  for mode in "$@"; do
+    checks "ep_$mode" "epoll registration across connect() ($mode, $where)" \
+      "$bin/preload_epoll_connect" "$mode" 127.0.0.1 "$port" 1000000
+  done
 }
 serve() {
   preload srv "$@" > "$work/srv.log" 2> "$work/srv.err" &
@@ -564,14 +602,89 @@ nbconnect)
   port=$(pick_port)
   serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
   checks nb "non-blocking connect checks failed" "$py" "$here/nb_connect.py" sdp 127.0.0.1 "$port"
-  # echo, close, fork and asyncio: four connect()s returned EINPROGRESS,
-  # three went over SDP, one was closed while in progress.
-  expect_stat "$work/nb.json" connect_async 4
+  # echo, fork and asyncio: three connect()s returned EINPROGRESS and went
+  # over SDP.
+  expect_stat "$work/nb.json" connect_async 3
   expect_stat "$work/nb.json" connect_sdp 3
-  expect_stat "$work/nb.json" connect_abandoned 1
+  expect_stat "$work/nb.json" connect_abandoned 0
   expect_stat "$work/nb.json" connect_fallback 0
   node_client node
   [ ! -e "$work/node.json" ] || expect_stat "$work/node.json" connect_sdp 1
+  # A Port Mapper that never answers holds the connect() in progress for
+  # the whole resolve deadline: close() certainly comes while in progress.
+  silent_pm
+  SDP_PMSP=$silent_pmsp SDP_PRELOAD_RESOLVE_MS=1500 checks nbc "close() while in progress" \
+    "$py" "$here/nb_connect.py" close 127.0.0.1 "$port" "$work/pmreq"
+  expect_stat "$work/nbc.json" connect_async 2
+  expect_stat "$work/nbc.json" connect_abandoned 2
+  expect_stat "$work/nbc.json" connect_fallback 0
+  # The process exits while in progress, its SDP startup stalled at an SDP
+  # Address that accepts TCP and never answers the MPA Request: the exit
+  # does not wait for the thread (it waited the exit linger, 3 s here).
+  "$py" -c '
+import os, socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+held = []
+while True:
+    held.append(s.accept()[0])
+    with open(sys.argv[2], "a") as f:
+        f.write("accepted\n")' "$work/stall.port" "$work/stall.accepts" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do [ -s "$work/stall.port" ] && break; sleep 0.1; done
+  stall=$(pick_port)
+  "$bin/sdp-pmctl" --socket "$work/control.sock" register stall "127.0.0.1:$stall" \
+    "127.0.0.1:$(cat "$work/stall.port")" > "$work/stall.log" 2>&1 \
+    || die "sdp-pmctl register: $(cat "$work/stall.log")"
+  SDP_PRELOAD_EXIT_LINGER_MS=3000 checks nbx "exit while in progress" \
+    "$py" "$here/nb_connect.py" exit 127.0.0.1 "$stall" "$work/stall.accepts" "$work/exit_at"
+  took=$("$py" -c 'import sys, time; print(f"{time.monotonic() - float(open(sys.argv[1]).read()):.3f}")' \
+    "$work/exit_at") || die "no exit time"
+  echo "exit took $took s after the last line of the program"
+  "$py" -c "import sys; sys.exit(0 if $took < 1.5 else 1)" \
+    || die "the exit waited $took s for a connect() whose result is discarded"
+  expect_stat "$work/nbx.json" connect_abandoned 1
+  ;;
+epoll_sdp)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
+  epoll_clients SDP before blocking during
+  for mode in before blocking during; do
+    expect_stat "$work/ep_$mode.json" connect_sdp 1
+    expect_stat "$work/ep_$mode.json" epoll_move_failed 0
+  done
+  # The registration moved to the socketpair end at connect() (before) or
+  # when SDP came up (blocking); one made while in progress stays there.
+  expect_stat "$work/ep_before.json" epoll_moved 1
+  expect_stat "$work/ep_blocking.json" epoll_moved 1
+  expect_stat "$work/ep_during.json" epoll_moved 0
+  expect_stat "$work/ep_before.json" connect_async 1
+  expect_stat "$work/ep_blocking.json" connect_async 0
+  ;;
+epoll_fallback)
+  # No sdp-pmd: the PMSP is a UDP port nobody answers on (1 s), and a plain
+  # TCP echo server.
+  export SDP_PMSP=127.0.0.1:$(pick_udp_port) SDP_PRELOAD_RESOLVE_MS=1000 SDP_PRELOAD_NEGATIVE_S=0
+  port=$(pick_port)
+  "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" 2> "$work/srv.err" &
+  pids+=($!)
+  wait_listen "$port"
+  epoll_clients "TCP fallback" before during dup blocking
+  for mode in before during dup blocking; do
+    expect_stat "$work/ep_$mode.json" connect_fallback 1
+    expect_stat "$work/ep_$mode.json" connect_sdp 0
+    expect_stat "$work/ep_$mode.json" epoll_move_failed 0
+  done
+  # Moved at connect() and back at the fallback (before); back at the
+  # fallback (during, dup); a blocking fallback never replaces the file.
+  expect_stat "$work/ep_before.json" epoll_moved 2
+  expect_stat "$work/ep_during.json" epoll_moved 1
+  expect_stat "$work/ep_dup.json" epoll_moved 1
+  expect_stat "$work/ep_blocking.json" epoll_moved 0
   ;;
 nbconnect_fallback)
   # No sdp-pmd: the PMSP is a UDP port nobody answers on; every connect()
