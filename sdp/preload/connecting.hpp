@@ -12,18 +12,20 @@
 //               SYN_SENT); the program's own socket (X) is kept aside.
 //   SDP         the descriptor is the SDP connection's: the filler is taken
 //               out (POLLOUT) and the bridge starts; SO_ERROR 0.
-//   not SDP     X goes back to the descriptor number (dup3): under `both`
-//               once its own non-blocking TCP connect ended (SO_ERROR is the
+//   not SDP     X goes back to the descriptor number and to every dup of
+//               it (FdTable::swap_file_all, dup3): under `both` once its
+//               own non-blocking TCP connect ended (SO_ERROR is the
 //               kernel's), under `sdp` unconnected, the error kept for
-//               SO_ERROR. Y, which an epoll set may still hold under that
-//               number (a registration made while in progress), signals the
-//               end (POLLOUT; POLLERR/POLLHUP for a failure) and goes when
-//               the program asks SO_ERROR or calls connect(), at the latest
+//               SO_ERROR. The program's epoll registrations of those numbers
+//               move to X. Y (a forked child's copy) signals the end
+//               (POLLOUT; POLLERR/POLLHUP for a failure) and goes when the
+//               program asks SO_ERROR or calls connect(), at the latest
 //               after kGhostLinger.
 //
 // The descriptor stays the same open file from EINPROGRESS to an SDP
 // connection, so poll, select and epoll registrations made while in
-// progress see the end.
+// progress see the end; epoll registrations made before connect() move to
+// Y at connect() (FdTable::swap_file).
 #pragma once
 
 #include <sys/socket.h>
