@@ -340,10 +340,10 @@ bool FdTable::swap_locked(int fd, int with, int flags) {
 
 bool FdTable::swap_file(int fd, const std::shared_ptr<Entry>& expect, int with, int flags,
                         std::shared_ptr<Entry> next) {
-    if (fd < 0 || fd >= kMaxFd) {
-        return expect == nullptr && real().dup3(with, fd, flags) >= 0;  // untracked: no entry
-    }
     std::lock_guard lk(mu_);
+    if (fd < 0 || fd >= kMaxFd) {
+        return expect == nullptr && swap_locked(fd, with, flags);  // beyond the table: no entry
+    }
     auto it = map_.find(fd);
     // Under the lock: the program's close()/dup2()/epoll_ctl() of fd wait
     // here, so fd cannot become another file of the program's meanwhile and
