@@ -40,6 +40,12 @@
 #               program's own socket under `both` (refused: SO_ERROR
 #               ECONNREFUSED), and SO_ERROR ECONNREFUSED under `sdp`; both
 #               also with a Node.js (libuv) client when node is installed
+#   nbconnect_exit  a program that starts 4 non-blocking connect()s
+#               (epoll-registered) and returns from main() within 0-4 ms
+#               (exit_race.c), 40 times each against an SDP server with a
+#               Port Mapper that answers and against a plain TCP server:
+#               every run exits 0 (no signal at exit while a connect thread
+#               is still asking the Port Mapper or connecting)
 #   exit        a program that writes and exits without close(): every byte
 #               arrives, then end of stream (not a reset)
 #   fd_handover an SDP descriptor passed to an unrelated process whose maker
@@ -685,6 +691,25 @@ epoll_fallback)
   expect_stat "$work/ep_during.json" epoll_moved 1
   expect_stat "$work/ep_dup.json" epoll_moved 1
   expect_stat "$work/ep_blocking.json" epoll_moved 0
+  ;;
+nbconnect_exit)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
+  tport=$(pick_port)
+  "$py" "$here/forking_echo.py" 127.0.0.1 "$tport" > "$work/tcp.log" 2> "$work/tcp.err" &
+  pids+=($!)
+  wait_listen "$tport"
+  for target in "$port" "$tport"; do
+    for ((i = 0; i < ${EXIT_RUNS:-40}; i++)); do
+      d=$(((i % 5) * 1000))
+      SDP_PRELOAD_LOG=error timeout -s KILL 20 "$run" "$bin/preload_exit_race" 127.0.0.1 "$target" 4 "$d" \
+        > /dev/null 2>> "$work/race.err"
+      rc=$?
+      [ "$rc" -eq 0 ] || die "exit while connect()s in progress to port $target (run $i, ${d} us): status $rc"
+    done
+  done
+  echo "ok: $((2 * ${EXIT_RUNS:-40})) exits while non-blocking connect()s were in progress"
   ;;
 nbconnect_fallback)
   # No sdp-pmd: the PMSP is a UDP port nobody answers on; every connect()
