@@ -307,13 +307,31 @@ bool FdTable::swap_locked(int fd, int with, int flags) {
     // (after the dup3, a DEL would reach the new file; the old one may live
     // on elsewhere, a copy the library keeps, a dup of the program's, and
     // would go on reporting its events under the program's data).
+    // Only those the kernel still had are made again: a record whose DEL
+    // fails (ENOENT, or EBADF/EINVAL when the epoll descriptor is gone) was
+    // removed by a way the library does not see (a forked child's DEL on
+    // the shared epoll set, a DEL through a dup of the epoll descriptor, an
+    // epoll descriptor closed by a raw system call and its number reused),
+    // and making it again would hand the program its old data (often a
+    // pointer it has freed). Such records are dropped.
     auto rit = regs_.find(fd);
     std::vector<EpollReg> moving;
     if (rit != regs_.end()) {
-        moving = rit->second;
-    }
-    for (auto& r : moving) {
-        real().epoll_ctl(r.epfd, EPOLL_CTL_DEL, fd, nullptr);
+        std::vector<EpollReg> kept;
+        for (auto& r : rit->second) {
+            if (real().epoll_ctl(r.epfd, EPOLL_CTL_DEL, fd, nullptr) == 0) {
+                kept.push_back(r);
+            } else {
+                log(3, "descriptor %d: its epoll registration in %d is gone (%s): forgotten", fd,
+                    r.epfd, std::strerror(errno));
+            }
+        }
+        moving = kept;
+        if (kept.empty()) {
+            regs_.erase(rit);
+        } else {
+            rit->second = std::move(kept);
+        }
     }
     const bool ok = real().dup3(with, fd, flags) >= 0;
     const int err = errno;

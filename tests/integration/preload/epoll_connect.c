@@ -17,6 +17,12 @@
 //               EPOLLRDHUP|EPOLLET that is never changed
 //     dup       connect() (EINPROGRESS), dup() it and close the original
 //               number; one edge-triggered ADD of the copy, as in `during`
+//     gone      ADD on the fresh non-blocking socket, then a DEL of it through
+//               a dup() of the epoll descriptor (which the library does not
+//               see as a DEL of its record), connect() (EINPROGRESS): the
+//               deleted registration must not come back when the library
+//               replaces the file (no event for 0.3 s, and a new ADD is not
+//               EEXIST); then as `during`
 // Then BYTES go to the echo server and come back, each wait through the
 // same registration (edge-triggered: read and write until EAGAIN). Every
 // wait is bounded. Prints "ok ..." or "FAIL ..." lines; exit 0 when all
@@ -153,7 +159,7 @@ done:;
 
 int main(int argc, char** argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: %s before|blocking|during|dup HOST PORT BYTES\n", argv[0]);
+        fprintf(stderr, "usage: %s before|blocking|during|dup|gone HOST PORT BYTES\n", argv[0]);
         return 2;
     }
     const char* mode = argv[1];
@@ -169,7 +175,8 @@ int main(int argc, char** argv) {
     const int blocking = strcmp(mode, "blocking") == 0;
     const int before = blocking || strcmp(mode, "before") == 0;
     const int dup_it = strcmp(mode, "dup") == 0;
-    if (!before && !dup_it && strcmp(mode, "during") != 0) {
+    const int gone = strcmp(mode, "gone") == 0;
+    if (!before && !dup_it && !gone && strcmp(mode, "during") != 0) {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
     }
@@ -185,6 +192,13 @@ int main(int argc, char** argv) {
     if (before) {
         ctl("ADD before connect()", ep, EPOLL_CTL_ADD, fd, asio);
     }
+    if (gone) {
+        ctl("ADD before connect()", ep, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLOUT | EPOLLET);
+        const int ep2 = dup(ep);
+        check("dup of the epoll descriptor", ep2 >= 0, strerror(errno));
+        ctl("DEL through the dup", ep2, EPOLL_CTL_DEL, fd, 0);
+        close(ep2);
+    }
     const int rc = connect(fd, (struct sockaddr*)&sa, sizeof sa);
     const int cerr = rc == 0 ? 0 : errno;
     if (blocking) {
@@ -197,6 +211,13 @@ int main(int argc, char** argv) {
         if (before) {
             ctl("MOD while in progress", ep, EPOLL_CTL_MOD, fd, asio | EPOLLOUT);
         } else {
+            if (gone) {
+                struct epoll_event ev[4];
+                const int n = epoll_wait(ep, ev, 4, 300);
+                snprintf(detail, sizeof detail, "%d events, data 0x%llx", n,
+                         n > 0 ? (unsigned long long)ev[0].data.u64 : 0ULL);
+                check("the deleted registration did not come back", n == 0, detail);
+            }
             if (dup_it) {
                 const int copy = dup(fd);
                 const int derr = errno;

@@ -33,7 +33,9 @@
 #               nginx), or made edge-triggered while in progress (tokio, NIO)
 #   epoll_fallback  the same with no Port Mapper and a plain TCP server: the
 #               registration follows the program's socket back at the TCP
-#               fallback, also on a dup() made while in progress
+#               fallback, also on a dup() made while in progress; and (both)
+#               a registration deleted through a dup() of the epoll
+#               descriptor is not made again by the library (gone)
 #   nbconnect_fallback  non-blocking connect() with a Port Mapper that does
 #               not answer: the in-progress state (EALREADY, EAGAIN, not
 #               writable, also for an epoll registration), TCP on the
@@ -670,6 +672,12 @@ epoll_sdp)
   expect_stat "$work/ep_during.json" epoll_moved 0
   expect_stat "$work/ep_before.json" connect_async 1
   expect_stat "$work/ep_blocking.json" connect_async 0
+  # A registration deleted where the library does not see it is not made
+  # again at connect() (its DEL on the old file found nothing).
+  epoll_clients SDP gone
+  expect_stat "$work/ep_gone.json" connect_sdp 1
+  expect_stat "$work/ep_gone.json" epoll_moved 0
+  expect_stat "$work/ep_gone.json" epoll_move_failed 0
   ;;
 epoll_fallback)
   # No sdp-pmd: the PMSP is a UDP port nobody answers on (1 s), and a plain
@@ -691,6 +699,9 @@ epoll_fallback)
   expect_stat "$work/ep_during.json" epoll_moved 1
   expect_stat "$work/ep_dup.json" epoll_moved 1
   expect_stat "$work/ep_blocking.json" epoll_moved 0
+  epoll_clients "TCP fallback" gone
+  expect_stat "$work/ep_gone.json" connect_fallback 1
+  expect_stat "$work/ep_gone.json" epoll_move_failed 0
   ;;
 nbconnect_exit)
   start_pmd
