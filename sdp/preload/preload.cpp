@@ -228,12 +228,15 @@ SDP_EXPORT int listen(int fd, int backlog) {
     if (!l) {
         fds().take(fd);
     } else {
-        // In place: descriptors dup()ed before listen() share the entry.
-        std::lock_guard lk(fds().mutex());
-        e->kind = Entry::Kind::listener;
-        e->bound = bound;
-        e->sdp_only = d.use == Use::sdp;
-        e->listener = std::move(l);
+        {
+            // In place: descriptors dup()ed before listen() share the entry.
+            std::lock_guard lk(fds().mutex());
+            e->kind = Entry::Kind::listener;
+            e->bound = bound;
+            e->sdp_only = d.use == Use::sdp;
+            e->listener = std::move(l);
+        }
+        fds().refresh(e);  // a listener keeps its file: its registrations need no record
     }
     write_stats();
     errno = saved;
@@ -549,7 +552,7 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
 // are recorded and move with the number. Others, and the library's own
 // calls, reach the kernel unchanged.
 SDP_EXPORT int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
-    if (internal_call() || !fds().tracked(fd)) {
+    if (internal_call() || !fds().swappable(fd)) {
         return real().epoll_ctl(epfd, op, fd, ev);
     }
     return fds().epoll_ctl(epfd, op, fd, ev);

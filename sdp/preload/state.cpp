@@ -201,9 +201,43 @@ bool FdTable::current(int fd, const Entry& e) {
     return ::fstat(fd, &st) == 0 && st.st_dev == e.dev && st.st_ino == e.ino;
 }
 
+bool FdTable::swappable(int fd) const {
+    if (fd < 0 || fd >= kMaxFd) {
+        return false;
+    }
+    return (swap_bits_[fd / 64].load(std::memory_order_acquire) >> (fd % 64)) & 1u;
+}
+
+bool FdTable::may_swap(const Entry& e) {
+    return e.kind == Entry::Kind::candidate || e.kind == Entry::Kind::connecting;
+}
+
+void FdTable::mark_locked(int fd, const Entry& e) {
+    const std::uint64_t bit = std::uint64_t{1} << (fd % 64);
+    bits_[fd / 64].fetch_or(bit, std::memory_order_release);
+    if (may_swap(e)) {
+        swap_bits_[fd / 64].fetch_or(bit, std::memory_order_release);
+    } else {
+        // An SDP connection or a listener keeps its file: the program's
+        // epoll_ctl() of it goes straight to the kernel from now on.
+        swap_bits_[fd / 64].fetch_and(~bit, std::memory_order_release);
+        regs_.erase(fd);
+    }
+}
+
+void FdTable::refresh(const std::shared_ptr<Entry>& e) {
+    std::lock_guard lk(mu_);
+    for (const auto& [fd, held] : map_) {
+        if (held == e) {
+            mark_locked(fd, *e);
+        }
+    }
+}
+
 FdTable::Map::iterator FdTable::erase_locked(Map::iterator it) {
     const int fd = it->first;
     bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+    swap_bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
     regs_.erase(fd);  // the epfds' bits stay until they close (a stale bit costs a lock)
     return map_.erase(it);
 }
@@ -242,7 +276,7 @@ void FdTable::put(int fd, std::shared_ptr<Entry> e) {
     if (fresh) {
         regs_.erase(fd);  // none should be there: only numbers in the table have some
     }
-    bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
+    mark_locked(fd, *it->second);
 }
 
 bool FdTable::put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino) {
@@ -256,8 +290,8 @@ bool FdTable::put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino
     }
     e->dev = dev;
     e->ino = ino;
+    mark_locked(fd, *e);
     map_[fd] = std::move(e);
-    bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
     return true;
 }
 
@@ -269,6 +303,7 @@ std::shared_ptr<Entry> FdTable::take(int fd) {
     auto it = map_.find(fd);
     if (it == map_.end()) {
         bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+        swap_bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
         return nullptr;
     }
     auto e = std::move(it->second);
@@ -289,6 +324,7 @@ int FdTable::replace(const std::shared_ptr<Entry>& from, const std::shared_ptr<E
             to->dev = from->dev;
             to->ino = from->ino;
             it->second = to;
+            mark_locked(it->first, *to);
             ++it;
         } else {
             it = erase_locked(it);
@@ -379,8 +415,8 @@ bool FdTable::swap_file(int fd, const std::shared_ptr<Entry>& expect, int with, 
     }
     next->dev = st.st_dev;
     next->ino = st.st_ino;
+    mark_locked(fd, *next);
     map_.insert_or_assign(fd, std::move(next));
-    bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
     return true;
 }
 
@@ -407,6 +443,7 @@ int FdTable::swap_file_all(const std::shared_ptr<Entry>& expect, int with,
             continue;
         }
         it->second = next;
+        mark_locked(fd, *next);
         ++n;
         ++it;
     }
@@ -420,8 +457,9 @@ int FdTable::epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
         erase_locked(it);  // another file than the entry's: not recorded
         it = map_.end();
     }
+    const bool record = it != map_.end() && may_swap(*it->second);
     const int r = real().epoll_ctl(epfd, op, fd, ev);
-    if (r != 0 || it == map_.end() || epfd < 0 || epfd >= kMaxFd) {
+    if (r != 0 || !record || epfd < 0 || epfd >= kMaxFd) {
         return r;
     }
     const int saved = errno;
@@ -500,6 +538,7 @@ void FdTable::after_fork_child(pid_t parent) {
                 continue;
             }
             e.kind = Entry::Kind::sdp;
+            mark_locked(it->first, e);  // the parent's thread swaps nothing here
         }
         if (e.listener) {
             // The parent takes its SDP connections; a doorbell this process

@@ -164,8 +164,16 @@ class FdTable {
     // for that number are taken off the old file and made again, with the
     // same events and data, on the new one. They are recorded only for
     // descriptors in the table, and forgotten with them.
-    // The program's epoll_ctl() for a tracked fd (serialized with swaps).
+    // Only numbers whose entry may still be swapped (candidate, connecting)
+    // have their registrations recorded; an entry that becomes sdp or a
+    // listener drops them (swap_file() is never called for those).
+    // fd's entry may still be swapped (one atomic load).
+    bool swappable(int fd) const;
+    // The program's epoll_ctl() for a swappable fd (serialized with swaps).
     int epoll_ctl(int epfd, int op, int fd, epoll_event* ev);
+    // e was changed in place (a listener now): the numbers holding it are
+    // marked again (registrations dropped if it can no longer be swapped).
+    void refresh(const std::shared_ptr<Entry>& e);
     // epfd holds recorded registrations (one atomic load).
     bool epoll_known(int epfd) const;
     // epfd is closed (or replaced): its registrations are forgotten.
@@ -199,12 +207,18 @@ class FdTable {
     Map::iterator erase_locked(Map::iterator it);
     // dup3 of `with` onto fd moving fd's registrations, under mu_.
     bool swap_locked(int fd, int with, int flags);
+    // An entry of a kind that swap_file() may replace.
+    static bool may_swap(const Entry& e);
+    // fd (in the table) holds e now: its bits, and its registrations
+    // dropped when e cannot be swapped, under mu_.
+    void mark_locked(int fd, const Entry& e);
 
     std::atomic<std::uint64_t> bits_[kMaxFd / 64]{};
-    std::atomic<std::uint64_t> ep_bits_[kMaxFd / 64]{};  // epfds in regs_
+    std::atomic<std::uint64_t> swap_bits_[kMaxFd / 64]{};  // fds whose entry may_swap()
+    std::atomic<std::uint64_t> ep_bits_[kMaxFd / 64]{};    // epfds in regs_
     std::mutex mu_;
     Map map_;
-    std::unordered_map<int, std::vector<EpollReg>> regs_;  // by fd, only fds in map_
+    std::unordered_map<int, std::vector<EpollReg>> regs_;  // by fd, only swappable fds in map_
 };
 FdTable& fds();
 // An entry's bridge, read under the table's lock.

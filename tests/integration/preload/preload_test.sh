@@ -678,6 +678,24 @@ epoll_sdp)
   expect_stat "$work/ep_gone.json" connect_sdp 1
   expect_stat "$work/ep_gone.json" epoll_moved 0
   expect_stat "$work/ep_gone.json" epoll_move_failed 0
+  # Once SDP is up the descriptor is never swapped again: the program's
+  # epoll_ctl() of it goes straight to the kernel (no table lookup, no
+  # fstat). The last calls of `before` (MOD, MOD, DEL on the SDP
+  # connection) seen by strace in the program's thread, with no fstat
+  # between them.
+  if command -v strace >/dev/null 2>&1; then
+    SDP_PRELOAD_LOG=error timeout -s KILL 60 strace -o "$work/strace.txt" \
+      -e trace=epoll_ctl,fstat,newfstatat "$run" "$bin/preload_epoll_connect" before 127.0.0.1 \
+      "$port" 100000 > "$work/st.log" 2>&1 || die "epoll_connect under strace ($(tail -3 "$work/st.log"))"
+    grep -E '^(epoll_ctl|fstat|newfstatat)\(' "$work/strace.txt" \
+      | awk '{ l[NR] = $0 } /^epoll_ctl/ { e = NR } END { for (i = e - 2; i <= e; i++) print l[i] }' \
+      > "$work/strace.last"
+    [ "$(cut -d'(' -f1 "$work/strace.last" | sort -u)" = epoll_ctl ] \
+      || die "epoll_ctl() of an SDP connection still looks at the table: $(cat "$work/strace.last")"
+    echo "ok: epoll_ctl() of an established SDP connection goes straight to the kernel"
+  else
+    echo "note: strace not installed: the epoll_ctl() fast path is not checked"
+  fi
   ;;
 epoll_fallback)
   # No sdp-pmd: the PMSP is a UDP port nobody answers on (1 s), and a plain
