@@ -459,10 +459,26 @@ int FdTable::epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
     }
     const bool record = it != map_.end() && may_swap(*it->second);
     const int r = real().epoll_ctl(epfd, op, fd, ev);
-    if (r != 0 || !record || epfd < 0 || epfd >= kMaxFd) {
+    if (r != 0 || !record) {
         return r;
     }
     const int saved = errno;
+    if (epfd < 0 || epfd >= kMaxFd) {
+        // Beyond ep_bits_: not recorded, so this registration stays on the
+        // old file at a swap (docs/preload.md, "Limits").
+        if (op == EPOLL_CTL_ADD) {
+            ++counters().epoll_move_failed;
+            static std::atomic<bool> logged{false};
+            if (!logged.exchange(true)) {
+                log(1,
+                    "epoll descriptor %d is beyond %d: registrations in it do not follow "
+                    "descriptors the library replaces",
+                    epfd, kMaxFd - 1);
+            }
+        }
+        errno = saved;
+        return r;
+    }
     auto& regs = regs_[fd];
     auto same =
         std::find_if(regs.begin(), regs.end(), [&](const EpollReg& g) { return g.epfd == epfd; });
