@@ -368,7 +368,10 @@ SDP_EXPORT int dup2(int fd, int fd2) {
         errno = EBADF;
         return -1;
     }
-    if (fd != fd2 && real().fcntl(fd, F_GETFD) >= 0) {
+    // Only for a number the library knows (its fcntl() costs a system call
+    // at every dup2/dup3 of the program's otherwise).
+    if (fd != fd2 && (fds().tracked(fd2) || fds().epoll_known(fd2)) &&
+        real().fcntl(fd, F_GETFD) >= 0) {
         if (fds().tracked(fd2)) {
             forget(fd2);
         }
@@ -384,7 +387,10 @@ SDP_EXPORT int dup3(int fd, int fd2, int flags) {
         errno = EBADF;
         return -1;
     }
-    if (fd != fd2 && real().fcntl(fd, F_GETFD) >= 0) {
+    // Only for a number the library knows (its fcntl() costs a system call
+    // at every dup2/dup3 of the program's otherwise).
+    if (fd != fd2 && (fds().tracked(fd2) || fds().epoll_known(fd2)) &&
+        real().fcntl(fd, F_GETFD) >= 0) {
         if (fds().tracked(fd2)) {
             forget(fd2);
         }
