@@ -213,12 +213,13 @@ ConnectInfo procedure_info(const pmclient::ConnectProcedure& proc, const char* p
 }
 
 pmclient::BlockingResolver& shared_resolver() {
-    static std::mutex mu;
-    static std::unique_ptr<pmclient::BlockingResolver> r;
-    std::lock_guard lk(mu);
-    if (!r) {
-        r = std::make_unique<pmclient::BlockingResolver>();  // may throw (bad SDP_PMSP)
-    }
+    // Never destroyed: a connect() may still be resolving on another thread
+    // when the process exits (the preload library's non-blocking connect()
+    // threads run until the process ends), and exit() runs the destructors
+    // of function-local statics while such threads are still inside
+    // resolve(). A constructor that throws (bad SDP_PMSP) leaves it
+    // uninitialized, and the next call tries again.
+    static auto* const r = new pmclient::BlockingResolver();
     return *r;
 }
 

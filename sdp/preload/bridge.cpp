@@ -30,22 +30,16 @@ void grow(std::vector<std::uint8_t>& buf, std::size_t filled) {
 constexpr int kPairBuffer = 1024 * 1024;
 
 // Every bridge that runs in this process.
-struct Registry {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::unordered_set<std::shared_ptr<Bridge>> live;
-};
-Registry& registry() {
-    static auto* r = new Registry;  // never destroyed: threads may outlive exit()
-    return *r;
+LiveSet<Bridge>& registry() {
+    return LiveSet<Bridge>::instance();
 }
 
 }  // namespace
 
-std::shared_ptr<Bridge> Bridge::create(Stream stream, int* app_fd) {
+bool Bridge::make_pair(int* app_fd, int* pump_fd) {
     int sp[2];
     if (real().socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) {
-        return nullptr;
+        return false;
     }
     // Deeper socketpair buffers: fewer wake-ups of the bridge threads and of
     // the program per byte (the kernel caps them at net.core.wmem_max).
@@ -53,20 +47,32 @@ std::shared_ptr<Bridge> Bridge::create(Stream stream, int* app_fd) {
         real().setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &kPairBuffer, sizeof kPairBuffer);
         real().setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kPairBuffer, sizeof kPairBuffer);
     }
-    struct stat st {};
-    ::fstat(sp[0], &st);
     track_internal(sp[0]);  // until the program's descriptor takes it (install)
     track_internal(sp[1]);
-    std::shared_ptr<Bridge> b(new Bridge);
-    if (!b->init(sp[1], st.st_dev, st.st_ino)) {
-        const int e = errno;
-        close_internal(sp[0]);  // sp[1] is the bridge's now
-        errno = e;
+    *app_fd = sp[0];
+    *pump_fd = sp[1];
+    return true;
+}
+
+void Bridge::restore_app_buffer(int app_fd) {
+    real().setsockopt(app_fd, SOL_SOCKET, SO_SNDBUF, &kPairBuffer, sizeof kPairBuffer);
+}
+
+std::shared_ptr<Bridge> Bridge::create(Stream stream, int* app_fd) {
+    int pump = -1;
+    if (!make_pair(app_fd, &pump)) {
         return nullptr;
     }
-    b->local_ = local_of(stream.native_handle()).value_or(pm::Endpoint{});
-    b->stream_ = std::move(stream);
-    *app_fd = sp[0];
+    struct stat st {};
+    ::fstat(*app_fd, &st);
+    auto b = adopt(std::move(stream), pump, st.st_dev, st.st_ino);
+    if (!b) {
+        const int e = errno;
+        close_internal(*app_fd);
+        close_internal(pump);
+        *app_fd = -1;
+        errno = e;
+    }
     return b;
 }
 
@@ -134,11 +140,7 @@ int Bridge::llp_setsockopt(int level, int name, const void* val, socklen_t len) 
 }
 
 void Bridge::start() {
-    {
-        auto& r = registry();
-        std::lock_guard lk(r.mu);
-        r.live.insert(shared_from_this());
-    }
+    registry().add(shared_from_this());
     ++counters().bridges_active;
     auto self = shared_from_this();
     std::thread([self] { self->rx_loop(); }).detach();
@@ -463,11 +465,7 @@ void Bridge::ended(bool rx, End how) {
     }
     --counters().bridges_active;
     write_stats();
-    auto& r = registry();
-    std::shared_ptr<Bridge> keep = shared_from_this();  // released after the lock
-    std::lock_guard lk(r.mu);
-    r.live.erase(keep);
-    r.cv.notify_all();
+    registry().remove(shared_from_this());
 }
 
 void Bridge::finish_all(std::chrono::milliseconds budget) {
@@ -486,19 +484,15 @@ void Bridge::finish_all(std::chrono::milliseconds budget) {
 }
 
 void Bridge::fork_prepare() {
-    registry().mu.lock();
+    registry().fork_prepare();
 }
 void Bridge::fork_parent() {
-    registry().mu.unlock();
+    registry().fork_parent();
 }
 void Bridge::fork_child() {
-    auto& r = registry();
     // The parent's bridges: their threads do not exist here and their
-    // streams belong to the parent. Leaked on purpose (destroying one would
-    // abort the parent's connection).
-    auto* leak = new std::unordered_set<std::shared_ptr<Bridge>>;
-    leak->swap(r.live);
-    r.mu.unlock();
+    // streams belong to the parent.
+    registry().fork_child();
 }
 
 }  // namespace sdp::preload

@@ -28,6 +28,12 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // the program's end in *app_fd (close-on-exec, blocking), or nullptr
     // with errno set. start() begins carrying bytes.
     static std::shared_ptr<Bridge> create(Stream stream, int* app_fd);
+    // The socketpair of a bridge: both ends close-on-exec, blocking, with
+    // deep buffers, remembered as the library's; false with errno.
+    static bool make_pair(int* app_fd, int* pump_fd);
+    // The program's end gets its deep send buffer again (a non-blocking
+    // connect() shrinks it while in progress, connecting.hpp).
+    static void restore_app_buffer(int app_fd);
     ~Bridge();
     Bridge(const Bridge&) = delete;
     Bridge& operator=(const Bridge&) = delete;

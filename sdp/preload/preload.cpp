@@ -5,8 +5,10 @@
 // transport is made, where the descriptor must look like a TCP socket, or
 // where the descriptor table follows the program's closes: socket, listen,
 // connect, accept/accept4, close, close_range, closefrom, dup/dup2/dup3,
-// fcntl(F_DUPFD*), getsockname/getpeername, getsockopt/setsockopt. Data
-// calls (read, write, send*, recv*, sendfile, poll, select, epoll, ioctl
+// fcntl(F_DUPFD*), getsockname/getpeername, getsockopt/setsockopt, and
+// epoll_ctl for the descriptors in the table (their registrations follow
+// the number when its file is replaced). Data
+// calls (read, write, send*, recv*, sendfile, poll, select, epoll_wait, ioctl
 // FIONREAD/SIOCATMARK/FIONBIO, fcntl O_NONBLOCK, MSG_OOB, shutdown) reach
 // the kernel unchanged: an SDP connection's descriptor is one end of an
 // AF_UNIX socketpair whose other end a Bridge carries over SDP, so the
@@ -24,8 +26,10 @@
 #include <cstdarg>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "sdp/preload/bridge.hpp"
+#include "sdp/preload/connecting.hpp"
 #include "sdp/preload/handoff.hpp"
 #include "sdp/preload/listener.hpp"
 #include "sdp/preload/state.hpp"
@@ -51,6 +55,18 @@ void forget(int fd) {
     if (current && e && e->kind == Entry::Kind::listener && e->listener && e.use_count() == 1) {
         e->listener->close();
     }
+    // A connect() in progress whose last descriptor goes: its result is
+    // discarded.
+    if (current && e && e->kind == Entry::Kind::connecting && e->connecting && !fds().holds(e)) {
+        e->connecting->closed();
+    }
+}
+
+// The program's own socket behind a descriptor whose connect() is in
+// progress (kept aside) or just handed back, for the calls it answers.
+template <typename F>
+int on_own_socket(int fd, const Entry& e, F&& f) {
+    return e.connecting ? e.connecting->on_socket(fd, f) : f(fd);
 }
 
 // The program may not close or replace the library's own descriptors (it
@@ -103,13 +119,6 @@ std::vector<int> rights_of(const msghdr* m) {
     return out;
 }
 
-int errno_of(std::error_code ec) {
-    if (ec.category() == std::generic_category() || ec.category() == std::system_category()) {
-        return ec.value() != 0 ? ec.value() : ECONNREFUSED;
-    }
-    return ECONNREFUSED;
-}
-
 // Keepalive the program set on a socket reaches its SDP connection's TCP
 // socket (14.3, Stream::set_keepalive); also for accepted connections,
 // which inherit the listening socket's options as on TCP.
@@ -117,92 +126,6 @@ void apply_keepalive(const Entry& e) {
     if (auto b = bridge_of(e); b && e.keepalive) {
         b->set_keepalive(keepalive_of(e));
     }
-}
-
-// The stream's TCP socket (soft provider), or -1; only before the bridge
-// starts (later through Bridge::llp_*, which the bridge's end serializes).
-int tcp_fd_of(const Entry& e) {
-    return e.bridge ? e.bridge->stream().native_handle() : -1;
-}
-
-// Puts the bridge's program end at `fd`, keeping the descriptor number,
-// its close-on-exec flag and O_NONBLOCK.
-bool install(int fd, int app_end, bool cloexec, bool nonblock) {
-    if (real().dup3(app_end, fd, cloexec ? O_CLOEXEC : 0) < 0) {
-        return false;
-    }
-    close_internal(app_end);
-    if (nonblock) {
-        const int fl = real().fcntl(fd, F_GETFL);
-        real().fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-    }
-    return true;
-}
-
-void set_local(Entry& e, int tcp_fd) {
-    e.local_len = sockaddr_of(local_of(tcp_fd).value_or(pm::Endpoint{}), e.family, e.local);
-}
-
-// SDP for a connect(): the result for the program, or nullopt when it is to
-// fall back to TCP on its own socket (done by the caller, outside the
-// signal mask, so that the program's signals interrupt that connect()).
-std::optional<int> sdp_connect(int fd, const std::shared_ptr<Entry>& cand, const pm::Endpoint& dest,
-                               const sockaddr* addr, socklen_t len, const Decision& d) {
-    // Threads the connect and the bridge start block every signal.
-    SignalsBlocked quiet;
-    sdp::Stream st;
-    std::error_code ec;
-    {
-        InternalScope in;
-        ec = st.connect(dest, stream_options(cand.get()));
-    }
-    if (!ec && st.used() == sdp::Transport::sdp) {
-        InternalScope in;
-        const int fdfl = real().fcntl(fd, F_GETFD);
-        const int fl = real().fcntl(fd, F_GETFL);
-        const std::string provider = st.info().provider;
-        int app = -1;
-        auto bridge = sdp::preload::Bridge::create(std::move(st), &app);
-        if (bridge && install(fd, app, (fdfl & FD_CLOEXEC) != 0, (fl & O_NONBLOCK) != 0)) {
-            auto e = std::make_shared<Entry>(*cand);
-            e->kind = Entry::Kind::sdp;
-            e->bridge = bridge;
-            std::memcpy(&e->peer, addr, std::min<std::size_t>(len, sizeof e->peer));
-            e->peer_len = std::min<socklen_t>(len, sizeof e->peer);
-            set_local(*e, tcp_fd_of(*e));  // keepalive came with stream_options()
-            fds().put(fd, e);
-            bridge->start();
-            ++counters().connect_sdp;
-            log(2, "connect %s: SDP (%s)", dest.to_string().c_str(), provider.c_str());
-            write_stats();
-            return 0;
-        }
-        const int err = errno;
-        close_internal(app);  // the bridge, never started, goes with it
-        log(1, "connect %s: cannot set up the SDP descriptor: %s", dest.to_string().c_str(),
-            std::strerror(err));
-        ++counters().connect_failed;
-        errno = err;
-        return -1;
-    }
-    const std::string why =
-        ec ? ec.message() + (st.info().reason.empty() ? "" : ": ") + st.info().reason : "not SDP";
-    if (d.use == Use::sdp) {
-        ++counters().connect_failed;
-        log(1, "connect %s: SDP failed (rule line %d: sdp only): %s", dest.to_string().c_str(),
-            d.line, why.c_str());
-        write_stats();
-        errno = errno_of(ec);
-        return -1;
-    }
-    ++counters().connect_fallback;
-    if (st.info().resolution == "timeout") {
-        remember_pm_silent(dest.address);
-    }
-    log(2, "connect %s: TCP (%s)", dest.to_string().c_str(), why.c_str());
-    fds().take(fd);
-    write_stats();
-    return std::nullopt;
 }
 
 }  // namespace
@@ -228,6 +151,30 @@ SDP_EXPORT int socket(int domain, int type, int protocol) {
 }
 
 SDP_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
+    if (!internal_call()) {
+        if (auto c = entry_of(fd, Entry::Kind::connecting)) {
+            // In progress: EALREADY. Handed back: the kept error once, as
+            // the kernel's connect() after a failed one; then on as usual.
+            if (c->connecting->running()) {
+                errno = EALREADY;
+                return -1;
+            }
+            if (const auto err = c->connecting->take_error(c); err && *err != 0) {
+                errno = *err;
+                return -1;
+            }
+        } else if (auto s = endpoint_of(addr, len) ? entry_of(fd, Entry::Kind::sdp) : nullptr) {
+            // Connected: 0 once after a non-blocking connect() (the kernel
+            // says so to the first connect() after the handshake), then
+            // EISCONN.
+            std::lock_guard lk(fds().mutex());
+            if (std::exchange(s->connect_unreported, false)) {
+                return 0;
+            }
+            errno = EISCONN;
+            return -1;
+        }
+    }
     auto e = internal_call() ? nullptr : entry_of(fd, Entry::Kind::candidate);
     auto dest = e ? endpoint_of(addr, len) : std::nullopt;
     if (!dest || dest->port == 0) {
@@ -250,7 +197,7 @@ SDP_EXPORT int connect(int fd, const sockaddr* addr, socklen_t len) {
         write_stats();
         return real().connect(fd, addr, len);
     }
-    if (auto r = sdp_connect(fd, e, *dest, addr, len, d)) {
+    if (auto r = connect_sdp(fd, e, *dest, addr, len, d)) {
         return *r;
     }
     return real().connect(fd, addr, len);
@@ -281,12 +228,15 @@ SDP_EXPORT int listen(int fd, int backlog) {
     if (!l) {
         fds().take(fd);
     } else {
-        // In place: descriptors dup()ed before listen() share the entry.
-        std::lock_guard lk(fds().mutex());
-        e->kind = Entry::Kind::listener;
-        e->bound = bound;
-        e->sdp_only = d.use == Use::sdp;
-        e->listener = std::move(l);
+        {
+            // In place: descriptors dup()ed before listen() share the entry.
+            std::lock_guard lk(fds().mutex());
+            e->kind = Entry::Kind::listener;
+            e->bound = bound;
+            e->sdp_only = d.use == Use::sdp;
+            e->listener = std::move(l);
+        }
+        fds().refresh(e);  // a listener keeps its file: its registrations need no record
     }
     write_stats();
     errno = saved;
@@ -320,14 +270,6 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
         }
         if (c) {
             InternalScope in;
-            if (!install(nfd, c->app_fd, (flags & SOCK_CLOEXEC) != 0,
-                         (flags & SOCK_NONBLOCK) != 0)) {
-                const int err = errno;
-                close_internal(c->app_fd);
-                real().close(nfd);
-                errno = err;
-                return -1;
-            }
             // Socket options of the listening socket are the accepted one's
             // (as TCP inherits them); the local address is the listening
             // port on the address the SDP connection came to.
@@ -339,8 +281,15 @@ SDP_EXPORT int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
             ne->local_len = sockaddr_of(
                 pm::Endpoint{c->local.address, e->bound ? e->bound->port : c->local.port},
                 e->family, ne->local);
+            if (!install(nfd, c->app_fd, (flags & SOCK_CLOEXEC) != 0, (flags & SOCK_NONBLOCK) != 0,
+                         nullptr, ne)) {
+                const int err = errno;
+                close_internal(c->app_fd);
+                real().close(nfd);
+                errno = err;
+                return -1;
+            }
             apply_keepalive(*ne);
-            fds().put(nfd, ne);
             ++counters().accept_sdp;
             log(2, "accept: SDP from %s", c->peer.to_string().c_str());
             copy_out(ne->peer, ne->peer_len, addr, len);
@@ -373,6 +322,7 @@ SDP_EXPORT int close(int fd) {
         }
         forget(fd);
     }
+    fds().forget_epoll(fd);  // one atomic load unless fd is an epoll set we recorded in
     return real().close(fd);
 }
 
@@ -390,6 +340,7 @@ SDP_EXPORT int close_range(unsigned first, unsigned last, int flags) {
         if (fds().tracked(static_cast<int>(fd)) && !library_owned(static_cast<int>(fd))) {
             forget(static_cast<int>(fd));
         }
+        fds().forget_epoll(static_cast<int>(fd));
     }
     unsigned from = first;
     for (int own : fds().internal_in(first, last)) {
@@ -417,8 +368,14 @@ SDP_EXPORT int dup2(int fd, int fd2) {
         errno = EBADF;
         return -1;
     }
-    if (fd != fd2 && fds().tracked(fd2) && real().fcntl(fd, F_GETFD) >= 0) {
-        forget(fd2);
+    // Only for a number the library knows (its fcntl() costs a system call
+    // at every dup2/dup3 of the program's otherwise).
+    if (fd != fd2 && (fds().tracked(fd2) || fds().epoll_known(fd2)) &&
+        real().fcntl(fd, F_GETFD) >= 0) {
+        if (fds().tracked(fd2)) {
+            forget(fd2);
+        }
+        fds().forget_epoll(fd2);
     }
     const int r = real().dup2(fd, fd2);
     copy_entry(fd, r);
@@ -430,8 +387,14 @@ SDP_EXPORT int dup3(int fd, int fd2, int flags) {
         errno = EBADF;
         return -1;
     }
-    if (fd != fd2 && fds().tracked(fd2) && real().fcntl(fd, F_GETFD) >= 0) {
-        forget(fd2);
+    // Only for a number the library knows (its fcntl() costs a system call
+    // at every dup2/dup3 of the program's otherwise).
+    if (fd != fd2 && (fds().tracked(fd2) || fds().epoll_known(fd2)) &&
+        real().fcntl(fd, F_GETFD) >= 0) {
+        if (fds().tracked(fd2)) {
+            forget(fd2);
+        }
+        fds().forget_epoll(fd2);
     }
     const int r = real().dup3(fd, fd2, flags);
     copy_entry(fd, r);
@@ -474,6 +437,9 @@ SDP_EXPORT int getsockname(int fd, sockaddr* addr, socklen_t* len) {
         copy_out(e->local, e->local_len, addr, len);
         return 0;
     }
+    if (auto c = entry_of(fd, Entry::Kind::connecting)) {
+        return on_own_socket(fd, *c, [&](int s) { return real().getsockname(s, addr, len); });
+    }
     return real().getsockname(fd, addr, len);
 }
 
@@ -485,6 +451,9 @@ SDP_EXPORT int getpeername(int fd, sockaddr* addr, socklen_t* len) {
         }
         copy_out(e->peer, e->peer_len, addr, len);
         return 0;
+    }
+    if (auto c = entry_of(fd, Entry::Kind::connecting)) {
+        return on_own_socket(fd, *c, [&](int s) { return real().getpeername(s, addr, len); });
     }
     return real().getpeername(fd, addr, len);
 }
@@ -546,9 +515,11 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
         return -1;
     }
     if (e->kind != Entry::Kind::sdp) {
-        // Not an SDP connection (yet): the kernel socket takes it, and the
+        // Not an SDP connection (yet): the kernel socket takes it (the
+        // program's own, also while its connect() is in progress), and the
         // kept options carry over to an SDP connection made from it.
-        const int r = real().setsockopt(fd, level, name, val, len);
+        const int r = on_own_socket(
+            fd, *e, [&](int s) { return real().setsockopt(s, level, name, val, len); });
         if (r == 0 && kept) {
             keep_option(*e, level, name, v);
         }
@@ -580,6 +551,17 @@ SDP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_
     // Other TCP options (TCP_USER_TIMEOUT...) apply to the LLP socket.
     const auto b = bridge_of(*e);
     return b ? b->llp_setsockopt(level, name, val, len) : 0;
+}
+
+// Epoll registrations of the descriptors the library may give another file
+// (a connect() in progress, SDP up, the TCP fallback; FdTable::swap_file)
+// are recorded and move with the number. Others, and the library's own
+// calls, reach the kernel unchanged.
+SDP_EXPORT int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
+    if (internal_call() || !fds().swappable(fd)) {
+        return real().epoll_ctl(epfd, op, fd, ev);
+    }
+    return fds().epoll_ctl(epfd, op, fd, ev);
 }
 
 // Threads the library's code starts (the SDP channel's helper, the
@@ -656,6 +638,18 @@ SDP_EXPORT ssize_t recvmsg(int fd, msghdr* m, int flags) {
 }
 
 SDP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
+    if (auto c = internal_call() ? nullptr : entry_of(fd, Entry::Kind::connecting)) {
+        // In progress: the program's own socket answers (SO_ERROR 0, as in
+        // SYN_SENT). Handed back: SO_ERROR is the kept error once, else the
+        // kernel's.
+        if (level == SOL_SOCKET && name == SO_ERROR) {
+            if (const auto err = c->connecting->take_error(c); err && *err != 0) {
+                return put_int(val, len, *err);
+            }
+        }
+        return on_own_socket(fd, *c,
+                             [&](int s) { return real().getsockopt(s, level, name, val, len); });
+    }
     auto e = internal_call() ? nullptr : entry_of(fd, Entry::Kind::sdp);
     if (!e) {
         return real().getsockopt(fd, level, name, val, len);
@@ -705,6 +699,7 @@ pid_t g_forking = 0;
 void fork_prepare() {
     g_forking = ::getpid();
     state_fork_prepare();
+    LiveSet<Connecting>::instance().fork_prepare();
     Bridge::fork_prepare();
     fds().mutex().lock();
 }
@@ -712,12 +707,14 @@ void fork_parent() {
     fds().mutex().unlock();
     claims_after_fork();  // the child may accept doorbells of our listeners
     Bridge::fork_parent();
+    LiveSet<Connecting>::instance().fork_parent();
     state_fork_parent();
 }
 void fork_child() {
     fds().after_fork_child(g_forking);
     fds().mutex().unlock();
     Bridge::fork_child();
+    LiveSet<Connecting>::instance().fork_child();
     state_fork_child();
     heir_after_fork(g_forking);  // connections of the parent's may come here (13.1.1)
 }
@@ -735,6 +732,8 @@ __attribute__((destructor)) void preload_fini() {
     for (const auto& l : fds().listeners()) {
         l->close();
     }
+    // connect()s still in progress are abandoned (not waited for).
+    Connecting::finish_all();
     // Connections a child still holds move to it (13.1.1); the others close.
     hand_off_at_exit(settings().exit_linger);
     Bridge::finish_all(settings().exit_linger);

@@ -20,6 +20,7 @@
 
 #include "pmclient/sockaddr.hpp"
 #include "sdp/preload/bridge.hpp"
+#include "sdp/preload/connecting.hpp"
 #include "sdp/preload/listener.hpp"
 
 namespace sdp::preload {
@@ -151,6 +152,7 @@ const Real& real() {
         SDP_PRELOAD_RESOLVE(sendmsg);
         SDP_PRELOAD_RESOLVE(recvmsg);
         SDP_PRELOAD_RESOLVE(pthread_create);
+        SDP_PRELOAD_RESOLVE(epoll_ctl);
 #undef SDP_PRELOAD_RESOLVE
         if (x.fcntl64 == nullptr) {
             x.fcntl64 = x.fcntl;
@@ -194,6 +196,52 @@ bool FdTable::tracked(int fd) const {
     return (bits_[fd / 64].load(std::memory_order_acquire) >> (fd % 64)) & 1u;
 }
 
+bool FdTable::current(int fd, const Entry& e) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 && st.st_dev == e.dev && st.st_ino == e.ino;
+}
+
+bool FdTable::swappable(int fd) const {
+    if (fd < 0 || fd >= kMaxFd) {
+        return false;
+    }
+    return (swap_bits_[fd / 64].load(std::memory_order_acquire) >> (fd % 64)) & 1u;
+}
+
+bool FdTable::may_swap(const Entry& e) {
+    return e.kind == Entry::Kind::candidate || e.kind == Entry::Kind::connecting;
+}
+
+void FdTable::mark_locked(int fd, const Entry& e) {
+    const std::uint64_t bit = std::uint64_t{1} << (fd % 64);
+    bits_[fd / 64].fetch_or(bit, std::memory_order_release);
+    if (may_swap(e)) {
+        swap_bits_[fd / 64].fetch_or(bit, std::memory_order_release);
+    } else {
+        // An SDP connection or a listener keeps its file: the program's
+        // epoll_ctl() of it goes straight to the kernel from now on.
+        swap_bits_[fd / 64].fetch_and(~bit, std::memory_order_release);
+        regs_.erase(fd);
+    }
+}
+
+void FdTable::refresh(const std::shared_ptr<Entry>& e) {
+    std::lock_guard lk(mu_);
+    for (const auto& [fd, held] : map_) {
+        if (held == e) {
+            mark_locked(fd, *e);
+        }
+    }
+}
+
+FdTable::Map::iterator FdTable::erase_locked(Map::iterator it) {
+    const int fd = it->first;
+    bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+    swap_bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+    regs_.erase(fd);  // the epfds' bits stay until they close (a stale bit costs a lock)
+    return map_.erase(it);
+}
+
 std::shared_ptr<Entry> FdTable::get(int fd) {
     if (!tracked(fd)) {
         return nullptr;
@@ -207,8 +255,7 @@ std::shared_ptr<Entry> FdTable::get(int fd) {
     }
     if (!open || st.st_dev != it->second->dev || st.st_ino != it->second->ino) {
         // Closed behind the library's back, the number now another file's.
-        bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
-        map_.erase(it);
+        erase_locked(it);
         return nullptr;
     }
     return it->second;
@@ -225,8 +272,11 @@ void FdTable::put(int fd, std::shared_ptr<Entry> e) {
     e->dev = st.st_dev;
     e->ino = st.st_ino;
     std::lock_guard lk(mu_);
-    map_[fd] = std::move(e);
-    bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
+    auto [it, fresh] = map_.insert_or_assign(fd, std::move(e));
+    if (fresh) {
+        regs_.erase(fd);  // none should be there: only numbers in the table have some
+    }
+    mark_locked(fd, *it->second);
 }
 
 bool FdTable::put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino) {
@@ -240,8 +290,8 @@ bool FdTable::put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino
     }
     e->dev = dev;
     e->ino = ino;
+    mark_locked(fd, *e);
     map_[fd] = std::move(e);
-    bits_[fd / 64].fetch_or(std::uint64_t{1} << (fd % 64), std::memory_order_release);
     return true;
 }
 
@@ -250,14 +300,229 @@ std::shared_ptr<Entry> FdTable::take(int fd) {
         return nullptr;
     }
     std::lock_guard lk(mu_);
-    bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
     auto it = map_.find(fd);
     if (it == map_.end()) {
+        bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+        swap_bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
         return nullptr;
     }
     auto e = std::move(it->second);
-    map_.erase(it);
+    erase_locked(it);
     return e;
+}
+
+int FdTable::replace(const std::shared_ptr<Entry>& from, const std::shared_ptr<Entry>& to) {
+    int n = 0;
+    std::lock_guard lk(mu_);
+    for (auto it = map_.begin(); it != map_.end();) {
+        if (it->second != from) {
+            ++it;
+            continue;
+        }
+        ++n;
+        if (to) {
+            to->dev = from->dev;
+            to->ino = from->ino;
+            it->second = to;
+            mark_locked(it->first, *to);
+            ++it;
+        } else {
+            it = erase_locked(it);
+        }
+    }
+    return n;
+}
+
+bool FdTable::holds(const std::shared_ptr<Entry>& e) {
+    std::lock_guard lk(mu_);
+    return std::any_of(map_.begin(), map_.end(), [&](const auto& kv) { return kv.second == e; });
+}
+
+bool FdTable::swap_locked(int fd, int with, int flags) {
+    // The registrations of fd are on the file now at fd: taken off it first
+    // (after the dup3, a DEL would reach the new file; the old one may live
+    // on elsewhere, a copy the library keeps, a dup of the program's, and
+    // would go on reporting its events under the program's data).
+    // Only those the kernel still had are made again: a record whose DEL
+    // fails (ENOENT, or EBADF/EINVAL when the epoll descriptor is gone) was
+    // removed by a way the library does not see (a forked child's DEL on
+    // the shared epoll set, a DEL through a dup of the epoll descriptor, an
+    // epoll descriptor closed by a raw system call and its number reused),
+    // and making it again would hand the program its old data (often a
+    // pointer it has freed). Such records are dropped.
+    auto rit = regs_.find(fd);
+    std::vector<EpollReg> moving;
+    if (rit != regs_.end()) {
+        std::vector<EpollReg> kept;
+        for (auto& r : rit->second) {
+            if (real().epoll_ctl(r.epfd, EPOLL_CTL_DEL, fd, nullptr) == 0) {
+                kept.push_back(r);
+            } else {
+                log(3, "descriptor %d: its epoll registration in %d is gone (%s): forgotten", fd,
+                    r.epfd, std::strerror(errno));
+            }
+        }
+        moving = kept;
+        if (kept.empty()) {
+            regs_.erase(rit);
+        } else {
+            rit->second = std::move(kept);
+        }
+    }
+    const bool ok = real().dup3(with, fd, flags) >= 0;
+    const int err = errno;
+    // Made again on the file now at fd (the new one, or the old one when
+    // dup3 failed): same events, same data. An ADD of a file that is
+    // ready already reports it, edge-triggered too.
+    std::size_t failed = 0;
+    for (auto& r : moving) {
+        epoll_event ev = r.ev;
+        if (real().epoll_ctl(r.epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
+            (errno != EEXIST || real().epoll_ctl(r.epfd, EPOLL_CTL_MOD, fd, &ev) != 0)) {
+            ++failed;
+            log(1, "descriptor %d: its epoll registration in %d could not move: %s", fd, r.epfd,
+                std::strerror(errno));
+        }
+    }
+    if (!moving.empty()) {
+        counters().epoll_moved += moving.size() - failed;
+        counters().epoll_move_failed += failed;
+    }
+    errno = err;
+    return ok;
+}
+
+bool FdTable::swap_file(int fd, const std::shared_ptr<Entry>& expect, int with, int flags,
+                        std::shared_ptr<Entry> next) {
+    std::lock_guard lk(mu_);
+    if (fd < 0 || fd >= kMaxFd) {
+        return expect == nullptr && swap_locked(fd, with, flags);  // beyond the table: no entry
+    }
+    auto it = map_.find(fd);
+    // Under the lock: the program's close()/dup2()/epoll_ctl() of fd wait
+    // here, so fd cannot become another file of the program's meanwhile and
+    // no registration of it is made on the old file after the move.
+    if (expect && (it == map_.end() || it->second != expect || !current(fd, *expect))) {
+        errno = EBADF;  // the program closed or replaced it meanwhile
+        return false;
+    }
+    if (!swap_locked(fd, with, flags)) {
+        return false;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+        return false;
+    }
+    next->dev = st.st_dev;
+    next->ino = st.st_ino;
+    mark_locked(fd, *next);
+    map_.insert_or_assign(fd, std::move(next));
+    return true;
+}
+
+int FdTable::swap_file_all(const std::shared_ptr<Entry>& expect, int with,
+                           std::shared_ptr<Entry> next) {
+    struct stat st {};
+    if (::fstat(with, &st) != 0) {
+        return 0;
+    }
+    next->dev = st.st_dev;
+    next->ino = st.st_ino;
+    int n = 0;
+    std::lock_guard lk(mu_);
+    for (auto it = map_.begin(); it != map_.end();) {
+        if (it->second != expect) {
+            ++it;
+            continue;
+        }
+        const int fd = it->first;
+        const int fdfl = real().fcntl(fd, F_GETFD);
+        if (!current(fd, *expect) || fdfl < 0 ||
+            !swap_locked(fd, with, (fdfl & FD_CLOEXEC) != 0 ? O_CLOEXEC : 0)) {
+            it = erase_locked(it);  // no longer the program's socket
+            continue;
+        }
+        it->second = next;
+        mark_locked(fd, *next);
+        ++n;
+        ++it;
+    }
+    return n;
+}
+
+int FdTable::epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
+    std::lock_guard lk(mu_);
+    auto it = map_.find(fd);
+    if (it != map_.end() && !current(fd, *it->second)) {
+        erase_locked(it);  // another file than the entry's: not recorded
+        it = map_.end();
+    }
+    const bool record = it != map_.end() && may_swap(*it->second);
+    const int r = real().epoll_ctl(epfd, op, fd, ev);
+    if (r != 0 || !record) {
+        return r;
+    }
+    const int saved = errno;
+    if (epfd < 0 || epfd >= kMaxFd) {
+        // Beyond ep_bits_: not recorded, so this registration stays on the
+        // old file at a swap (docs/preload.md, "Limits").
+        if (op == EPOLL_CTL_ADD) {
+            ++counters().epoll_move_failed;
+            static std::atomic<bool> logged{false};
+            if (!logged.exchange(true)) {
+                log(1,
+                    "epoll descriptor %d is beyond %d: registrations in it do not follow "
+                    "descriptors the library replaces",
+                    epfd, kMaxFd - 1);
+            }
+        }
+        errno = saved;
+        return r;
+    }
+    auto& regs = regs_[fd];
+    auto same =
+        std::find_if(regs.begin(), regs.end(), [&](const EpollReg& g) { return g.epfd == epfd; });
+    if (op == EPOLL_CTL_DEL) {
+        if (same != regs.end()) {
+            regs.erase(same);
+        }
+    } else if (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) {
+        if (same != regs.end()) {
+            same->ev = *ev;
+        } else {
+            try {
+                regs.push_back(EpollReg{epfd, *ev});
+            } catch (const std::bad_alloc&) {
+                // not recorded: this registration stays on the old file at a swap
+            }
+            ep_bits_[epfd / 64].fetch_or(std::uint64_t{1} << (epfd % 64),
+                                         std::memory_order_release);
+        }
+    }
+    if (regs.empty()) {
+        regs_.erase(fd);
+    }
+    errno = saved;
+    return r;
+}
+
+bool FdTable::epoll_known(int epfd) const {
+    if (epfd < 0 || epfd >= kMaxFd) {
+        return false;
+    }
+    return (ep_bits_[epfd / 64].load(std::memory_order_acquire) >> (epfd % 64)) & 1u;
+}
+
+void FdTable::forget_epoll(int epfd) {
+    if (!epoll_known(epfd)) {
+        return;
+    }
+    std::lock_guard lk(mu_);
+    ep_bits_[epfd / 64].fetch_and(~(std::uint64_t{1} << (epfd % 64)), std::memory_order_release);
+    for (auto it = regs_.begin(); it != regs_.end();) {
+        std::erase_if(it->second, [&](const EpollReg& g) { return g.epfd == epfd; });
+        it = it->second.empty() ? regs_.erase(it) : std::next(it);
+    }
 }
 
 void FdTable::after_fork_child(pid_t parent) {
@@ -268,13 +533,28 @@ void FdTable::after_fork_child(pid_t parent) {
         Entry& e = *it->second;
         if (e.kind == Entry::Kind::internal) {
             real().close(it->first);
-            bits_[it->first / 64].fetch_and(~(std::uint64_t{1} << (it->first % 64)));
             leak->push_back(std::move(it->second));
-            it = map_.erase(it);
+            it = erase_locked(it);
             continue;
         }
         if (e.bridge) {
             leak->push_back(std::move(e.bridge));
+        }
+        if (e.kind == Entry::Kind::connecting) {
+            // The parent's thread completes it: a connection made over SDP
+            // is served by the parent's bridge, as any inherited one; a
+            // socket handed back is the program's own kernel socket.
+            const bool running = e.connecting && e.connecting->running();
+            if (e.connecting) {
+                leak->push_back(std::move(e.connecting));
+            }
+            if (!running) {
+                leak->push_back(std::move(it->second));
+                it = erase_locked(it);
+                continue;
+            }
+            e.kind = Entry::Kind::sdp;
+            mark_locked(it->first, e);  // the parent's thread swaps nothing here
         }
         if (e.listener) {
             // The parent takes its SDP connections; a doorbell this process
@@ -345,6 +625,22 @@ void track_internal(int fd) {
     auto e = std::make_shared<Entry>();
     e->kind = Entry::Kind::internal;
     fds().put(fd, std::move(e));
+}
+
+bool install(int fd, int app_fd, bool cloexec, bool nonblock, const std::shared_ptr<Entry>& expect,
+             std::shared_ptr<Entry> next, bool keep_app) {
+    if (nonblock) {
+        // On the file before it reaches the number: never blocking there.
+        const int fl = real().fcntl(app_fd, F_GETFL);
+        real().fcntl(app_fd, F_SETFL, fl | O_NONBLOCK);
+    }
+    if (!fds().swap_file(fd, expect, app_fd, cloexec ? O_CLOEXEC : 0, std::move(next))) {
+        return false;
+    }
+    if (!keep_app) {
+        close_internal(app_fd);
+    }
+    return true;
 }
 
 void close_internal(int fd) {

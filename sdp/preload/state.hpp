@@ -1,20 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // The preload library's process state: the real libc functions, the table of
 // descriptors it knows, logging and counters (docs/preload.md, "How it
-// works"). Only preload.cpp, bridge.cpp and listener.cpp include this.
+// works"). Only the library's own sources (sdp/preload/*.cpp) include this.
 #pragma once
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "pmclient/address.hpp"
@@ -44,6 +47,7 @@ struct Real {
     ssize_t (*sendmsg)(int, const msghdr*, int);
     ssize_t (*recvmsg)(int, msghdr*, int);
     int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+    int (*epoll_ctl)(int, int, int, epoll_event*);
 };
 const Real& real();
 
@@ -75,14 +79,16 @@ class SignalsBlocked {
 
 class Bridge;
 class Listener;
+class Connecting;
 
 // What the library knows of a descriptor.
 struct Entry {
     enum class Kind : std::uint8_t {
-        candidate,  // an AF_INET/AF_INET6 stream socket the program made, not yet connected
-        sdp,        // the program's end of a bridged SDP connection
-        listener,   // a listening socket that also takes SDP connections
-        internal,   // the library's own (closed in a forked child)
+        candidate,   // an AF_INET/AF_INET6 stream socket the program made, not yet connected
+        sdp,         // the program's end of a bridged SDP connection
+        listener,    // a listening socket that also takes SDP connections
+        connecting,  // a non-blocking connect() in progress, or just handed back (connecting.hpp)
+        internal,    // the library's own (closed in a forked child)
     };
     Kind kind = Kind::candidate;
     int family = AF_INET;
@@ -109,6 +115,12 @@ struct Entry {
     // thread sets it when a connection is taken over (handoff.hpp).
     std::shared_ptr<Bridge> bridge;
     std::shared_ptr<Listener> listener;
+    // connecting: the connect() in progress (or handed back).
+    std::shared_ptr<Connecting> connecting;
+    // sdp, made by a non-blocking connect(): the next connect() returns 0
+    // once (as the kernel's does after the handshake completed), later ones
+    // EISCONN. Read and cleared under the table's lock.
+    bool connect_unreported = false;
 };
 
 // The descriptor table. Lookups for untracked descriptors cost one atomic
@@ -126,6 +138,47 @@ class FdTable {
     bool put_if_file(int fd, std::shared_ptr<Entry> e, dev_t dev, ino_t ino);
     // Drops fd; returns what it held.
     std::shared_ptr<Entry> take(int fd);
+    // Every descriptor that holds `from` holds `to` instead (dropped when
+    // `to` is null; `to` describes the same file); how many did.
+    int replace(const std::shared_ptr<Entry>& from, const std::shared_ptr<Entry>& to);
+    // Some descriptor holds e.
+    bool holds(const std::shared_ptr<Entry>& e);
+
+    // --- the file behind a program's descriptor number -------------------
+    // The one place where the library puts another open file at a number
+    // the program holds (dup3 of `with` onto fd, with `flags`), `next`
+    // becoming fd's entry; the program's epoll registrations of fd move
+    // with the number (see epoll_ctl()). With `expect`: only if fd still
+    // holds it and its file. False (nothing done) otherwise (EBADF), or
+    // with dup3's errno.
+    bool swap_file(int fd, const std::shared_ptr<Entry>& expect, int with, int flags,
+                   std::shared_ptr<Entry> next);
+    // swap_file() at every descriptor that holds `expect` (dups made
+    // meanwhile), each keeping its close-on-exec flag; all of them share
+    // `next`. How many were swapped.
+    int swap_file_all(const std::shared_ptr<Entry>& expect, int with, std::shared_ptr<Entry> next);
+
+    // --- epoll registrations of tracked descriptors -----------------------
+    // Epoll keys a registration on (open file, number): when swap_file()
+    // changes the file behind a number, the registrations the program made
+    // for that number are taken off the old file and made again, with the
+    // same events and data, on the new one. They are recorded only for
+    // descriptors in the table, and forgotten with them.
+    // Only numbers whose entry may still be swapped (candidate, connecting)
+    // have their registrations recorded; an entry that becomes sdp or a
+    // listener drops them (swap_file() is never called for those).
+    // fd's entry may still be swapped (one atomic load).
+    bool swappable(int fd) const;
+    // The program's epoll_ctl() for a swappable fd (serialized with swaps).
+    int epoll_ctl(int epfd, int op, int fd, epoll_event* ev);
+    // e was changed in place (a listener now): the numbers holding it are
+    // marked again (registrations dropped if it can no longer be swapped).
+    void refresh(const std::shared_ptr<Entry>& e);
+    // epfd holds recorded registrations (one atomic load).
+    bool epoll_known(int epfd) const;
+    // epfd is closed (or replaced): its registrations are forgotten.
+    void forget_epoll(int epfd);
+
     // fork(): the child keeps the program's descriptors and closes the
     // library's (sockets, socketpair ends and listeners of the parent's
     // bridges, which live on in the parent only).
@@ -143,16 +196,75 @@ class FdTable {
     std::mutex& mutex() { return mu_; }
 
   private:
+    struct EpollReg {
+        int epfd;
+        epoll_event ev;
+    };
+    using Map = std::unordered_map<int, std::shared_ptr<Entry>>;
+    // fd still describes the file of its entry (fstat), under mu_.
+    static bool current(int fd, const Entry& e);
+    // Drops an entry and the registrations of its number, under mu_.
+    Map::iterator erase_locked(Map::iterator it);
+    // dup3 of `with` onto fd moving fd's registrations, under mu_.
+    bool swap_locked(int fd, int with, int flags);
+    // An entry of a kind that swap_file() may replace.
+    static bool may_swap(const Entry& e);
+    // fd (in the table) holds e now: its bits, and its registrations
+    // dropped when e cannot be swapped, under mu_.
+    void mark_locked(int fd, const Entry& e);
+
     std::atomic<std::uint64_t> bits_[kMaxFd / 64]{};
+    std::atomic<std::uint64_t> swap_bits_[kMaxFd / 64]{};  // fds whose entry may_swap()
+    std::atomic<std::uint64_t> ep_bits_[kMaxFd / 64]{};    // epfds in regs_
     std::mutex mu_;
-    std::unordered_map<int, std::shared_ptr<Entry>> map_;
+    Map map_;
+    std::unordered_map<int, std::vector<EpollReg>> regs_;  // by fd, only swappable fds in map_
 };
 FdTable& fds();
 // An entry's bridge, read under the table's lock.
 std::shared_ptr<Bridge> bridge_of(const Entry& e);
 
+// The objects of one kind (bridges, connect()s in progress) whose library
+// threads run in this process. Never destroyed (threads may outlive
+// exit()); locked across fork(), and in the child the parent's are
+// forgotten without being touched (leaked: destroying one would act on the
+// parent's connection).
+template <typename T>
+struct LiveSet {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::unordered_set<std::shared_ptr<T>> live;
+
+    static LiveSet& instance() {
+        static auto* s = new LiveSet;
+        return *s;
+    }
+    void add(std::shared_ptr<T> t) {
+        std::lock_guard lk(mu);
+        live.insert(std::move(t));
+    }
+    void remove(std::shared_ptr<T> t) {  // by value: released after the lock
+        std::lock_guard lk(mu);
+        live.erase(t);
+        cv.notify_all();
+    }
+    void fork_prepare() { mu.lock(); }
+    void fork_parent() { mu.unlock(); }
+    void fork_child() {
+        auto* leak = new std::unordered_set<std::shared_ptr<T>>;
+        leak->swap(live);
+        mu.unlock();
+    }
+};
+
 // Remembers a descriptor the library made (closed in a forked child).
 void track_internal(int fd);
+// Puts the program's end of a bridge at `fd` (FdTable::swap_file, `next`
+// its entry, only while fd holds `expect` when given), keeping the
+// descriptor number, its close-on-exec flag and O_NONBLOCK; closes app_fd
+// unless keep_app. False (app_fd still open), with errno when dup3 failed.
+bool install(int fd, int app_fd, bool cloexec, bool nonblock, const std::shared_ptr<Entry>& expect,
+             std::shared_ptr<Entry> next, bool keep_app = false);
 // Forgets and closes one.
 void close_internal(int fd);
 
@@ -186,6 +298,10 @@ void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
     X(connect_tcp_rule) \
     X(connect_fallback) \
     X(connect_failed) \
+    X(connect_async) \
+    X(connect_abandoned) \
+    X(epoll_moved) \
+    X(epoll_move_failed) \
     X(listen_sdp) \
     X(listen_tcp_rule) \
     X(register_failed) \

@@ -86,8 +86,10 @@ class Category final : public std::error_category {
 }  // namespace
 
 const std::error_category& category() {
-    static const Category c;
-    return c;
+    // Never destroyed: error codes of this category may be made and read by
+    // threads that run on while the process exits.
+    static const auto* const c = new Category;
+    return *c;
 }
 
 std::error_code make_error_code(Errc e) {

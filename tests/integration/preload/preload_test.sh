@@ -22,6 +22,32 @@
 #               (SCM_RIGHTS) and closed by its maker; sendfile(2) on it
 #   flags       non-blocking connect, accept4 flags, non-blocking I/O, and no
 #               stale entry after close_range() (flags_check.py)
+#   nbconnect   non-blocking connect() (nb_connect.py sdp): EINPROGRESS at
+#               once, POLLOUT and SO_ERROR 0 over SDP, connect() again, fork()
+#               while in progress, asyncio's sock_connect; with a Port Mapper
+#               that takes the PMReq and never answers: close() while in
+#               progress, and an exit while in progress that does not wait
+#   epoll_sdp   one epoll registration kept across connect() over SDP
+#               (epoll_connect.c): made before a non-blocking or a blocking
+#               connect() and changed with EPOLL_CTL_MOD (Boost.Asio, Netty,
+#               nginx), or made edge-triggered while in progress (tokio, NIO)
+#   epoll_fallback  the same with no Port Mapper and a plain TCP server: the
+#               registration follows the program's socket back at the TCP
+#               fallback, also on a dup() made while in progress; and (both)
+#               a registration deleted through a dup() of the epoll
+#               descriptor is not made again by the library (gone)
+#   nbconnect_fallback  non-blocking connect() with a Port Mapper that does
+#               not answer: the in-progress state (EALREADY, EAGAIN, not
+#               writable, also for an epoll registration), TCP on the
+#               program's own socket under `both` (refused: SO_ERROR
+#               ECONNREFUSED), and SO_ERROR ECONNREFUSED under `sdp`; both
+#               also with a Node.js (libuv) client when node is installed
+#   nbconnect_exit  a program that starts 4 non-blocking connect()s
+#               (epoll-registered) and returns from main() within 0-4 ms
+#               (exit_race.c), 40 times each against an SDP server with a
+#               Port Mapper that answers and against a plain TCP server:
+#               every run exits 0 (no signal at exit while a connect thread
+#               is still asking the Port Mapper or connecting)
 #   exit        a program that writes and exits without close(): every byte
 #               arrives, then end of stream (not a reset)
 #   fd_handover an SDP descriptor passed to an unrelated process whose maker
@@ -234,6 +260,59 @@ sum_stat() {
   "$py" -c 'import json,sys; print(sum(json.load(open(f))[sys.argv[1]] for f in sys.argv[2:]))' \
     "$key" "$@" 2>/dev/null
 }
+# checks NAME WHAT CMD...: a checking program preloaded (NAME.json, NAME.log),
+# its lines shown; dies with WHAT when it fails.
+checks() {
+  local name=$1 what=$2
+  shift 2
+  preload "$name" "$@" > "$work/$name.log" 2> "$work/$name.err"
+  local rc=$?
+  cat "$work/$name.log"
+  [ "$rc" -eq 0 ] || die "$what"
+}
+# node_client NAME: a Node.js (libuv, epoll) client preloaded as NAME
+# connects to the echo server on $port and gets its bytes back (libuv
+# connects non-blocking and reads SO_ERROR); nothing when node is missing.
+node_client() {
+  command -v node >/dev/null 2>&1 || { echo "note: node not installed"; return 0; }
+  preload "$1" node -e '
+    const s = require("net").connect(+process.argv[1], "127.0.0.1", () => s.write("hello"));
+    s.on("data", (d) => { console.log("got " + d); s.end(); });
+    s.on("error", (e) => { console.log("error " + e.code); process.exitCode = 1; });
+    setTimeout(() => { console.log("timeout"); process.exit(2); }, 15000).unref();' "$port" \
+    > "$work/$1.log" 2> "$work/$1.err"
+  grep -qx "got hello" "$work/$1.log" || die "node client: $(cat "$work/$1.log")"
+  expect_stat "$work/$1.json" connect_async 1
+}
+# silent_pm: a Port Mapper that takes PMReqs and never answers; each one
+# is a line in $work/pmreq; its address in $silent_pmsp.
+silent_pm() {
+  "$py" -c '
+import socket, sys
+s = socket.socket(type=socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+__import__("os").rename(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    s.recv(2048)
+    with open(sys.argv[2], "a") as f:
+        f.write("PMReq\n")' "$work/silent.port" "$work/pmreq" &
+  pids+=($!)
+  local i
+  for ((i = 0; i < 100; i++)); do [ -s "$work/silent.port" ] && break; sleep 0.1; done
+  [ -s "$work/silent.port" ] || die "the silent Port Mapper did not start"
+  silent_pmsp=127.0.0.1:$(cat "$work/silent.port")
+}
+# epoll_clients WHERE MODE...: preload_epoll_connect in each MODE against the
+# echo server on $port (as ep_MODE: ep_MODE.json, ep_MODE.log).
+epoll_clients() {
+  local where=$1 mode
+  shift
+  for mode in "$@"; do
+    checks "ep_$mode" "epoll registration across connect() ($mode, $where)" \
+      "$bin/preload_epoll_connect" "$mode" 127.0.0.1 "$port" 1000000
+  done
+}
 serve() {
   preload srv "$@" > "$work/srv.log" 2> "$work/srv.err" &
   srv=$!
@@ -302,6 +381,7 @@ http)
       2> "$work/cli$n.err" || die "curl $n failed"
     same "$work/www/blob.bin" "$work/got$n" "curl $n"
     expect_stat "$work/cli$n.json" connect_sdp 1
+    expect_stat "$work/cli$n.json" connect_async 1  # curl connects non-blocking
   done
   capture_stop
   expect_sdp_on_wire 3
@@ -314,6 +394,9 @@ asyncio)
     > "$work/cli.log" 2> "$work/cli.err" || die "asyncio client failed: $(cat "$work/cli.log")"
   grep -q "^OK 4 " "$work/cli.log" || die "asyncio client: $(cat "$work/cli.log")"
   expect_stat "$work/cli.json" connect_sdp 4
+  # asyncio's sock_connect got EINPROGRESS each time (a library thread
+  # connected while the event loop ran).
+  expect_stat "$work/cli.json" connect_async 4
   ;;
 forking)
   start_pmd
@@ -517,12 +600,167 @@ fd_passing)
 flags)
   start_pmd
   port=$(pick_port)
-  preload fl "$py" "$here/flags_check.py" 127.0.0.1 "$port" > "$work/fl.log" 2> "$work/fl.err"
-  rc=$?
-  cat "$work/fl.log"
-  [ "$rc" -eq 0 ] || die "descriptor checks failed"
+  checks fl "descriptor checks failed" "$py" "$here/flags_check.py" 127.0.0.1 "$port"
   expect_stat "$work/fl.json" connect_sdp 1
+  expect_stat "$work/fl.json" connect_async 1
   expect_stat "$work/fl.json" accept_sdp 1
+  ;;
+nbconnect)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
+  checks nb "non-blocking connect checks failed" "$py" "$here/nb_connect.py" sdp 127.0.0.1 "$port"
+  # echo, fork and asyncio: three connect()s returned EINPROGRESS and went
+  # over SDP.
+  expect_stat "$work/nb.json" connect_async 3
+  expect_stat "$work/nb.json" connect_sdp 3
+  expect_stat "$work/nb.json" connect_abandoned 0
+  expect_stat "$work/nb.json" connect_fallback 0
+  node_client node
+  [ ! -e "$work/node.json" ] || expect_stat "$work/node.json" connect_sdp 1
+  # A Port Mapper that never answers holds the connect() in progress for
+  # the whole resolve deadline: close() certainly comes while in progress.
+  silent_pm
+  SDP_PMSP=$silent_pmsp SDP_PRELOAD_RESOLVE_MS=1500 checks nbc "close() while in progress" \
+    "$py" "$here/nb_connect.py" close 127.0.0.1 "$port" "$work/pmreq"
+  expect_stat "$work/nbc.json" connect_async 2
+  expect_stat "$work/nbc.json" connect_abandoned 2
+  expect_stat "$work/nbc.json" connect_fallback 0
+  # The process exits while in progress, its SDP startup stalled at an SDP
+  # Address that accepts TCP and never answers the MPA Request: the exit
+  # does not wait for the thread (it waited the exit linger, 3 s here).
+  "$py" -c '
+import os, socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+held = []
+while True:
+    held.append(s.accept()[0])
+    with open(sys.argv[2], "a") as f:
+        f.write("accepted\n")' "$work/stall.port" "$work/stall.accepts" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do [ -s "$work/stall.port" ] && break; sleep 0.1; done
+  stall=$(pick_port)
+  "$bin/sdp-pmctl" --socket "$work/control.sock" register stall "127.0.0.1:$stall" \
+    "127.0.0.1:$(cat "$work/stall.port")" > "$work/stall.log" 2>&1 \
+    || die "sdp-pmctl register: $(cat "$work/stall.log")"
+  SDP_PRELOAD_EXIT_LINGER_MS=3000 checks nbx "exit while in progress" \
+    "$py" "$here/nb_connect.py" exit 127.0.0.1 "$stall" "$work/stall.accepts" "$work/exit_at"
+  took=$("$py" -c 'import sys, time; print(f"{time.monotonic() - float(open(sys.argv[1]).read()):.3f}")' \
+    "$work/exit_at") || die "no exit time"
+  echo "exit took $took s after the last line of the program"
+  "$py" -c "import sys; sys.exit(0 if $took < 1.5 else 1)" \
+    || die "the exit waited $took s for a connect() whose result is discarded"
+  expect_stat "$work/nbx.json" connect_abandoned 1
+  ;;
+epoll_sdp)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
+  epoll_clients SDP before blocking during
+  for mode in before blocking during; do
+    expect_stat "$work/ep_$mode.json" connect_sdp 1
+    expect_stat "$work/ep_$mode.json" epoll_move_failed 0
+  done
+  # The registration moved to the socketpair end at connect() (before) or
+  # when SDP came up (blocking); one made while in progress stays there.
+  expect_stat "$work/ep_before.json" epoll_moved 1
+  expect_stat "$work/ep_blocking.json" epoll_moved 1
+  expect_stat "$work/ep_during.json" epoll_moved 0
+  expect_stat "$work/ep_before.json" connect_async 1
+  expect_stat "$work/ep_blocking.json" connect_async 0
+  # A registration deleted where the library does not see it is not made
+  # again at connect() (its DEL on the old file found nothing).
+  epoll_clients SDP gone
+  expect_stat "$work/ep_gone.json" connect_sdp 1
+  expect_stat "$work/ep_gone.json" epoll_moved 0
+  expect_stat "$work/ep_gone.json" epoll_move_failed 0
+  # Once SDP is up the descriptor is never swapped again: the program's
+  # epoll_ctl() of it goes straight to the kernel (no table lookup, no
+  # fstat). The last calls of `before` (MOD, MOD, DEL on the SDP
+  # connection) seen by strace in the program's thread, with no fstat
+  # between them.
+  if command -v strace >/dev/null 2>&1 && strace -o /dev/null true >/dev/null 2>&1; then
+    SDP_PRELOAD_LOG=error timeout -s KILL 60 strace -o "$work/strace.txt" \
+      -e trace=epoll_ctl,fstat,newfstatat "$run" "$bin/preload_epoll_connect" before 127.0.0.1 \
+      "$port" 100000 > "$work/st.log" 2>&1 || die "epoll_connect under strace ($(tail -3 "$work/st.log"))"
+    grep -E '^(epoll_ctl|fstat|newfstatat)\(' "$work/strace.txt" \
+      | awk '{ l[NR] = $0 } /^epoll_ctl/ { e = NR } END { for (i = e - 2; i <= e; i++) print l[i] }' \
+      > "$work/strace.last"
+    [ "$(cut -d'(' -f1 "$work/strace.last" | sort -u)" = epoll_ctl ] \
+      || die "epoll_ctl() of an SDP connection still looks at the table: $(cat "$work/strace.last")"
+    echo "ok: epoll_ctl() of an established SDP connection goes straight to the kernel"
+  else
+    echo "note: strace not installed or not permitted: the epoll_ctl() fast path is not checked"
+  fi
+  ;;
+epoll_fallback)
+  # No sdp-pmd: the PMSP is a UDP port nobody answers on (1 s), and a plain
+  # TCP echo server.
+  export SDP_PMSP=127.0.0.1:$(pick_udp_port) SDP_PRELOAD_RESOLVE_MS=1000 SDP_PRELOAD_NEGATIVE_S=0
+  port=$(pick_port)
+  "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" 2> "$work/srv.err" &
+  pids+=($!)
+  wait_listen "$port"
+  epoll_clients "TCP fallback" before during dup blocking
+  for mode in before during dup blocking; do
+    expect_stat "$work/ep_$mode.json" connect_fallback 1
+    expect_stat "$work/ep_$mode.json" connect_sdp 0
+    expect_stat "$work/ep_$mode.json" epoll_move_failed 0
+  done
+  # Moved at connect() and back at the fallback (before); back at the
+  # fallback (during, dup); a blocking fallback never replaces the file.
+  expect_stat "$work/ep_before.json" epoll_moved 2
+  expect_stat "$work/ep_during.json" epoll_moved 1
+  expect_stat "$work/ep_dup.json" epoll_moved 1
+  expect_stat "$work/ep_blocking.json" epoll_moved 0
+  epoll_clients "TCP fallback" gone
+  expect_stat "$work/ep_gone.json" connect_fallback 1
+  expect_stat "$work/ep_gone.json" epoll_move_failed 0
+  ;;
+nbconnect_exit)
+  start_pmd
+  port=$(pick_port)
+  serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
+  tport=$(pick_port)
+  "$py" "$here/forking_echo.py" 127.0.0.1 "$tport" > "$work/tcp.log" 2> "$work/tcp.err" &
+  pids+=($!)
+  wait_listen "$tport"
+  for target in "$port" "$tport"; do
+    for ((i = 0; i < ${EXIT_RUNS:-40}; i++)); do
+      d=$(((i % 5) * 1000))
+      SDP_PRELOAD_LOG=error timeout -s KILL 20 "$run" "$bin/preload_exit_race" 127.0.0.1 "$target" 4 "$d" \
+        > /dev/null 2>> "$work/race.err"
+      rc=$?
+      [ "$rc" -eq 0 ] || die "exit while connect()s in progress to port $target (run $i, ${d} us): status $rc"
+    done
+  done
+  echo "ok: $((2 * ${EXIT_RUNS:-40})) exits while non-blocking connect()s were in progress"
+  ;;
+nbconnect_fallback)
+  # No sdp-pmd: the PMSP is a UDP port nobody answers on; every connect()
+  # asks it (no negative cache) for 1 s.
+  export SDP_PMSP=127.0.0.1:$(pick_udp_port) SDP_PRELOAD_RESOLVE_MS=1000 SDP_PRELOAD_NEGATIVE_S=0
+  port=$(pick_port)
+  "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" 2> "$work/srv.err" &
+  pids+=($!)
+  wait_listen "$port"
+  checks nb "non-blocking connect with fallback failed" \
+    "$py" "$here/nb_connect.py" fallback 127.0.0.1 "$port"
+  expect_stat "$work/nb.json" connect_async 3
+  expect_stat "$work/nb.json" connect_fallback 3
+  expect_stat "$work/nb.json" connect_sdp 0
+  # libuv's epoll registration made while in progress, then TCP.
+  node_client node
+  [ ! -e "$work/node.json" ] || expect_stat "$work/node.json" connect_fallback 1
+  printf 'use sdp client * *\n' > "$work/rules.conf"
+  SDP_PRELOAD_CONFIG=$work/rules.conf checks nbr "non-blocking connect under 'use sdp' failed" \
+    "$py" "$here/nb_connect.py" refused 127.0.0.1 "$port"
+  expect_stat "$work/nbr.json" connect_failed 1
+  expect_stat "$work/nbr.json" connect_fallback 0
   ;;
 exit)
   start_pmd
