@@ -319,6 +319,19 @@ serve() {
   pids+=("$srv")
   wait_sdp_listener "$work/srv.err"
 }
+# tcp_echo NAME: a plain (not preloaded) forking TCP echo server on a new
+# port, set in $port; logs in $work/NAME.log and .err.
+tcp_echo() {
+  port=$(pick_port)
+  "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/$1.log" 2> "$work/$1.err" &
+  pids+=($!)
+  wait_listen "$port"
+}
+# no_pmsp: no sdp-pmd; the PMSP is a UDP port nobody answers on, asked
+# by every connect() (no negative cache) for 1 s.
+no_pmsp() {
+  export SDP_PMSP=127.0.0.1:$(pick_udp_port) SDP_PRELOAD_RESOLVE_MS=1000 SDP_PRELOAD_NEGATIVE_S=0
+}
 
 case "$scenario" in
 nc)
@@ -698,13 +711,8 @@ epoll_sdp)
   fi
   ;;
 epoll_fallback)
-  # No sdp-pmd: the PMSP is a UDP port nobody answers on (1 s), and a plain
-  # TCP echo server.
-  export SDP_PMSP=127.0.0.1:$(pick_udp_port) SDP_PRELOAD_RESOLVE_MS=1000 SDP_PRELOAD_NEGATIVE_S=0
-  port=$(pick_port)
-  "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" 2> "$work/srv.err" &
-  pids+=($!)
-  wait_listen "$port"
+  no_pmsp
+  tcp_echo srv
   epoll_clients "TCP fallback" before during dup blocking
   for mode in before during dup blocking; do
     expect_stat "$work/ep_$mode.json" connect_fallback 1
@@ -725,11 +733,9 @@ nbconnect_exit)
   start_pmd
   port=$(pick_port)
   serve "$py" "$here/forking_echo.py" 127.0.0.1 "$port"
-  tport=$(pick_port)
-  "$py" "$here/forking_echo.py" 127.0.0.1 "$tport" > "$work/tcp.log" 2> "$work/tcp.err" &
-  pids+=($!)
-  wait_listen "$tport"
-  for target in "$port" "$tport"; do
+  sdp_port=$port
+  tcp_echo tcp
+  for target in "$sdp_port" "$port"; do
     for ((i = 0; i < ${EXIT_RUNS:-40}; i++)); do
       d=$(((i % 5) * 1000))
       SDP_PRELOAD_LOG=error timeout -s KILL 20 "$run" "$bin/preload_exit_race" 127.0.0.1 "$target" 4 "$d" \
@@ -741,13 +747,8 @@ nbconnect_exit)
   echo "ok: $((2 * ${EXIT_RUNS:-40})) exits while non-blocking connect()s were in progress"
   ;;
 nbconnect_fallback)
-  # No sdp-pmd: the PMSP is a UDP port nobody answers on; every connect()
-  # asks it (no negative cache) for 1 s.
-  export SDP_PMSP=127.0.0.1:$(pick_udp_port) SDP_PRELOAD_RESOLVE_MS=1000 SDP_PRELOAD_NEGATIVE_S=0
-  port=$(pick_port)
-  "$py" "$here/forking_echo.py" 127.0.0.1 "$port" > "$work/srv.log" 2> "$work/srv.err" &
-  pids+=($!)
-  wait_listen "$port"
+  no_pmsp
+  tcp_echo srv
   checks nb "non-blocking connect with fallback failed" \
     "$py" "$here/nb_connect.py" fallback 127.0.0.1 "$port"
   expect_stat "$work/nb.json" connect_async 3
