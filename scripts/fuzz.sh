@@ -60,6 +60,15 @@ for spec in "${targets[@]}"; do
   echo "$name: ${done_line:-no DONE line}" >>build/fuzz/summary.txt
   if [[ $rc -ne 0 ]] || ls build/fuzz/artifacts/"$name"-* >/dev/null 2>&1; then
     grep -E "ERROR|SUMMARY" build/fuzz/"$name".log | head -5 >&2 || true
+    # The log and the reproducer go with the build tree (CI deletes its
+    # clone): their ends go to stderr, the reproducer as base64.
+    tail -n 60 build/fuzz/"$name".log >&2 || true
+    for a in build/fuzz/artifacts/"$name"-*; do
+      [[ -f $a ]] || continue
+      echo "reproducer $a (base64, first 8 KiB):" >&2
+      head -c 8192 "$a" | base64 -w 0 >&2 || true
+      echo >&2
+    done
     echo "$name: failed (rc $rc); log build/fuzz/$name.log, reproducers in build/fuzz/artifacts" >&2
     exit 1
   fi
