@@ -8,6 +8,8 @@
 // as the Connecting Peer after its SuspCommAck, as the Accepting Peer when
 // suspended itself); nothing may be sent after a SuspCommAck on the same
 // connection.
+// Receive buffer resizing (10.6): an input that grants the engine's ChRcvBuf
+// for larger buffers lets it send larger messages from then on.
 // Zero copy: an input starting with 0x7A runs with an RDMA-capable QP and
 // a Bcopy Threshold, and records 0xF0-0xFF lend a reader buffer (Write
 // Zcopy, 9.3), cancel it (9.5.5), advertise a writer buffer (9.2) or take
@@ -39,7 +41,7 @@ class CheckingQp : public e::QueuePair {
     void post_send(std::span<const std::uint8_t> m, bool se) override {
         auto r = w::decode(m);
         auto* msg = std::get_if<w::Message>(&r);
-        if (!msg || m.size() > kPeerRecvSize)
+        if (!msg || m.size() > peer_size_)
             std::abort();
         if (se != w::is_solicited(*msg))
             std::abort();
@@ -53,11 +55,15 @@ class CheckingQp : public e::QueuePair {
             std::abort();  // nothing after an abortive disconnect or a SuspCommAck
         if (std::holds_alternative<w::SuspCommAck>(msg->body))
             quiet_ = true;
+        if (const auto* c = std::get_if<w::ChRcvBuf>(&msg->body))
+            asked_larger_ = c->des_sz > peer_size_;
     }
     // A new LLP connection (13.1.1 step 4): the Accepting Peer's HelloAck
     // comes first again; the Connecting Peer's Hello is not a Send.
     void new_llp(bool connecting) {
         first_ = !connecting;
+        peer_size_ = kPeerRecvSize;  // the new connection's Hello / HelloAck
+        asked_larger_ = false;
         next_mseq_ = 1;
         closed_ = false;
         quiet_ = false;
@@ -88,9 +94,16 @@ class CheckingQp : public e::QueuePair {
     // A message the input delivers: its SinkAvail, if any, is a target.
     void saw(std::span<const std::uint8_t> m) {
         auto r = w::decode(m);
-        if (const auto* msg = std::get_if<w::Message>(&r))
+        if (const auto* msg = std::get_if<w::Message>(&r)) {
             if (const auto* sa = std::get_if<w::SinkAvail>(&msg->body))
                 advertised_[sa->stag] = {sa->va, sa->len};
+            // 10.6: a ChRcvBufAck answering the engine's request for larger
+            // buffers lets it send up to the granted size from then on. (An
+            // upper bound: the engine may still refuse the answer.)
+            if (const auto* a = std::get_if<w::ChRcvBufAck>(&msg->body);
+                a && asked_larger_ && a->act_sz > peer_size_)
+                peer_size_ = a->act_sz;
+        }
     }
     [[nodiscard]] bool live(std::uint32_t stag) const { return live_.count(stag) != 0; }
     bool rdma_ = false;
@@ -106,6 +119,8 @@ class CheckingQp : public e::QueuePair {
     std::set<std::uint32_t> live_;
     std::map<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> advertised_;
     bool first_ = true;
+    std::uint32_t peer_size_ = kPeerRecvSize;  // the input's receive buffers
+    bool asked_larger_ = false;                // the engine's last ChRcvBuf
     bool closed_ = false;
     bool quiet_ = false;
     std::uint32_t next_mseq_ = 0;
