@@ -50,9 +50,7 @@ RdmaChannel::RdmaChannel(std::unique_ptr<rdma::RdmaSession> s, const StreamOptio
       io_timeout_(o.io_timeout),
       zcopy_(o.mechanism == Mechanism::zcopy),
       device_(s_->cm().device_name()) {
-    if (o.mechanism == Mechanism::automatic && s_->sdp().bcopy_threshold() > 0) {
-        chooser_.emplace(s_->sdp().bcopy_threshold());
-    }
+    choice_ = engine::WriteChoice(o.mechanism == Mechanism::automatic, s_->sdp().bcopy_threshold());
 }
 
 std::unique_ptr<RdmaChannel> RdmaChannel::start(std::unique_ptr<rdma::RdmaSession> s,
@@ -322,32 +320,16 @@ std::optional<std::size_t> RdmaChannel::write_zcopy_locked(
 std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
     ec.clear();
     std::unique_lock lk(mu_);
-    bool zcopy = zcopy_;
-    if (chooser_) {
-        zcopy = chooser_->choose(in.size()) == engine::Choice::zcopy;
-        if (!zcopy) {
-            chooser_->begin_write(io::steady_ns(), in.size(), engine::Choice::bcopy);
-        }
-    }
+    const bool zcopy = choice_.try_zcopy(io::steady_ns(), in.size(), zcopy_);
     if (zcopy && !finished_ && !stop_) {
         // Zero copy starts with an empty queue (11.2): the bytes queued
         // before belong to the Bcopy run, whose sample ends there.
-        const auto started = [&] {
-            if (chooser_) {
-                chooser_->begin_write(io::steady_ns(), in.size(), engine::Choice::zcopy);
-            }
-        };
+        const auto started = [&] { choice_.zcopy_started(io::steady_ns(), in.size()); };
         if (auto z = write_zcopy_locked(lk, in, ec, started)) {
-            if (chooser_ && ec) {
-                chooser_->discard();  // no sample from a failed write
-            } else if (chooser_) {
-                chooser_->wrote(*z);
-            }
+            choice_.finished(*z, bool(ec));
             return *z;
         }
-        if (chooser_) {
-            chooser_->restart_run(io::steady_ns(), in.size());  // refused: a new Bcopy run
-        }
+        choice_.zcopy_refused(io::steady_ns(), in.size());
     }
     auto deadline = io_deadline();
     std::size_t done = 0;
@@ -378,11 +360,7 @@ std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code
             break;
         }
     }
-    if (chooser_ && ec) {
-        chooser_->discard();  // no sample from a failed write
-    } else if (chooser_) {
-        chooser_->wrote(done);
-    }
+    choice_.finished(done, bool(ec));
     return done;
 }
 

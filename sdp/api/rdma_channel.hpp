@@ -110,7 +110,7 @@ class RdmaChannel final : public ProviderChannel {
     std::chrono::milliseconds io_timeout_;
     bool zcopy_ = false;  // StreamOptions::mechanism zcopy
     // StreamOptions::mechanism automatic: the chooser (with its sample).
-    std::optional<engine::MechanismChooser> chooser_;
+    engine::WriteChoice choice_;
     std::string device_;
     mutable std::mutex mu_;
     std::condition_variable cv_;

@@ -98,4 +98,61 @@ class MechanismChooser {
     std::optional<Run> run_;
 };
 
+// A driver's write() and the chooser: the one sequence of calls every
+// front end makes (SoftChannel, RdmaChannel, AsioChannel). Without
+// `automatic` (a fixed mechanism, or no Bcopy Threshold) it answers with the
+// fixed choice and records nothing. `now` is the driver's clock.
+class WriteChoice {
+  public:
+    WriteChoice() = default;
+    WriteChoice(bool automatic, std::size_t threshold) {
+        if (automatic && threshold > 0) {
+            chooser_.emplace(threshold);
+        }
+    }
+    [[nodiscard]] bool automatic() const { return chooser_.has_value(); }
+    [[nodiscard]] const MechanismChooser* chooser() const {
+        return chooser_ ? &*chooser_ : nullptr;
+    }
+    // Whether a write of `size` tries zero copy (`fixed` when not
+    // automatic). A write that goes by Bcopy starts its sample here.
+    bool try_zcopy(std::uint64_t now, std::size_t size, bool fixed) {
+        if (!chooser_) {
+            return fixed;
+        }
+        if (chooser_->choose(size) == Choice::zcopy) {
+            return true;
+        }
+        chooser_->begin_write(now, size, Choice::bcopy);
+        return false;
+    }
+    // The zero-copy write of `size` went out (its queue had drained: the
+    // Bcopy run before it ends here).
+    void zcopy_started(std::uint64_t now, std::size_t size) {
+        if (chooser_) {
+            chooser_->begin_write(now, size, Choice::zcopy);
+        }
+    }
+    // The zero-copy write was refused: it goes by Bcopy, as a new run.
+    void zcopy_refused(std::uint64_t now, std::size_t size) {
+        if (chooser_) {
+            chooser_->restart_run(now, size);
+        }
+    }
+    // The write ended having moved `bytes`; a failed one leaves no sample.
+    void finished(std::size_t bytes, bool failed) {
+        if (!chooser_) {
+            return;
+        }
+        if (failed) {
+            chooser_->discard();
+        } else {
+            chooser_->wrote(bytes);
+        }
+    }
+
+  private:
+    std::optional<MechanismChooser> chooser_;
+};
+
 }  // namespace sdp::engine

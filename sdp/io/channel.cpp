@@ -104,9 +104,7 @@ SoftChannel::SoftChannel(int fd, iwarp::MpaRole role, const ChannelOptions& opts
       io_timeout_(opts.io_timeout),
       handshake_timeout_(opts.handshake_timeout),
       core_(role, with_os_randomness(opts.session)) {
-    if (opts.adaptive && opts.session.engine.bcopy_threshold > 0) {
-        chooser_.emplace(opts.session.engine.bcopy_threshold);
-    }
+    choice_ = engine::WriteChoice(opts.adaptive, opts.session.engine.bcopy_threshold);
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     in_.resize(kReadChunk);
 }
@@ -494,7 +492,7 @@ std::size_t SoftChannel::read_some(std::span<std::uint8_t> out, std::error_code&
             return *z;
         }
         // Nothing queued and a large buffer: lend it for Write Zcopy.
-        if (may_lend && !stop_at_urgent && !chooser_) {
+        if (may_lend && !stop_at_urgent && !choice_.automatic()) {
             bool lent = false;
             if (auto z = lend_locked(lk, out, {}, ec, lent)) {
                 return *z;
@@ -681,42 +679,25 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     ec.clear();
     std::unique_lock lk(mu_);
     auto& c = core_.sdp();
-    bool zcopy = in.size() > c.bcopy_threshold() && c.bcopy_threshold() > 0;
-    if (chooser_) {
-        zcopy = chooser_->choose(in.size()) == engine::Choice::zcopy;
-        if (!zcopy) {
-            chooser_->begin_write(steady_ns(), in.size(), engine::Choice::bcopy);
-        }
-    }
+    const bool zcopy = choice_.try_zcopy(
+        steady_ns(), in.size(), in.size() > c.bcopy_threshold() && c.bcopy_threshold() > 0);
     if (zcopy) {
         // Zero copy starts with an empty queue (11.2): the bytes queued
         // before belong to the Bcopy run, whose sample ends there.
-        const auto started = [&] {
-            if (chooser_) {
-                chooser_->begin_write(steady_ns(), in.size(), engine::Choice::zcopy);
-            }
-        };
+        const auto started = [&] { choice_.zcopy_started(steady_ns(), in.size()); };
         if (auto z = write_zcopy_locked(lk, in, ec, started)) {
-            if (chooser_ && ec) {
-                chooser_->discard();  // no sample from a failed write
-            } else if (chooser_) {
-                chooser_->wrote(*z);
-            }
+            choice_.finished(*z, bool(ec));
             return *z;
         }
-        if (chooser_) {
-            // Refused: a new Bcopy run (the one before, if its queue did
-            // not drain, ends without a sample).
-            chooser_->restart_run(steady_ns(), in.size());
-        }
+        // Refused: a new Bcopy run (the one before, if its queue did not
+        // drain, ends without a sample).
+        choice_.zcopy_refused(steady_ns(), in.size());
     }
     std::size_t done = 0;
     while (done < in.size()) {
         const auto n = core_.write(in.subspan(done), ec);
         if (ec) {
-            if (chooser_) {
-                chooser_->discard();  // no sample from a failed write
-            }
+            choice_.finished(done, true);
             kick_helper();
             return done;
         }
@@ -738,15 +719,11 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
             io_deadline());
         if (!ready) {
             ec = std::make_error_code(std::errc::timed_out);
-            if (chooser_) {
-                chooser_->discard();
-            }
+            choice_.finished(done, true);
             return done;
         }
     }
-    if (chooser_) {
-        chooser_->wrote(done);
-    }
+    choice_.finished(done, false);
     wake_poller_for_output();
     kick_helper();
     return done;

@@ -257,7 +257,7 @@ class SoftChannel {
     std::chrono::milliseconds io_timeout_{0};
     std::chrono::milliseconds handshake_timeout_{5000};
     // ChannelOptions::adaptive: the chooser (with the sample being taken).
-    std::optional<engine::MechanismChooser> chooser_;
+    engine::WriteChoice choice_;
     // The connection's addresses, taken at the handshake: a duplication
     // reconnects from the same local one to the peer's address (13.1.1);
     // the old socket may no longer know them when that happens.

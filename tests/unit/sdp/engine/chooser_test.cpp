@@ -10,6 +10,7 @@ namespace {
 
 using sdp::engine::Choice;
 using sdp::engine::MechanismChooser;
+using sdp::engine::WriteChoice;
 
 // Runs `n` writes of `size` bytes whose cost per mechanism is given in ns;
 // returns the choices made.
@@ -156,6 +157,46 @@ TEST(MechanismChooser, DriverSamplesRunsAndZeroCopyWrites) {
     m.begin_write(50000, 4 * kBig, Choice::zcopy);
     EXPECT_EQ(m.cost(4 * kBig, Choice::zcopy), before) << "nothing after a failure";
     EXPECT_EQ(m.cost(4 * kBig, Choice::bcopy), 10000ull * 1000 / (4 * kBig));
+}
+
+// The driver's sequence (WriteChoice): a fixed mechanism records nothing;
+// automatic feeds the chooser exactly as the calls above do.
+TEST(WriteChoice, FixedRecordsNothingAutomaticSamples) {
+    constexpr std::size_t kT = 32 * 1024;
+    constexpr std::size_t kBig = 1 << 20;
+    WriteChoice fixed(false, kT);
+    EXPECT_FALSE(fixed.automatic());
+    EXPECT_EQ(fixed.chooser(), nullptr);
+    EXPECT_TRUE(fixed.try_zcopy(0, kBig, true));
+    EXPECT_FALSE(fixed.try_zcopy(0, kBig, false));
+    EXPECT_FALSE(WriteChoice(true, 0).automatic()) << "no threshold: nothing to choose";
+
+    WriteChoice a(true, kT);
+    ASSERT_NE(a.chooser(), nullptr);
+    EXPECT_FALSE(a.try_zcopy(0, 100, true)) << "at or below the threshold: Bcopy";
+    // Warm-up alternates; whatever it picks, a Bcopy write is a run that a
+    // zero-copy start ends, and a zero-copy write ends at the next write.
+    bool saw_z = false;
+    bool saw_b = false;
+    std::uint64_t t = 1'000'000;
+    for (int i = 0; i < 8; ++i, t += 1'000'000) {  // 1 ms per MiB
+        if (a.try_zcopy(t, kBig, false)) {
+            saw_z = true;
+            a.zcopy_started(t, kBig);
+        } else {
+            saw_b = true;
+        }
+        a.finished(kBig, false);
+    }
+    EXPECT_TRUE(saw_z && saw_b);
+    EXPECT_GT(a.chooser()->cost(kBig, Choice::zcopy), 0u);
+    EXPECT_GT(a.chooser()->cost(kBig, Choice::bcopy), 0u);
+    // A refused zero copy starts a new Bcopy run; a failed write leaves none.
+    const auto before = a.chooser()->cost(4 * kBig, Choice::bcopy);
+    a.zcopy_refused(t, 4 * kBig);
+    a.finished(4 * kBig, true);
+    a.zcopy_started(t + 5'000'000, 4 * kBig);
+    EXPECT_EQ(a.chooser()->cost(4 * kBig, Choice::bcopy), before);
 }
 
 }  // namespace
