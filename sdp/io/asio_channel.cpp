@@ -29,10 +29,9 @@ AsioChannel::AsioChannel(Socket sock, iwarp::MpaRole role, const ChannelOptions&
       core_(role, with_os_randomness(opts.session)),
       opts_(opts),
       timer_(ex_),
-      resume_timer_(ex_) {
-    if (opts.adaptive && opts.session.engine.bcopy_threshold > 0) {
-        chooser_.emplace(opts.session.engine.bcopy_threshold);
-    }
+      resume_timer_(ex_),
+      revoke_timer_(ex_) {
+    choice_ = engine::WriteChoice(opts.adaptive, opts.session.engine.bcopy_threshold);
     boost::system::error_code e;
     local_ep_ = sock_.local_endpoint(e);
     peer_ep_ = sock_.remote_endpoint(e);
@@ -295,7 +294,8 @@ void AsioChannel::feed(std::span<const std::uint8_t> bytes) {
     // A pending read with nothing queued lends its buffer: Data payloads
     // that complete in these bytes land in it directly (SoftSession::
     // begin_landing), one copy less than through the private buffers.
-    const bool landing = rd_op_ && !rd_op_->zcopy && core_.begin_landing(rd_op_->rbuf);
+    const bool landing =
+        rd_op_ && !rd_op_->zcopy && !rd_op_->lent && core_.begin_landing(rd_op_->rbuf);
     core_.on_bytes(bytes);
     if (!landing) {
         return;
@@ -477,10 +477,32 @@ void AsioChannel::cancel_io() {
     // read is ours and ends in bounded time: it is left to complete with
     // the bytes it placed (they are the stream's; cancelling would lose
     // them), as an Asio operation that finished before the cancel.
+    // A buffer lent to the peer's RDMA Write (9.3) is revoked
+    // (SinkAvailCancel, 9.5.5) and stays lent until the peer answered: the
+    // operation then completes with the bytes the peer wrote, if any, or
+    // operation_canceled. An idle blocking peer on the soft provider answers
+    // only when its application calls in: after handshake_timeout without
+    // an answer the stream is reset (the buffer's STag invalidated), as for
+    // a lent write. Once the socket is closed nothing can land in it.
     if (wr_op_ && wr_op_->zcopy) {
         core_.abort();
     }
-    if (rd_op_ && !rd_op_->zcopy) {
+    if (rd_op_ && rd_op_->lent && !finished_) {
+        if (!rd_op_->revoked) {
+            rd_op_->revoked = true;
+            core_.sdp().cancel_sink();
+            boost::asio::post(ex_, [self = shared_from_this()] { self->pump(); });
+            revoke_timer_.expires_after(opts_.handshake_timeout);
+            revoke_timer_.async_wait(
+                [self = shared_from_this()](const boost::system::error_code& e) {
+                    if (!e && self->rd_op_ && self->rd_op_->lent && self->rd_op_->revoked &&
+                        !self->finished_) {
+                        self->core_.abort();
+                        self->pump();
+                    }
+                });
+        }
+    } else if (rd_op_ && !rd_op_->zcopy) {
         complete(rd_op_, errc(std::errc::operation_canceled), 0);
     }
     if (wr_op_) {
@@ -509,16 +531,43 @@ void AsioChannel::serve(
 
 void AsioChannel::serve_read() {
     serve(rd_op_, [this](IoOp& op, std::error_code& ec) -> std::optional<std::size_t> {
+        auto& c = core_.sdp();
+        if (op.lent) {
+            // Lent for Write Zcopy: done when the engine gives it back, with
+            // the bytes the peer wrote (RdmaWrCompl), or with none (a
+            // message with payload or the peer's SrcAvail came first, 9.5.1
+            // and 11.3 rule 2a; cancelled; DisConn): then read as usual.
+            if (c.sink_pending()) {
+                return std::nullopt;
+            }
+            op.lent = false;
+            if (const auto n = c.take_zcopy_read(); n && *n > 0) {
+                return *n;  // written before the cancel took effect: kept
+            }
+            if (op.revoked) {
+                ec = errc(std::errc::operation_canceled);
+                return 0;
+            }
+        }
         // The peer's advertised buffer is next: RDMA Read straight into
         // op.rbuf (9.2); the op completes when the read is over.
         if (op.zcopy) {
             return core_.zcopy_read_result(ec);
         }
-        if (!finished_ && core_.sdp().read_zcopy(op.rbuf)) {
+        if (!finished_ && c.read_zcopy(op.rbuf)) {
             op.zcopy = true;
             return std::nullopt;
         }
-        return core_.read(op.rbuf, ec);
+        auto n = core_.read(op.rbuf, ec);
+        // Nothing to read and a large buffer: lend it to the peer's writer
+        // (9.3), as the blocking read does; the SinkAvail leaves with this
+        // pump's start_write(). Not with Mechanism::automatic (the writer
+        // picks). The engine refuses when zero copy is off or the buffer is
+        // not larger than the threshold and the private buffers.
+        if (!n && !finished_ && !choice_.automatic() && c.post_sink(op.rbuf)) {
+            op.lent = true;
+        }
+        return n;
     });
 }
 
@@ -529,10 +578,8 @@ void AsioChannel::serve_write() {
         // has read it. mechanism zcopy: every buffer above the threshold;
         // automatic: as the chooser says, per op.
         const auto sampled = [&](std::optional<std::size_t> n) {
-            if (n && chooser_ && ec) {
-                chooser_->discard();  // no sample from a failed write
-            } else if (n && chooser_) {
-                chooser_->wrote(*n);
+            if (n) {
+                choice_.finished(*n, bool(ec));
             }
             return n;
         };
@@ -541,13 +588,8 @@ void AsioChannel::serve_write() {
         }
         if (!op.chosen) {
             op.chosen = true;
-            op.try_zcopy = !opts_.adaptive;  // bcopy: the threshold 0 refuses
-            if (chooser_) {
-                op.try_zcopy = chooser_->choose(op.wbuf.size()) == engine::Choice::zcopy;
-                if (!op.try_zcopy) {
-                    chooser_->begin_write(steady_ns(), op.wbuf.size(), engine::Choice::bcopy);
-                }
-            }
+            // bcopy: the threshold 0 refuses
+            op.try_zcopy = choice_.try_zcopy(steady_ns(), op.wbuf.size(), !opts_.adaptive);
         }
         if (op.try_zcopy && !finished_) {
             const auto started = core_.sdp().start_zcopy_write(op.wbuf);
@@ -556,15 +598,11 @@ void AsioChannel::serve_write() {
             }
             if (*started) {
                 op.zcopy = true;
-                if (chooser_) {
-                    chooser_->begin_write(steady_ns(), op.wbuf.size(), engine::Choice::zcopy);
-                }
+                choice_.zcopy_started(steady_ns(), op.wbuf.size());
                 return std::nullopt;
             }
             op.try_zcopy = false;
-            if (chooser_) {
-                chooser_->restart_run(steady_ns(), op.wbuf.size());  // refused: a Bcopy run
-            }
+            choice_.zcopy_refused(steady_ns(), op.wbuf.size());  // refused: a Bcopy run
         }
         return sampled(core_.write(op.wbuf, ec));
     });

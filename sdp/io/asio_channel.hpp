@@ -103,6 +103,11 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
         // Read Zcopy (9.2) started with this op's buffer: lent to the RDMA
         // Read (reader) or to the peer (writer) until the core says done.
         bool zcopy = false;
+        // Reader: rbuf is lent to the peer for Write Zcopy (SinkAvail, 9.3)
+        // until the engine's sink_pending() is false; `revoked` once the
+        // caller cancelled it (SinkAvailCancel sent, 9.5.5).
+        bool lent = false;
+        bool revoked = false;
         // Writer: the mechanism was chosen (once per op); zero copy is to
         // be tried (until the engine starts or refuses it).
         bool chosen = false;
@@ -148,7 +153,7 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     ChannelCore core_;
     ChannelOptions opts_;
     // ChannelOptions::adaptive: the chooser (with the sample being taken).
-    std::optional<engine::MechanismChooser> chooser_;
+    engine::WriteChoice choice_;
     std::size_t mss_ = 1460;
     boost::asio::steady_timer timer_;  // handshake, then close linger
 
@@ -173,6 +178,8 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     bool resume_connected_ = false;
     std::uint64_t gen_ = 0;
     boost::asio::steady_timer resume_timer_;
+    // A revoked lent read (cancel_io()): the bound on the peer's answer.
+    boost::asio::steady_timer revoke_timer_;
 
     std::optional<IoOp> rd_op_;
     std::optional<IoOp> wr_op_;

@@ -158,10 +158,15 @@ struct StreamStats {
     std::uint64_t send_sm_received = 0;
     // Write Zcopy (9.3), part of the zcopy counts above: bytes we
     // RDMA-Wrote into the peer's lent buffers, bytes the peer wrote into
-    // ours; buffers we lent (SinkAvail).
+    // ours; buffers we lent (SinkAvail) and the peer's lent to us; our
+    // revocations of lent buffers (SinkAvailCancel, 9.5.5) and our answers
+    // to the peer's (SinkCancelAck).
     std::uint64_t write_zcopy_bytes_sent = 0;
     std::uint64_t write_zcopy_bytes_received = 0;
     std::uint64_t sink_avail_sent = 0;
+    std::uint64_t sink_avail_received = 0;
+    std::uint64_t sink_avail_cancel_sent = 0;
+    std::uint64_t sink_cancel_ack_sent = 0;
     // Of those, Transactions (9.4): SinkAvails that carried a request.
     std::uint64_t transactions_sent = 0;
     // Flow Control Modes (12): ModeChange Messages we sent as Mode Master

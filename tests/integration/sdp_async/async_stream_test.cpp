@@ -63,6 +63,24 @@ bool run_until(asio::io_context& io, const std::function<bool()>& pred,
     return true;
 }
 
+// Runs ready handlers for about 100 ms without waiting for a completion:
+// lets an advertisement (SrcAvail, SinkAvail) go out and the peer see it.
+void settle(asio::io_context& io) {
+    io.restart();
+    for (int i = 0; i < 50; ++i) {
+        io.poll();
+        std::this_thread::sleep_for(2ms);
+    }
+}
+
+// async_read_some into buf; the handler sets rec and done.
+void start_read(sdp::AsyncStream& s, std::vector<std::uint8_t>& buf, error_code& rec, bool& done) {
+    s.async_read_some(asio::buffer(buf), [&rec, &done](error_code e, std::size_t) {
+        rec = e;
+        done = true;
+    });
+}
+
 // async_connect, run until it completes: its error, or nullopt (no
 // completion within run_until's bound).
 std::optional<error_code> connect_and_wait(asio::io_context& io, sdp::AsyncStream& s,
@@ -450,10 +468,7 @@ TEST(SdpAsyncStream, PeerAbortResetsAPendingRead) {
     std::vector<std::uint8_t> b(16);
     bool done = false;
     error_code rec;
-    p.client.async_read_some(asio::buffer(b), [&](error_code e, std::size_t) {
-        rec = e;
-        done = true;
-    });
+    start_read(p.client, b, rec, done);
     go = true;
     ASSERT_TRUE(run_until(p.io, [&] { return done; }));
     EXPECT_EQ(rec, asio::error::connection_reset) << rec.message();
@@ -475,10 +490,7 @@ TEST(SdpAsyncStream, CancelPendingRead) {
     std::vector<std::uint8_t> b(16);
     bool done = false;
     error_code rec;
-    p.client.async_read_some(asio::buffer(b), [&](error_code e, std::size_t) {
-        rec = e;
-        done = true;
-    });
+    start_read(p.client, b, rec, done);
     // Let the read get under way, then cancel it.
     p.io.restart();
     p.io.poll();
@@ -500,19 +512,55 @@ TEST(SdpAsyncStream, CancelPendingRead) {
     EXPECT_EQ(b[0], 42);
     // close() aborts a pending read the same way.
     done = false;
-    p.client.async_read_some(asio::buffer(b), [&](error_code e, std::size_t) {
-        rec = e;
-        done = true;
-    });
+    start_read(p.client, b, rec, done);
     p.client.close();
     ASSERT_TRUE(run_until(p.io, [&] { return done; }));
     EXPECT_EQ(rec, asio::error::operation_aborted) << rec.message();
+}
+
+// Blocking side, after its writes: half-closes (unless `ec`), takes the
+// stats, then waits until the client closes.
+void half_close_and_wait(sdp::Stream& s, std::error_code& ec, sdp::StreamStats& stats) {
+    if (!ec) {
+        ec = s.shutdown_write();
+    }
+    stats = s.stats();
+    std::vector<std::uint8_t> b(16);
+    std::error_code rec;
+    s.read_some(b, rec);
 }
 
 sdp::StreamOptions zcopy_opts() {
     auto o = opts();
     o.mechanism = sdp::Mechanism::zcopy;
     return o;
+}
+
+// Reads the server's n bytes (pattern `seed`) through 1 MiB async reads
+// until EOF; true if every byte came in order.
+bool read_to_eof(AsyncClientPair& p, std::size_t n, std::uint32_t seed, error_code& rec) {
+    std::vector<std::uint8_t> in(n), buf(1 << 20);
+    std::size_t got = 0;
+    bool eof = false;
+    std::function<void()> next = [&] {
+        p.client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t k) {
+            if (e) {
+                eof = e == asio::error::eof;
+                rec = eof ? error_code{} : e;
+                return;
+            }
+            const std::size_t take = std::min(k, n - std::min(got, n));
+            std::copy_n(buf.begin(), take, in.begin() + static_cast<std::ptrdiff_t>(got));
+            got += k;
+            next();
+        });
+    };
+    next();
+    if (!run_until(
+            p.io, [&] { return eof || bool(rec); }, 120s)) {
+        rec = asio::error::timed_out;
+    }
+    return got == n && check_pattern(in, 0, seed);
 }
 
 // Read Zcopy (9.2) on the async stream, mechanism zcopy on both ends: the
@@ -530,13 +578,7 @@ TEST(SdpAsyncStream, ZeroCopyBothWays) {
         [&](sdp::Stream& s) {
             srv_got = recv_pattern(s, 11, srv_rec, srv_ok);
             srv_wec = send_pattern(s, n, 12);
-            if (!srv_wec) {
-                srv_wec = s.shutdown_write();
-            }
-            srv_stats = s.stats();
-            std::vector<std::uint8_t> b(16);
-            std::error_code ec;
-            s.read_some(b, ec);  // until the client closes
+            half_close_and_wait(s, srv_wec, srv_stats);
         },
         zcopy_opts()));
     const auto out = make_pattern(n, 11);
@@ -551,28 +593,9 @@ TEST(SdpAsyncStream, ZeroCopyBothWays) {
         p.io, [&] { return wrote; }, 120s));
     EXPECT_FALSE(wec) << wec.message();
     // The server's writes, read with 1 MiB buffers.
-    std::vector<std::uint8_t> in(n), buf(1 << 20);
-    std::size_t got = 0;
-    bool eof = false;
     error_code rec;
-    std::function<void()> next = [&] {
-        p.client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t k) {
-            if (e) {
-                eof = e == asio::error::eof;
-                rec = eof ? error_code{} : e;
-                return;
-            }
-            std::copy_n(buf.begin(), std::min(k, n - std::min(got, n)), in.begin() + got);
-            got += k;
-            next();
-        });
-    };
-    next();
-    ASSERT_TRUE(run_until(
-        p.io, [&] { return eof || rec; }, 120s));
+    EXPECT_TRUE(read_to_eof(p, n, 12, rec)) << "bytes lost, duplicated or reordered";
     EXPECT_FALSE(rec) << rec.message();
-    EXPECT_EQ(got, n);
-    EXPECT_TRUE(check_pattern(in, 0, 12));
     p.client.close();
     p.srv.join();
     EXPECT_FALSE(srv_rec) << srv_rec.message();
@@ -641,6 +664,182 @@ TEST(SdpAsyncStream, AutomaticWritesTakeBothMechanisms) {
     EXPECT_GT(n - srv_stats.zcopy_bytes_received, 64u * 1024) << "no write went by Bcopy";
 }
 
+// Warm-up for lending: 1 MiB writes with pauses (the reader is ahead). The
+// first goes by Read Zcopy and the reader's RdmaRdCompl carries REQ_PIPE:
+// the writer moves the half to Pipelined Mode (12.3), where reads may lend.
+std::error_code write_warm_up(sdp::Stream& s, std::size_t n, std::uint32_t seed) {
+    std::vector<std::uint8_t> buf(1 << 20);
+    std::error_code ec;
+    for (std::size_t off = 0; off < n && !ec; off += buf.size()) {
+        pattern(buf, off, seed);
+        s.write(buf, ec);
+        std::this_thread::sleep_for(5ms);
+    }
+    return ec;
+}
+
+void read_warm_up(AsyncClientPair& p, std::size_t n, std::uint32_t seed) {
+    std::vector<std::uint8_t> in(n), buf(1 << 20);
+    std::size_t got = 0;
+    error_code rec;
+    while (got < n && !rec) {
+        bool done = false;
+        p.client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t k) {
+            rec = e;
+            if (!e) {
+                const std::size_t take = std::min(k, n - got);
+                std::copy_n(buf.begin(), take, in.begin() + static_cast<std::ptrdiff_t>(got));
+                got += k;
+            }
+            done = true;
+        });
+        ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    }
+    ASSERT_FALSE(rec) << rec.message();
+    ASSERT_EQ(got, n);
+    EXPECT_TRUE(check_pattern(in, 0, seed));
+}
+
+// Write Zcopy (9.3) into an async reader: with mechanism zcopy an
+// async_read_some that finds nothing to read lends its 1 MiB buffer
+// (SinkAvail) and the slower blocking writer RDMA-Writes into it.
+TEST(SdpAsyncStream, ReadsLendTheirBuffersForWriteZcopy) {
+    constexpr std::size_t n = 16u << 20;
+    AsyncClientPair p;
+    std::error_code srv_wec;
+    sdp::StreamStats srv_stats;
+    ASSERT_NO_FATAL_FAILURE(p.start(
+        [&](sdp::Stream& s) {
+            srv_wec = write_warm_up(s, n, 31);  // the reader is ahead
+            half_close_and_wait(s, srv_wec, srv_stats);
+        },
+        zcopy_opts()));
+    error_code rec;
+    EXPECT_TRUE(read_to_eof(p, n, 31, rec)) << "bytes lost, duplicated or reordered";
+    EXPECT_FALSE(rec) << rec.message();
+    p.client.close();
+    p.srv.join();
+    EXPECT_FALSE(srv_wec) << srv_wec.message();
+    EXPECT_GT(srv_stats.sink_avail_received, 0u) << "the async reads never lent";
+    EXPECT_GT(srv_stats.write_zcopy_bytes_sent, 0u) << "nothing was RDMA-Written into them";
+}
+
+// A lent read cannot be called back at once (the peer may be writing into
+// it): cancel() revokes it (SinkAvailCancel, 9.5.5), and the handler runs
+// with operation_aborted once the peer answered (SinkCancelAck). The
+// stream is not reset: both directions work after it.
+TEST(SdpAsyncStream, CancelRevokesALentReadAndTheStreamGoesOn) {
+    constexpr std::size_t warm = 4u << 20;
+    AsyncClientPair p;
+    std::error_code srv_ec;
+    std::size_t srv_got = 0;
+    std::uint8_t srv_byte = 0;
+    std::atomic<bool> srv_waiting{false};
+    sdp::StreamStats srv_stats;
+    ASSERT_NO_FATAL_FAILURE(p.start(
+        [&](sdp::Stream& s) {
+            srv_ec = write_warm_up(s, warm, 32);
+            // Then wait for the client's byte: this read answers the cancel.
+            std::vector<std::uint8_t> b(16);
+            srv_waiting = true;
+            srv_got = srv_ec ? 0 : s.read_some(b, srv_ec);
+            srv_byte = b[0];
+            const std::vector<std::uint8_t> reply{7, 8, 9};
+            if (!srv_ec) {
+                s.write(reply, srv_ec);
+            }
+            srv_stats = s.stats();
+            if (!srv_ec) {
+                s.read_some(b, srv_ec);  // until the client closes
+            }
+        },
+        zcopy_opts()));
+    ASSERT_NO_FATAL_FAILURE(read_warm_up(p, warm, 32));
+    ASSERT_TRUE(pmtest::wait_until([&] { return srv_waiting.load(); }, 30s));
+    std::vector<std::uint8_t> buf(1 << 20);
+    bool done = false;
+    error_code rec;
+    start_read(p.client, buf, rec, done);
+    settle(p.io);
+    EXPECT_FALSE(done);
+    p.client.cancel();
+    ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    EXPECT_EQ(rec, asio::error::operation_aborted) << rec.message();
+    // Both directions still work: a byte to the server, its reply back.
+    const std::vector<std::uint8_t> one{42};
+    bool wrote = false;
+    error_code wec;
+    asio::async_write(p.client, asio::buffer(one), [&](error_code e, std::size_t) {
+        wec = e;
+        wrote = true;
+    });
+    std::vector<std::uint8_t> reply(3);
+    bool got_reply = false;
+    asio::async_read(p.client, asio::buffer(reply), [&](error_code e, std::size_t) {
+        rec = e;
+        got_reply = true;
+    });
+    ASSERT_TRUE(run_until(p.io, [&] { return wrote && got_reply; }));
+    EXPECT_FALSE(wec) << wec.message();
+    EXPECT_FALSE(rec) << rec.message();
+    EXPECT_EQ(reply, (std::vector<std::uint8_t>{7, 8, 9}));
+    p.client.close();
+    p.srv.join();
+    EXPECT_EQ(srv_got, 1u);
+    EXPECT_EQ(srv_byte, 42);
+    EXPECT_GT(srv_stats.sink_avail_received, 0u);
+    EXPECT_GT(srv_stats.sink_cancel_ack_sent, 0u) << "the read was not lent, or not revoked";
+}
+
+// A revoked lent read whose peer does not answer (a blocking peer that is
+// not calling in processes nothing) is bounded: after handshake_timeout the
+// stream is reset (the buffer's STag invalidated) and the handler runs.
+TEST(SdpAsyncStream, CancelOfALentReadToAnIdlePeerResetsAfterTheBound) {
+    constexpr std::size_t warm = 2u << 20;
+    AsyncClientPair p;
+    std::atomic<bool> warmed{false};
+    std::atomic<bool> go{false};
+    std::error_code srv_ec;
+    auto o = zcopy_opts();
+    o.handshake_timeout = 1s;
+    ASSERT_NO_FATAL_FAILURE(p.start(
+        [&](sdp::Stream& s) {
+            srv_ec = write_warm_up(s, warm, 33);
+            warmed = true;
+            pmtest::wait_until([&] { return go.load(); }, 60s);  // idle
+            std::vector<std::uint8_t> b(16);
+            while (!srv_ec && s.read_some(b, srv_ec) > 0) {
+            }
+        },
+        o));
+    ASSERT_NO_FATAL_FAILURE(read_warm_up(p, warm, 33));
+    ASSERT_TRUE(pmtest::wait_until([&] { return warmed.load(); }, 30s));
+    auto buf = std::make_unique<std::vector<std::uint8_t>>(1 << 20);
+    bool done = false;
+    error_code rec;
+    start_read(p.client, *buf, rec, done);
+    settle(p.io);
+    EXPECT_FALSE(done);
+    const auto t0 = std::chrono::steady_clock::now();
+    p.client.cancel();
+    p.io.restart();
+    p.io.poll();
+    EXPECT_FALSE(done) << "lent: not before the peer answered or the bound passed";
+    ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 900ms);
+    EXPECT_EQ(rec, asio::error::operation_aborted) << rec.message();
+    buf.reset();  // the caller's again
+    done = false;
+    std::vector<std::uint8_t> b(16);
+    start_read(p.client, b, rec, done);
+    ASSERT_TRUE(run_until(p.io, [&] { return done; }));
+    EXPECT_TRUE(rec) << "the stream was reset";
+    go = true;
+    p.client.close();
+    p.srv.join();
+    EXPECT_TRUE(srv_ec) << "the server saw the reset";
+}
+
 // A pending zero-copy write cannot be called back: cancel() resets the
 // stream (the advertised buffer's STag is invalidated), then the handler
 // gets operation_aborted and the buffer is the caller's again: the peer's
@@ -665,11 +864,7 @@ TEST(SdpAsyncStream, CancelPendingZeroCopyWriteResetsTheStream) {
         done = true;
     });
     // Let the SrcAvail go out; the server does not read yet.
-    p.io.restart();
-    for (int i = 0; i < 50; ++i) {
-        p.io.poll();
-        std::this_thread::sleep_for(2ms);
-    }
+    settle(p.io);
     EXPECT_FALSE(done) << "a zero-copy write completes when the peer has read it";
     p.client.cancel();
     ASSERT_TRUE(run_until(p.io, [&] { return done; }));
@@ -679,10 +874,7 @@ TEST(SdpAsyncStream, CancelPendingZeroCopyWriteResetsTheStream) {
     std::vector<std::uint8_t> b(16);
     done = false;
     error_code rec;
-    p.client.async_read_some(asio::buffer(b), [&](error_code e, std::size_t) {
-        rec = e;
-        done = true;
-    });
+    start_read(p.client, b, rec, done);
     ASSERT_TRUE(run_until(p.io, [&] { return done; }));
     EXPECT_TRUE(rec) << "the stream was reset";
     p.client.close();
