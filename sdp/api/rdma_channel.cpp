@@ -293,7 +293,9 @@ std::optional<std::size_t> RdmaChannel::write_zcopy_locked(
     auto& sdp = s_->sdp();
     // Read Zcopy (9.2) as Data Source: what is queued goes first (11.2),
     // then `in` is advertised and the peer RDMA-Reads it; the call returns
-    // after that (SrcAvailCancel, 9.5.4, is not sent).
+    // after that, or after io_timeout with what the peer took once it
+    // answered our SrcAvailCancel (9.5.4; no answer within another
+    // io_timeout resets the stream).
     auto deadline = io_deadline();
     std::optional<bool> started;
     while (!(started = sdp.start_zcopy_write(in)).has_value()) {
@@ -306,7 +308,15 @@ std::optional<std::size_t> RdmaChannel::write_zcopy_locked(
     }
     started_fn();
     progress_locked();
-    if (!wait_lent_locked(lk, io_deadline(), [&] { return !sdp.zcopy_write_pending(); })) {
+    const auto done = [&] { return !sdp.zcopy_write_pending(); };
+    const auto until = io_deadline();
+    while (!done() && !finished_ && !stop_ && wait_locked(lk, until)) {
+    }
+    if (!done() && !finished_ && !stop_) {
+        sdp.revoke_zcopy_write();
+        progress_locked();
+    }
+    if (!wait_lent_locked(lk, io_deadline(), done)) {
         ec = std::make_error_code(std::errc::timed_out);
         return 0;
     }
@@ -314,7 +324,11 @@ std::optional<std::size_t> RdmaChannel::write_zcopy_locked(
         ec = std::make_error_code(std::errc::connection_reset);
         return 0;
     }
-    return in.size();
+    const std::size_t n = sdp.take_zcopy_write_count(in.size());
+    if (n < in.size()) {
+        ec = std::make_error_code(std::errc::timed_out);
+    }
+    return n;
 }
 
 std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {

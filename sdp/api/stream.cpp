@@ -839,6 +839,7 @@ StreamStats Stream::stats() const {
     st.write_zcopy_bytes_sent = e.rdma_write_bytes;
     st.write_zcopy_bytes_received = e.sink_bytes_received;
     st.sink_avail_sent = e.sink_avail_sent;
+    st.src_avail_cancel_sent = e.src_avail_cancel_sent;
     st.sink_avail_received = e.sink_avail_received;
     st.sink_avail_cancel_sent = e.sink_avail_cancel_sent;
     st.sink_cancel_ack_sent = e.sink_cancel_ack_sent;

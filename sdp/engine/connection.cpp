@@ -798,6 +798,7 @@ bool Connection::write_zcopy(std::span<const std::uint8_t> buf) {
     if (src_in_ && !zread_)
         force_bcopy();
     src_out_ = SrcOut{buf, *region, 0, 0, false};  // inline_n: when it is sent (pump())
+    zwrite_revoked_.reset();
     ++stats_.zcopy_writes;
     pump();
     return true;
@@ -812,6 +813,42 @@ std::optional<bool> Connection::start_zcopy_write(std::span<const std::uint8_t> 
     if (send_queued() > 0)
         return std::nullopt;
     return write_zcopy(buf);
+}
+
+void Connection::revoke_zcopy_write() {
+    if (!src_out_ || src_out_->revoking)
+        return;
+    SrcOut& so = *src_out_;
+    if (so.forced) {
+        // After a SendSm (9.5.2.1): what was queued is the stream's; the
+        // rest is not fed.
+        bcopy_until_ -= so.buf.size() - so.fed;
+        end_revoked(so.written + so.fed);
+        return;
+    }
+    if (!so.advertised) {
+        qp_.invalidate_region(so.region.stag);
+        end_revoked(so.written);  // the peer never saw it
+        return;
+    }
+    // 9.5.4: the peer may have begun reading it, and an RDMA Read cannot be
+    // called back: the region stays valid until the peer Processed the
+    // cancel (on_send_sm(), on_rdma_rd_compl(), on_sink_avail()).
+    so.revoking = true;
+    ++stats_.src_avail_cancel_sent;
+    control_.push_back(Control{w::SrcAvailCancel{}});
+    pump();
+}
+
+void Connection::end_revoked(std::size_t taken) {
+    zwrite_revoked_ = taken;
+    src_out_.reset();
+}
+
+std::size_t Connection::take_zcopy_write_count(std::size_t size) {
+    const std::size_t n = zwrite_revoked_.value_or(size);
+    zwrite_revoked_.reset();
+    return n;
 }
 
 std::size_t Connection::zcopy_readable() const {
@@ -962,6 +999,8 @@ bool Connection::on_rdma_rd_compl(const w::RdmaRdCompl& v, std::uint32_t invalid
     deliver(Payload{}, 0);
     if (final) {
         qp_.invalidate_region(so.region.stag);
+        if (so.revoking)
+            end_revoked(so.written + so.buf.size());  // read in full before the cancel
         src_out_.reset();
     }
     return true;
@@ -978,6 +1017,13 @@ void Connection::on_send_sm() {
     // lent until all of it is queued: zcopy_write_pending()).
     SrcOut& so = *src_out_;
     qp_.invalidate_region(so.region.stag);
+    if (so.revoking) {
+        // 9.5.4: our SrcAvailCancel is Processed (or the peer forced Bcopy
+        // before it saw it: then it ignores the cancel). Either way the
+        // stream ends with what the peer took; the rest is not sent.
+        end_revoked(so.written + so.inline_n + so.acked);
+        return;
+    }
     so.forced = true;
     so.fed = so.inline_n + so.acked;
     // "using Data Messages": not RDMA-Written into a SinkAvail either.
@@ -1020,6 +1066,7 @@ void Connection::drop_zcopy() {
     sink_out_.reset();
     sink_in_.reset();
     src_out_.reset();
+    zwrite_revoked_.reset();
     src_in_.reset();
     zread_.reset();
     zread_result_.reset();
@@ -1171,8 +1218,15 @@ bool Connection::on_sink_avail(const w::SinkAvail& v) {
         // send a SinkAvail (rule 2a).
         if (src_out_->acked > 0 || src_out_->inline_n > 0)
             return false;
-        src_out_->advertised = false;
         ++stats_.src_avail_superseded;
+        if (src_out_->revoking) {
+            // 9.5.4: overridden by a SinkAvail, our SrcAvailCancel is
+            // Processed; nothing of the buffer goes into the SinkAvail.
+            qp_.invalidate_region(src_out_->region.stag);
+            end_revoked(src_out_->written);
+        } else {
+            src_out_->advertised = false;
+        }
     }
     sink_in_ = SinkIn{v.stag, v.va, v.len};
     ++stats_.sink_avail_received;
@@ -1193,6 +1247,7 @@ bool Connection::write_into_sink() {
         qp_.post_rdma_write(so.buf.first(done), si.stag, si.va);
         so.buf = so.buf.subspan(done);
         so.region.to += done;
+        so.written += done;
         if (so.buf.empty()) {
             qp_.invalidate_region(so.region.stag);
             src_out_.reset();
@@ -1800,9 +1855,10 @@ bool Connection::suspend(std::uint16_t dest_port) {
     local_port_ = dest_port;
     sink_in_.reset();  // 13: not In-Process, cancelled by the transition
     if (src_out_ && src_out_->advertised && !src_out_->forced) {
-        // In-Process: the peer may be reading it. Cancel (9.5.4) and wait
-        // for its RdmaRdCompl(s) or SendSm.
-        control_.push_back(Control{w::SrcAvailCancel{}});
+        // In-Process: the peer may be reading it. Cancel (9.5.4, unless a
+        // revocation did already) and wait for its RdmaRdCompl(s) or SendSm.
+        if (!src_out_->revoking)
+            control_.push_back(Control{w::SrcAvailCancel{}});
     } else if (src_out_) {
         cancel_src_out();
     }
@@ -1826,6 +1882,8 @@ void Connection::cancel_src_out() {
     // fed part of a forced rest, which precedes it in the stream).
     const std::size_t from = so.forced ? so.fed : so.advertised ? so.inline_n + so.acked : 0;
     queue_tx(so.buf.subspan(from));
+    if (so.revoking)
+        end_revoked(so.written + so.buf.size());  // all of it is the stream's
     src_out_.reset();
 }
 

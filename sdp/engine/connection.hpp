@@ -8,7 +8,7 @@
 // Config::bcopy_threshold is set: write_zcopy() advertises a buffer with
 // SrcAvail, the peer pulls it with RDMA Read (read_zcopy()) and answers
 // RdmaRdCompl, or forces Bcopy with SendSm (9.5.2.1); SrcAvailCancel (9.5.4)
-// is answered.
+// is answered, and sent by revoke_zcopy_write() (a writer that gives up).
 //
 // Flow Control Modes (11, 12; the tables are modes.hpp): both halves start
 // Combined. As Data Sink able to do zero copy we set REQ_PIPE in our
@@ -168,6 +168,8 @@ struct Stats {
     // taken as discarded because the peer's SinkAvail came (rule 1b).
     std::uint64_t src_avail_ignored = 0;
     std::uint64_t src_avail_superseded = 0;
+    // 9.5.4, as Data Source: SrcAvailCancels sent (a zero-copy write given up).
+    std::uint64_t src_avail_cancel_sent = 0;
     std::uint64_t sink_avail_stale = 0;  // SinkAvail discarded as stale (9.5.1)
     // Read Zcopy (9.2): as Data Source, buffers advertised and bytes the
     // peer read; as Data Sink, RDMA Reads done and bytes placed by them;
@@ -314,6 +316,17 @@ class Connection {
     // wait, so a write that cannot go zero copy never waits for a drain.
     std::optional<bool> start_zcopy_write(std::span<const std::uint8_t> buf);
     [[nodiscard]] bool zcopy_write_pending() const { return src_out_.has_value(); }
+    // The writer gives up on its zero-copy write (io_timeout): once
+    // advertised, SrcAvailCancel (9.5.4) and the buffer stays lent until the
+    // peer Processed it (its RdmaRdCompls, then SendSm for the rest, or a
+    // crossing SinkAvail); not advertised yet, withdrawn at once; after a
+    // SendSm, the part not yet queued is dropped. The bytes the peer did not
+    // take are not sent.
+    void revoke_zcopy_write();
+    // A zero-copy write that ended (zcopy_write_pending() false) with the
+    // connection established: how many of its `size` bytes are the
+    // stream's, once: all, unless revoke_zcopy_write() cut it short.
+    std::size_t take_zcopy_write_count(std::size_t size);
     [[nodiscard]] std::size_t bcopy_threshold() const { return cfg_.bcopy_threshold; }
     // Data Sink: the next bytes of the stream are in the peer's advertised
     // buffer and nothing is readable() before them: how many.
@@ -676,8 +689,15 @@ class Connection {
         bool advertised = false;   // SrcAvail sent
         bool forced = false;       // SendSm: the rest goes as Data
         std::size_t fed = 0;       // forced: bytes of buf queued so far
+        // Bytes of the caller's buffer RDMA-Written into the peer's
+        // SinkAvails before it was advertised (11.3 rule 1a; buf is the rest).
+        std::size_t written = 0;
+        bool revoking = false;  // revoke_zcopy_write(): SrcAvailCancel sent (9.5.4)
     };
     std::optional<SrcOut> src_out_;
+    // The count of a write that revoke_zcopy_write() ended (taken once).
+    std::optional<std::size_t> zwrite_revoked_;
+    void end_revoked(std::size_t taken);
     // The peer's, as Data Sink:
     struct SrcIn {
         std::uint32_t stag = 0;

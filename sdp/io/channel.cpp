@@ -746,12 +746,19 @@ std::optional<std::size_t> SoftChannel::write_zcopy_locked(
     started_fn();
     service_locked();
     wake_poller_for_output();
-    // The peer may read `in` until it says so (SrcAvailCancel, 9.5.4, is
-    // not sent yet).
-    if (!drive_lent(
-            lk, [&] { return !c.zcopy_write_pending(); }, ec)) {
-        kick_helper();
-        return 0;
+    // The peer reads `in` when it likes. After io_timeout the write is
+    // revoked (SrcAvailCancel, 9.5.4) and ends with what the peer took
+    // once it answered; no answer within another io_timeout (an idle
+    // peer's driver answers nothing) resets the stream.
+    const auto done = [&] { return !c.zcopy_write_pending(); };
+    if (!drive(lk, done, io_deadline())) {
+        c.revoke_zcopy_write();
+        service_locked();
+        wake_poller_for_output();
+        if (!drive_lent(lk, done, ec)) {
+            kick_helper();
+            return 0;
+        }
     }
     kick_helper();
     return core_.zcopy_write_result(in.size(), ec).value_or(0);

@@ -294,7 +294,13 @@ std::optional<std::size_t> ChannelCore::zcopy_write_result(std::size_t size, std
         // the handed-over unsent bytes.
         return c.error() == engine::Error::handed_off ? size : 0;
     }
-    return size;
+    // A revoked write (io_timeout, 9.5.4) counts what the peer took and
+    // timed out, as a Bcopy write does; the stream stays intact.
+    const std::size_t n = c.take_zcopy_write_count(size);
+    if (n < size) {
+        ec = std::make_error_code(std::errc::timed_out);
+    }
+    return n;
 }
 
 std::optional<std::error_code> ChannelCore::send_oob(std::uint8_t byte) {

@@ -125,8 +125,9 @@ class ChannelCore {
     // earlier calls abort(): late Read Responses then meet a stale STag).
     // nullopt while the read runs; then the bytes placed, or 0 with ec.
     std::optional<std::size_t> zcopy_read_result(std::error_code& ec);
-    // nullopt while the peer may read it; then `size` (all of it went), or
-    // 0 with ec (the connection failed).
+    // nullopt while the peer may read it; then `size` (all of it went), the
+    // part the peer took before a revocation with timed_out (Connection::
+    // revoke_zcopy_write()), or 0 with ec (the connection failed).
     std::optional<std::size_t> zcopy_write_result(std::size_t size, std::error_code& ec);
 
     // Out-of-band data (9.5.3) as the socket calls report it.

@@ -21,7 +21,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -39,7 +41,8 @@ void usage() {
                  "[--control SOCKET] [--bind IP] PORT\n"
                  "       sdp-cat [-v] [OPTIONS] -l --register CONV_IP:PORT --on-demand PORTS "
                  "[--single-use] [--control SOCKET] [--bind IP]\n"
-                 "OPTIONS: [--provider soft|rdma|auto] [--mechanism bcopy|zcopy|auto]\n");
+                 "OPTIONS: [--provider soft|rdma|auto] [--mechanism bcopy|zcopy|auto] "
+                 "[--io-timeout MS]\n");
 }
 
 bool write_all(int fd, const std::uint8_t* p, std::size_t n) {
@@ -125,7 +128,8 @@ int run(sdp::Stream& s, bool verbose) {
         // and for operators checking that zero copy happens.
         std::fprintf(stderr,
                      "sdp-cat: bytes sent %llu received %llu; zero copy sent %llu received %llu "
-                     "(RDMA Write sent %llu received %llu); SendSm sent %llu received %llu\n",
+                     "(RDMA Write sent %llu received %llu); SendSm sent %llu received %llu; "
+                     "SrcAvailCancel sent %llu\n",
                      static_cast<unsigned long long>(st.bytes_sent),
                      static_cast<unsigned long long>(st.bytes_received),
                      static_cast<unsigned long long>(st.zcopy_bytes_sent),
@@ -133,7 +137,8 @@ int run(sdp::Stream& s, bool verbose) {
                      static_cast<unsigned long long>(st.write_zcopy_bytes_sent),
                      static_cast<unsigned long long>(st.write_zcopy_bytes_received),
                      static_cast<unsigned long long>(st.send_sm_sent),
-                     static_cast<unsigned long long>(st.send_sm_received));
+                     static_cast<unsigned long long>(st.send_sm_received),
+                     static_cast<unsigned long long>(st.src_avail_cancel_sent));
     }
     // Any write error means stdin did not all reach the peer: a failure,
     // a broken pipe too (the bytes after it are lost).
@@ -151,6 +156,7 @@ int main(int argc, char** argv) {
     std::string reg, on_demand, control = "/run/sdp-pmd/control.sock", bind_ip = "0.0.0.0", pmsp;
     sdp::Provider prov = sdp::Provider::soft;
     sdp::Mechanism mech = sdp::Mechanism::bcopy;
+    long io_timeout_ms = 0;
     std::vector<std::string> pos;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -191,6 +197,18 @@ int main(int argc, char** argv) {
                 return 2;
             }
             mech = *m;
+        } else if (a == "--io-timeout") {
+            const std::string v = next();
+            char* end = nullptr;
+            errno = 0;
+            io_timeout_ms = std::strtol(v.c_str(), &end, 10);
+            if (v.empty() || *end != '\0' || errno != 0 || io_timeout_ms < 0 ||
+                io_timeout_ms > 3600L * 1000) {
+                std::fprintf(stderr,
+                             "sdp-cat: bad --io-timeout '%s' (milliseconds, 0 .. 3600000)\n",
+                             v.c_str());
+                return 2;
+            }
         } else if (a == "--provider") {
             const std::string v = next();
             const auto p = sdp::parse_provider(v);
@@ -215,6 +233,7 @@ int main(int argc, char** argv) {
     so.fallback = fallback;
     so.iwarp_provider = prov;
     so.mechanism = mech;
+    so.io_timeout = std::chrono::milliseconds(io_timeout_ms);
     if (!pmsp.empty()) {
         auto ep = pm::Endpoint::parse(pmsp);
         if (!ep) {

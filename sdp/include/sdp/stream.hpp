@@ -125,18 +125,20 @@ struct StreamOptions {
     // in flight stays in cache); see docs/performance.md.
     std::size_t send_queue_limit = 256 * 1024;
     // How large writes travel (9): bcopy, through the private buffers only;
-    // zcopy, Read Zcopy (9.2) for writes larger than zcopy_threshold: the
-    // buffer is advertised, the peer RDMA-Reads it straight into its
-    // reader's buffer, and write() returns once the peer has read it (the
-    // caller's buffer stays put until then), and reads larger than it with
-    // no io_timeout lend their buffer for the peer to RDMA-Write into
-    // (Write Zcopy, 9.3; never Stream::read()); automatic, each write larger
-    // than zcopy_threshold by Bcopy or Read Zcopy, whichever measured
-    // cheaper on this connection for writes of its size (both tried first;
-    // reads never lend). Both directions: a
-    // bcopy stream also asks a zero-copy peer for Bcopy (SendSm). Blocking
-    // Stream on both providers; AsyncStream (Read Zcopy only, never lends)
-    // on the soft provider. See docs/sdp.md, "Zero copy".
+    // zcopy, Read Zcopy (9.2) for writes larger than zcopy_threshold: the buffer
+    // is advertised, the peer RDMA-Reads it straight into its reader's buffer,
+    // and write() returns once the peer has read it (the caller's buffer stays
+    // put until then; with io_timeout, a write the peer has not read in time is
+    // revoked, SrcAvailCancel (9.5.4), and returns the bytes the peer took with
+    // timed_out once it answered; no answer within another io_timeout resets the
+    // stream), and reads larger than it with no io_timeout lend their buffer for
+    // the peer to RDMA-Write into (Write Zcopy, 9.3; never Stream::read());
+    // automatic, each write larger than zcopy_threshold by Bcopy or Read Zcopy,
+    // whichever measured cheaper on this connection for writes of its size (both
+    // tried first; reads never lend). Both directions: a bcopy stream also asks
+    // a zero-copy peer for Bcopy (SendSm). Blocking Stream on both providers;
+    // AsyncStream (reads lend with zcopy) on the soft provider. See docs/sdp.md,
+    // "Zero copy".
     Mechanism mechanism = Mechanism::bcopy;
     std::size_t zcopy_threshold = 32 * 1024;
     // SO_OOBINLINE: a received urgent byte stays in the normal stream (see
@@ -156,6 +158,8 @@ struct StreamStats {
     std::uint64_t zcopy_bytes_received = 0;
     std::uint64_t send_sm_sent = 0;
     std::uint64_t send_sm_received = 0;
+    // Zero-copy writes given up at io_timeout (SrcAvailCancel, 9.5.4).
+    std::uint64_t src_avail_cancel_sent = 0;
     // Write Zcopy (9.3), part of the zcopy counts above: bytes we
     // RDMA-Wrote into the peer's lent buffers, bytes the peer wrote into
     // ours; buffers we lent (SinkAvail) and the peer's lent to us; our

@@ -12,8 +12,8 @@
 // for larger buffers lets it send larger messages from then on.
 // Zero copy: an input starting with 0x7A runs with an RDMA-capable QP and
 // a Bcopy Threshold, and records 0xF0-0xFF lend a reader buffer (Write
-// Zcopy, 9.3), cancel it (9.5.5), advertise a writer buffer (9.2) or take
-// a result. RDMA Writes may only go into a SinkAvail the input sent, within
+// Zcopy, 9.3), cancel it (9.5.5), advertise a writer buffer (9.2) or give
+// it up (9.5.4), or take a result. RDMA Writes may only go into a SinkAvail the input sent, within
 // its bounds, and a lent buffer's region is gone once it is given back.
 #include <cstdint>
 #include <cstdlib>
@@ -159,6 +159,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::uint32_t mseq = 1;  // lets well-formed records reach deep states
     std::size_t i = 0;
     std::vector<std::uint8_t> buf(2048);
+    std::size_t zsize = 0;  // the zero-copy write in progress
     while (i + 2 <= size) {
         const std::uint8_t op = data[i];
         const std::size_t len = std::min<std::size_t>(data[i + 1], size - i - 2);
@@ -173,9 +174,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 case 1:
                     c.cancel_sink();
                     break;
-                case 2:  // a writer advertises len * 64 + 1 bytes (Read Zcopy)
-                    if (!c.zcopy_write_pending())
-                        c.write_zcopy(std::span(source).first(len * 64 + 1));
+                case 2:  // a writer advertises len * 64 + 1 bytes (Read Zcopy),
+                         // or gives its pending one up (9.5.4)
+                    if (c.zcopy_write_pending()) {
+                        c.revoke_zcopy_write();
+                    } else if (c.write_zcopy(std::span(source).first(len * 64 + 1))) {
+                        zsize = len * 64 + 1;
+                    }
                     break;
                 case 3:
                     (void)c.take_zcopy_read();
@@ -183,6 +188,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             }
             if (!c.sink_pending() && qp.live(qp.sink_stag_))
                 std::abort();  // given back but still registered
+            if (zsize != 0 && !c.zcopy_write_pending()) {
+                if (c.take_zcopy_write_count(zsize) > zsize)
+                    std::abort();  // more than the write had
+                zsize = 0;
+            }
             continue;
         }
         switch (op % 10) {

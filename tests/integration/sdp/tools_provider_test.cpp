@@ -33,6 +33,18 @@ TEST(SdpToolsProvider, CatRejectsBadProviderValues) {
     EXPECT_NE(unknown.output.find("unknown option --providr"), std::string::npos) << unknown.output;
 }
 
+// --io-timeout takes milliseconds 0 .. 3600000; anything else is a usage
+// error naming the option.
+TEST(SdpToolsProvider, CatRejectsBadIoTimeouts) {
+    for (const char* bad : {"x", "-5", "3600001", "10ms", "''", "99999999999999999999"}) {
+        auto r = run(kCat + " --io-timeout " + bad + " --sdp 127.0.0.1 9");
+        EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+        EXPECT_NE(r.output.find("bad --io-timeout"), std::string::npos) << r.output;
+    }
+    auto help = run(kCat + " --help");
+    EXPECT_NE(help.output.find("[--io-timeout MS]"), std::string::npos) << help.output;
+}
+
 TEST(SdpToolsProvider, PerfRejectsBadProviderValues) {
     auto r = run(kPerf + " --provider fast --time 0.1");
     EXPECT_EQ(r.exit_code, 2) << r.output;

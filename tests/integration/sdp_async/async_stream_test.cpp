@@ -81,6 +81,20 @@ void start_read(sdp::AsyncStream& s, std::vector<std::uint8_t>& buf, error_code&
     });
 }
 
+// One async_accept, run until it completes without error.
+void accept_one(asio::io_context& io, sdp::AsyncAcceptor& acc,
+                std::optional<sdp::AsyncStream>& server) {
+    error_code aec;
+    bool done = false;
+    acc.async_accept([&](error_code e, sdp::AsyncStream st) {
+        aec = e;
+        done = true;
+        server.emplace(std::move(st));
+    });
+    ASSERT_TRUE(run_until(io, [&] { return done; }));
+    ASSERT_FALSE(aec) << aec.message();
+}
+
 // async_connect, run until it completes: its error, or nullopt (no
 // completion within run_until's bound).
 std::optional<error_code> connect_and_wait(asio::io_context& io, sdp::AsyncStream& s,
@@ -990,13 +1004,7 @@ TEST(SdpAsyncAcceptor, BlockingClientBothWays) {
         client.close();
     });
     std::optional<sdp::AsyncStream> server;
-    error_code aec;
-    acc.async_accept([&](error_code e, sdp::AsyncStream s) {
-        aec = e;
-        server.emplace(std::move(s));
-    });
-    ASSERT_TRUE(run_until(io, [&] { return server.has_value(); }));
-    ASSERT_FALSE(aec) << aec.message();
+    ASSERT_NO_FATAL_FAILURE(accept_one(io, acc, server));
     EXPECT_EQ(server->used(), sdp::Transport::sdp);
     const auto out = make_pattern(n, 32);
     bool wrote = false, read_done = false;
@@ -1026,6 +1034,72 @@ TEST(SdpAsyncAcceptor, BlockingClientBothWays) {
     EXPECT_EQ(cgot, n);
     EXPECT_TRUE(cok);
     EXPECT_EQ(acc.stats().established, 1u);
+}
+
+// 9.5.4 from a blocking writer: a zero-copy write the peer does not read
+// within io_timeout is revoked (SrcAvailCancel). The async peer's driver
+// answers (SendSm) although no read is pending; the write returns the bytes
+// the peer took with timed_out, the stream is intact, and writing the rest
+// delivers every byte once, in order.
+TEST(SdpAsyncAcceptor, BlockingZeroCopyWriteTimesOutRevokedAndTheStreamGoesOn) {
+    constexpr std::size_t n = 1024 * 1024;
+    asio::io_context io;
+    sdp::AsyncAcceptor acc(io);
+    sdp::AcceptorOptions ao;
+    ao.stream = zcopy_opts();
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    auto co = zcopy_opts();
+    co.io_timeout = 300ms;
+    sdp::Stream client;
+    std::error_code cec, first_ec, rest_ec;
+    std::size_t first = 0;
+    std::atomic<bool> first_done{false};
+    sdp::StreamStats cstats;
+    const auto out = make_pattern(n, 41);
+    std::thread cl([&] {
+        cec = client.connect_sdp(acc.local_endpoint(), co);
+        if (cec) {
+            first_done = true;
+            return;
+        }
+        first = client.write(out, first_ec);
+        first_done = true;
+        if (first < n) {
+            client.write(std::span(out).subspan(first), rest_ec);
+        }
+        if (!rest_ec) {
+            rest_ec = client.shutdown_write();
+        }
+        cstats = client.stats();
+        std::vector<std::uint8_t> b(16);
+        std::error_code ec;
+        client.read_some(b, ec);  // until the server closes
+        client.close();
+    });
+    std::optional<sdp::AsyncStream> server;
+    ASSERT_NO_FATAL_FAILURE(accept_one(io, acc, server));
+    // The server's driver runs, but nothing reads the advertised buffer.
+    ASSERT_TRUE(run_until(io, [&] { return first_done.load(); }));
+    std::vector<std::uint8_t> in;
+    bool read_done = false;
+    error_code rec;
+    asio::async_read(*server, asio::dynamic_buffer(in), [&](error_code e, std::size_t) {
+        rec = e;
+        read_done = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return read_done; }));
+    bool closed = false;
+    server->async_close([&](error_code) { closed = true; });
+    ASSERT_TRUE(run_until(io, [&] { return closed; }));
+    cl.join();
+    ASSERT_FALSE(cec) << cec.message();
+    EXPECT_EQ(first_ec, std::errc::timed_out) << first_ec.message();
+    EXPECT_LT(first, n);
+    EXPECT_EQ(cstats.src_avail_cancel_sent, 1u);
+    EXPECT_FALSE(rest_ec) << rest_ec.message();
+    EXPECT_EQ(rec, asio::error::eof) << rec.message();
+    EXPECT_EQ(in.size(), n);
+    EXPECT_TRUE(check_pattern(in, 0, 41)) << "bytes lost, duplicated or reordered";
 }
 
 // Async stream to async acceptor: concurrent startups. Silent TCP clients

@@ -259,6 +259,105 @@ TEST(SdpEngineReadZcopy, SrcAvailCancel) {
     }
 }
 
+// 9.5.4 from the Data Source: a zero-copy write given up (io_timeout) is
+// revoked with SrcAvailCancel and stays lent until the peer answers (here
+// SendSm: it had not begun reading). The write then counts the inline bytes
+// only; the rest is not sent, and the stream goes on after them.
+TEST(SdpEngineReadZcopy, Section9_5_4_RevokedBeforeAnyReadCountsTheInlineBytes) {
+    ZPair p;
+    const Bytes data = pattern(1 << 20, 3);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run();
+    const auto avail = sent_with(p.qa.sent_log, w::Mid::src_avail);
+    ASSERT_EQ(avail.size(), 1u);
+    const std::size_t inline_n = std::get<w::SrcAvail>(decoded(avail[0]).body).payload.size();
+    ASSERT_GT(inline_n, 0u);
+    p.a.revoke_zcopy_write();
+    EXPECT_EQ(sent_with(p.qa.sent_log, w::Mid::src_avail_cancel).size(), 1u);
+    EXPECT_TRUE(p.a.zcopy_write_pending()) << "lent until the peer answers";
+    EXPECT_FALSE(p.qa.regions.empty()) << "the peer may be reading it";
+    p.a.revoke_zcopy_write();  // once
+    EXPECT_EQ(sent_with(p.qa.sent_log, w::Mid::src_avail_cancel).size(), 1u);
+    p.run();
+    EXPECT_EQ(sent_with(p.qb.sent_log, w::Mid::send_sm).size(), 1u);
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    EXPECT_TRUE(p.qa.regions.empty());
+    EXPECT_EQ(p.a.take_zcopy_write_count(data.size()), inline_n);
+    EXPECT_EQ(p.a.take_zcopy_write_count(data.size()), data.size()) << "taken once";
+    EXPECT_EQ(p.a.stats().src_avail_cancel_sent, 1u);
+    const Bytes tail = pattern(1000, 4);
+    EXPECT_EQ(p.a.write(tail), tail.size());
+    Bytes got;
+    p.drain_b(got, 1 << 20);
+    Bytes want(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(inline_n));
+    want.insert(want.end(), tail.begin(), tail.end());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(p.a.state(), e::State::established);
+    EXPECT_EQ(p.b.state(), e::State::established);
+    EXPECT_TRUE(p.faults.empty());
+}
+
+// 9.5.4: the cancel meets an RDMA Read in process; the Data Sink finishes
+// it, sends its RdmaRdCompl and then SendSm for the rest. The revoked write
+// counts the inline bytes and the bytes read.
+TEST(SdpEngineReadZcopy, Section9_5_4_RevokedDuringAReadCountsWhatWasRead) {
+    ZPair p;
+    const Bytes data = pattern(1 << 20, 5);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run();
+    Bytes got(data.size());
+    const std::size_t inline_n = p.b.read(got);
+    ASSERT_GT(inline_n, 0u);
+    ASSERT_TRUE(p.b.read_zcopy(std::span(got).subspan(inline_n, 30000)));
+    p.a.revoke_zcopy_write();  // crosses the Read Request
+    p.run();
+    EXPECT_EQ(p.b.take_zcopy_read(), std::optional<std::size_t>(30000));
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    const std::size_t n = p.a.take_zcopy_write_count(data.size());
+    EXPECT_EQ(n, inline_n + 30000);
+    got.resize(inline_n + 30000);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
+    const Bytes tail = pattern(5000, 6);
+    EXPECT_EQ(p.a.write(tail), tail.size());
+    Bytes more;
+    p.drain_b(more, 1 << 20);
+    EXPECT_EQ(more, tail) << "nothing of the revoked rest";
+    EXPECT_TRUE(p.faults.empty()) << "the region stayed valid for the read in process";
+    EXPECT_EQ(p.a.state(), e::State::established);
+}
+
+// A revocation after the peer forced Bcopy (SendSm, 9.5.2.1): what was fed
+// into the send queue is the stream's, the rest is not fed.
+TEST(SdpEngineReadZcopy, Section9_5_4_RevokedAfterSendSmKeepsWhatWasQueued) {
+    auto ca = zcopy_config();
+    ca.send_queue_limit = 64 * 1024;
+    ZPair p(ca);
+    const Bytes data = pattern(1 << 20, 7);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run();
+    Bytes got(p.b.readable());  // the inline bytes
+    ASSERT_EQ(p.b.read(got), got.size());
+    Bytes small(1000);
+    ASSERT_FALSE(p.b.read_zcopy(small));  // SendSm: the rest by Bcopy
+    ASSERT_EQ(sent_with(p.qb.sent_log, w::Mid::send_sm).size(), 1u);
+    p.run();  // b reads nothing more: a's queue fills
+    ASSERT_TRUE(p.a.zcopy_write_pending()) << "the rest is fed as the queue drains";
+    p.a.revoke_zcopy_write();
+    EXPECT_FALSE(p.a.zcopy_write_pending());
+    EXPECT_EQ(sent_with(p.qa.sent_log, w::Mid::src_avail_cancel).size(), 0u);
+    const std::size_t n = p.a.take_zcopy_write_count(data.size());
+    EXPECT_GT(n, 64u * 1024 / 2);
+    EXPECT_LT(n, data.size());
+    p.drain_b(got, 1000);  // what was queued, nothing after it
+    EXPECT_EQ(got.size(), n);
+    const Bytes tail = pattern(3000, 8);
+    EXPECT_EQ(p.a.write(tail), tail.size());
+    p.drain_b(got, 1000);
+    Bytes want(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n));
+    want.insert(want.end(), tail.begin(), tail.end());
+    EXPECT_EQ(got, want);
+}
+
 // A differential test: the same random writes and reads on a Bcopy-only
 // pair and on a zero-copy pair deliver the same bytes in the same order.
 // The zero-copy reader also lends large buffers with SinkAvail (Write
