@@ -63,6 +63,11 @@ for c in "${cores[@]}"; do
   fi
 done
 
+if [[ ${#files[@]} -eq 0 ]]; then
+  echo "check-layering: no core files found under $root" >&2
+  exit 2
+fi
+
 for rule in "${rules[@]}"; do
   re="${rule%|*}"
   why="${rule##*|}"

@@ -835,8 +835,11 @@ void Connection::revoke_zcopy_write() {
     // called back: the region stays valid until the peer Processed the
     // cancel (on_send_sm(), on_rdma_rd_compl(), on_sink_avail()).
     so.revoking = true;
-    ++stats_.src_avail_cancel_sent;
-    control_.push_back(Control{w::SrcAvailCancel{}});
+    if (!so.cancel_sent) {  // (a suspend() may have sent it)
+        so.cancel_sent = true;
+        ++stats_.src_avail_cancel_sent;
+        control_.push_back(Control{w::SrcAvailCancel{}});
+    }
     pump();
 }
 
@@ -1066,7 +1069,6 @@ void Connection::drop_zcopy() {
     sink_out_.reset();
     sink_in_.reset();
     src_out_.reset();
-    zwrite_revoked_.reset();
     src_in_.reset();
     zread_.reset();
     zread_result_.reset();
@@ -1855,10 +1857,13 @@ bool Connection::suspend(std::uint16_t dest_port) {
     local_port_ = dest_port;
     sink_in_.reset();  // 13: not In-Process, cancelled by the transition
     if (src_out_ && src_out_->advertised && !src_out_->forced) {
-        // In-Process: the peer may be reading it. Cancel (9.5.4, unless a
-        // revocation did already) and wait for its RdmaRdCompl(s) or SendSm.
-        if (!src_out_->revoking)
+        // In-Process: the peer may be reading it. Cancel (9.5.4, once) and
+        // wait for its RdmaRdCompl(s) or SendSm.
+        if (!src_out_->cancel_sent) {
+            src_out_->cancel_sent = true;
+            ++stats_.src_avail_cancel_sent;
             control_.push_back(Control{w::SrcAvailCancel{}});
+        }
     } else if (src_out_) {
         cancel_src_out();
     }

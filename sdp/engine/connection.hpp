@@ -168,7 +168,8 @@ struct Stats {
     // taken as discarded because the peer's SinkAvail came (rule 1b).
     std::uint64_t src_avail_ignored = 0;
     std::uint64_t src_avail_superseded = 0;
-    // 9.5.4, as Data Source: SrcAvailCancels sent (a zero-copy write given up).
+    // 9.5.4, as Data Source: SrcAvailCancels sent (a zero-copy write given
+    // up, or a suspend with our SrcAvail in process).
     std::uint64_t src_avail_cancel_sent = 0;
     std::uint64_t sink_avail_stale = 0;  // SinkAvail discarded as stale (9.5.1)
     // Read Zcopy (9.2): as Data Source, buffers advertised and bytes the
@@ -324,8 +325,8 @@ class Connection {
     // take are not sent.
     void revoke_zcopy_write();
     // A zero-copy write that ended (zcopy_write_pending() false) with the
-    // connection established: how many of its `size` bytes are the
-    // stream's, once: all, unless revoke_zcopy_write() cut it short.
+    // connection established or handed off: how many of its `size` bytes
+    // are the stream's, once: all, unless revoke_zcopy_write() cut it short.
     std::size_t take_zcopy_write_count(std::size_t size);
     [[nodiscard]] std::size_t bcopy_threshold() const { return cfg_.bcopy_threshold; }
     // Data Sink: the next bytes of the stream are in the peer's advertised
@@ -692,7 +693,8 @@ class Connection {
         // Bytes of the caller's buffer RDMA-Written into the peer's
         // SinkAvails before it was advertised (11.3 rule 1a; buf is the rest).
         std::size_t written = 0;
-        bool revoking = false;  // revoke_zcopy_write(): SrcAvailCancel sent (9.5.4)
+        bool revoking = false;     // revoke_zcopy_write(): the rest is not sent
+        bool cancel_sent = false;  // our SrcAvailCancel (9.5.4) is out: once
     };
     std::optional<SrcOut> src_out_;
     // The count of a write that revoke_zcopy_write() ended (taken once).

@@ -492,10 +492,13 @@ void AsioChannel::cancel_io() {
             rd_op_->revoked = true;
             core_.sdp().cancel_sink();
             boost::asio::post(ex_, [self = shared_from_this()] { self->pump(); });
+            // The bound belongs to this revocation only: a handler already
+            // queued when a later one starts sees another generation.
+            const std::uint64_t gen = ++revoke_gen_;
             revoke_timer_.expires_after(opts_.handshake_timeout);
             revoke_timer_.async_wait(
-                [self = shared_from_this()](const boost::system::error_code& e) {
-                    if (!e && self->rd_op_ && self->rd_op_->lent && self->rd_op_->revoked &&
+                [self = shared_from_this(), gen](const boost::system::error_code& e) {
+                    if (!e && gen == self->revoke_gen_ && self->rd_op_ && self->rd_op_->lent &&
                         !self->finished_) {
                         self->core_.abort();
                         self->pump();
@@ -541,6 +544,10 @@ void AsioChannel::serve_read() {
                 return std::nullopt;
             }
             op.lent = false;
+            if (op.revoked) {
+                ++revoke_gen_;  // answered: the bound is over
+                revoke_timer_.cancel();
+            }
             if (const auto n = c.take_zcopy_read(); n && *n > 0) {
                 return *n;  // written before the cancel took effect: kept
             }
@@ -703,6 +710,8 @@ void AsioChannel::finish_socket() {
     }
     finished_ = true;
     core_.stop_input();
+    ++revoke_gen_;
+    revoke_timer_.cancel();
     boost::system::error_code e;
     sock_.close(e);  // outstanding socket operations end with operation_aborted
     cancel_io();

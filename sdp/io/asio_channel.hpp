@@ -178,8 +178,10 @@ class AsioChannel : public std::enable_shared_from_this<AsioChannel> {
     bool resume_connected_ = false;
     std::uint64_t gen_ = 0;
     boost::asio::steady_timer resume_timer_;
-    // A revoked lent read (cancel_io()): the bound on the peer's answer.
+    // A revoked lent read (cancel_io()): the bound on the peer's answer,
+    // and the revocation it belongs to.
     boost::asio::steady_timer revoke_timer_;
+    std::uint64_t revoke_gen_ = 0;
 
     std::optional<IoOp> rd_op_;
     std::optional<IoOp> wr_op_;

@@ -291,8 +291,9 @@ std::optional<std::size_t> ChannelCore::zcopy_write_result(std::size_t size, std
     if (c.state() != engine::State::established) {
         ec = state_error(true);
         // Handed off (13.1.1 step 5): the peer read part, the rest is in
-        // the handed-over unsent bytes.
-        return c.error() == engine::Error::handed_off ? size : 0;
+        // the handed-over unsent bytes (unless a revocation ended the write
+        // first: then what the peer took).
+        return c.error() == engine::Error::handed_off ? c.take_zcopy_write_count(size) : 0;
     }
     // A revoked write (io_timeout, 9.5.4) counts what the peer took and
     // timed out, as a Bcopy write does; the stream stays intact.

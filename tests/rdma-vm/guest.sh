@@ -251,12 +251,14 @@ revoke_run() { # name cprov
   S "$name"
   bport=$((bport + 1))
   p=$bport
-  rm -f /tmp/l.out /tmp/l.rc
-  { timeout $T sdp-cat -v --mechanism zcopy --provider rdma -l --bind $A $p </dev/null 2>/tmp/l.err
+  rm -f /tmp/l.out /tmp/l.rc /tmp/l.pid
+  # shellcheck disable=SC2016 # $$ is the inner shell's, on purpose
+  { sh -c 'echo $$ >/tmp/l.pid; exec "$@"' sh timeout $T sdp-cat -v --mechanism zcopy \
+      --provider rdma -l --bind $A $p </dev/null 2>/tmp/l.err
     echo $? >/tmp/l.rc; } | { sleep 4; cat >/tmp/l.out; } &
   lpid=$!
   if ! wait_listen $p; then
-    kill $lpid 2>/dev/null
+    kill "$(cat /tmp/l.pid 2>/dev/null)" $lpid 2>/dev/null
     R "$name" FAIL "listener never listened: $(tail -1 /tmp/l.err)"
     return
   fi

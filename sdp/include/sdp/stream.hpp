@@ -158,7 +158,8 @@ struct StreamStats {
     std::uint64_t zcopy_bytes_received = 0;
     std::uint64_t send_sm_sent = 0;
     std::uint64_t send_sm_received = 0;
-    // Zero-copy writes given up at io_timeout (SrcAvailCancel, 9.5.4).
+    // SrcAvailCancels sent (9.5.4): zero-copy writes given up at io_timeout,
+    // and socket duplications with one in process.
     std::uint64_t src_avail_cancel_sent = 0;
     // Write Zcopy (9.3), part of the zcopy counts above: bytes we
     // RDMA-Wrote into the peer's lent buffers, bytes the peer wrote into

@@ -297,6 +297,21 @@ TEST(SdpEngineReadZcopy, Section9_5_4_RevokedBeforeAnyReadCountsTheInlineBytes) 
     EXPECT_TRUE(p.faults.empty());
 }
 
+// One SrcAvailCancel per advertisement: a suspend (13.1.1) cancelled it
+// already, so the revocation that follows sends no second one.
+TEST(SdpEngineReadZcopy, Section9_5_4_OneCancelWhenASuspendCancelledFirst) {
+    ZPair p;
+    const Bytes data = pattern(1 << 20, 9);
+    ASSERT_TRUE(p.a.write_zcopy(data));
+    p.run_to_b();
+    ASSERT_TRUE(p.a.suspend(4000));
+    ASSERT_EQ(sent_with(p.qa.sent_log, w::Mid::src_avail_cancel).size(), 1u) << "the suspend's";
+    p.a.revoke_zcopy_write();
+    EXPECT_EQ(sent_with(p.qa.sent_log, w::Mid::src_avail_cancel).size(), 1u);
+    EXPECT_EQ(p.a.stats().src_avail_cancel_sent, 1u);
+    EXPECT_TRUE(p.a.zcopy_write_pending()) << "lent until the peer answers";
+}
+
 // 9.5.4: the cancel meets an RDMA Read in process; the Data Sink finishes
 // it, sends its RdmaRdCompl and then SendSm for the rest. The revoked write
 // counts the inline bytes and the bytes read.
