@@ -44,7 +44,8 @@ class ProviderChannel {
     virtual bool at_mark() = 0;
     virtual bool urgent_pending() = 0;
     virtual void set_oob_inline(bool on) = 0;
-    virtual std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec) = 0;
+    // wait = false: as io::SoftChannel::write's (Stream::try_write).
+    virtual std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait) = 0;
     virtual void shutdown_write(std::error_code& ec) = 0;
     virtual void close(std::chrono::milliseconds linger, std::error_code& ec) = 0;
     virtual void abort() = 0;
@@ -77,7 +78,8 @@ class TcpPath {
     std::uint8_t read_oob(std::error_code& ec);
     bool at_mark();
     bool urgent_pending();
-    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec);
+    // wait = false: MSG_DONTWAIT (resource_unavailable_try_again when full).
+    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait);
     void shutdown_write(std::error_code& ec);
     void close(std::chrono::milliseconds linger, std::error_code& ec);  // the Impl closes fd
     void abort();

@@ -331,10 +331,14 @@ std::optional<std::size_t> RdmaChannel::write_zcopy_locked(
     return n;
 }
 
-std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
+std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait) {
     ec.clear();
     std::unique_lock lk(mu_);
-    const bool zcopy = choice_.try_zcopy(io::steady_ns(), in.size(), zcopy_);
+    if (!wait && !choice_.bcopy_without_wait(in.size(), s_->sdp().bcopy_threshold())) {
+        ec = std::make_error_code(std::errc::operation_not_supported);
+        return 0;
+    }
+    const bool zcopy = wait && choice_.try_zcopy(io::steady_ns(), in.size(), zcopy_);
     if (zcopy && !finished_ && !stop_) {
         // Zero copy starts with an empty queue (11.2): the bytes queued
         // before belong to the Bcopy run, whose sample ends there.
@@ -365,14 +369,26 @@ std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code
             ec = std::make_error_code(std::errc::connection_reset);
             break;
         }
-        if (st != engine::State::established || sdp.disconn_sent()) {
+        if (st != engine::State::established || sdp.write_shut()) {
             ec = std::make_error_code(std::errc::broken_pipe);
             break;
+        }
+        if (!wait) {
+            if (done == 0) {
+                ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+            }
+            return done;
         }
         if (!wait_locked(lk, deadline)) {
             ec = std::make_error_code(std::errc::timed_out);
             break;
         }
+    }
+    if (!wait) {
+        if (done > 0) {
+            ec.clear();  // an error after some bytes is the next call's
+        }
+        return done;
     }
     choice_.finished(done, bool(ec));
     return done;

@@ -62,7 +62,7 @@ class RdmaChannel final : public ProviderChannel {
     bool at_mark() override;
     bool urgent_pending() override;
     void set_oob_inline(bool on) override;
-    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec) override;
+    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait) override;
     void shutdown_write(std::error_code& ec) override;
     void close(std::chrono::milliseconds linger, std::error_code& ec) override;
     void abort() override;

@@ -653,15 +653,21 @@ bool TcpPath::urgent_pending() {
     return tcp_urgent_pending(fd);
 }
 
-std::size_t TcpPath::write(std::span<const std::uint8_t> buf, std::error_code& ec) {
+std::size_t TcpPath::write(std::span<const std::uint8_t> buf, std::error_code& ec, bool wait) {
     std::size_t done = 0;
     while (done < buf.size()) {
-        ssize_t n = ::send(fd, buf.data() + done, buf.size() - done, MSG_NOSIGNAL);
+        ssize_t n = ::send(fd, buf.data() + done, buf.size() - done,
+                           MSG_NOSIGNAL | (wait ? 0 : MSG_DONTWAIT));
         if (n > 0) {
             done += static_cast<std::size_t>(n);
         } else if (n < 0 && errno != EINTR) {
+            if (!wait && done > 0) {
+                break;  // an error after some bytes is the next call's
+            }
+            // Blocking: only SO_SNDTIMEO (io_timeout) ends a write early.
             ec = (errno == EAGAIN || errno == EWOULDBLOCK)
-                     ? std::make_error_code(std::errc::timed_out)
+                     ? std::make_error_code(wait ? std::errc::timed_out
+                                                 : std::errc::resource_unavailable_try_again)
                      : errno_code(errno);
             break;
         }
@@ -758,7 +764,16 @@ std::size_t Stream::write(std::span<const std::uint8_t> buf, std::error_code& ec
         ec = std::make_error_code(std::errc::not_connected);
         return 0;
     }
-    return impl_->on_path([&](auto& p) { return p.write(buf, ec); });
+    return impl_->on_path([&](auto& p) { return p.write(buf, ec, true); });
+}
+
+std::size_t Stream::try_write(std::span<const std::uint8_t> buf, std::error_code& ec) {
+    ec.clear();
+    if (!impl_) {
+        ec = std::make_error_code(std::errc::not_connected);
+        return 0;
+    }
+    return impl_->on_path([&](auto& p) { return p.write(buf, ec, false); });
 }
 
 std::size_t Stream::transact(std::span<const std::uint8_t> request, std::span<std::uint8_t> reply,

@@ -114,6 +114,13 @@ class WriteChoice {
     [[nodiscard]] const MechanismChooser* chooser() const {
         return chooser_ ? &*chooser_ : nullptr;
     }
+    // A write that may not wait (Stream::try_write) goes by Bcopy only when
+    // that is certain: no measurement (automatic) and not above the zero
+    // copy threshold (0: none) of a fixed mechanism. Else it is refused:
+    // zero copy waits for the peer by nature.
+    [[nodiscard]] bool bcopy_without_wait(std::size_t size, std::size_t threshold) const {
+        return !automatic() && !(threshold > 0 && size > threshold);
+    }
     // Whether a write of `size` tries zero copy (`fixed` when not
     // automatic). A write that goes by Bcopy starts its sample here.
     bool try_zcopy(std::uint64_t now, std::size_t size, bool fixed) {

@@ -459,6 +459,9 @@ class Connection {
     std::size_t write_space() const;
     std::size_t send_queued() const { return tx_bytes_; }
     bool disconn_sent() const { return engine::disconn_sent(send_); }
+    // shutdown_write() (or a close) came: DisConn is queued or sent, and no
+    // write is taken any more.
+    bool write_shut() const { return send_ != SendTeardown::open; }
     bool disconn_received() const { return engine::disconn_received(recv_); }
     // The two teardown machines (teardown.hpp).
     SendTeardown send_teardown() const { return send_; }

@@ -675,10 +675,13 @@ void SoftChannel::after_call() {
     kick_helper();
 }
 
-std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code& ec) {
+std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait) {
     ec.clear();
     std::unique_lock lk(mu_);
     auto& c = core_.sdp();
+    if (!wait) {
+        return try_write_locked(in, ec);
+    }
     const bool zcopy = choice_.try_zcopy(
         steady_ns(), in.size(), in.size() > c.bcopy_threshold() && c.bcopy_threshold() > 0);
     if (zcopy) {
@@ -726,6 +729,30 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     choice_.finished(done, false);
     wake_poller_for_output();
     kick_helper();
+    return done;
+}
+
+std::size_t SoftChannel::try_write_locked(std::span<const std::uint8_t> in, std::error_code& ec) {
+    if (!choice_.bcopy_without_wait(in.size(), core_.sdp().bcopy_threshold())) {
+        ec = std::make_error_code(std::errc::operation_not_supported);
+        return 0;
+    }
+    std::size_t done = 0;
+    while (done < in.size()) {
+        const auto n = core_.write(in.subspan(done), ec);
+        if (ec || !n) {
+            break;
+        }
+        done += *n;
+        service_locked();
+    }
+    if (done > 0) {
+        ec.clear();  // an error after some bytes is the next call's
+        wake_poller_for_output();
+        kick_helper();
+    } else if (!ec) {
+        ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+    }
     return done;
 }
 

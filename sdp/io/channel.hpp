@@ -159,8 +159,11 @@ class SoftChannel {
     bool urgent_pending();
     void set_oob_inline(bool on);
     // Blocks until every byte is queued in the SDP engine (as a kernel
-    // socket's send buffer); returns the count queued.
-    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec);
+    // socket's send buffer); returns the count queued. wait = false
+    // (Stream::try_write): queues by Bcopy what fits now and returns; 0 with
+    // resource_unavailable_try_again when nothing fits, operation_not_supported
+    // for a write the mechanism sends by zero copy or measures (automatic).
+    std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait = true);
     // Transaction (9.4), with zero copy and no io_timeout: `request` goes
     // in the SinkAvail that lends `reply`, and the call returns what the
     // peer wrote into it (RDMA Write). nullopt, nothing sent: not possible
@@ -211,6 +214,8 @@ class SoftChannel {
     // before `in` has drained and `in` is advertised.
     std::optional<std::size_t> read_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                  std::span<std::uint8_t> out, std::error_code& ec);
+    // write(wait = false).
+    std::size_t try_write_locked(std::span<const std::uint8_t> in, std::error_code& ec);
     std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                   std::span<const std::uint8_t> in,
                                                   std::error_code& ec,

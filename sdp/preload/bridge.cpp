@@ -198,6 +198,7 @@ std::optional<Handoff> Bridge::hand_off(std::uint16_t port, int* pump_fd, std::e
         }
         handing_ = Handing::running;
     }
+    { std::lock_guard dl(direct_mu_); }  // a direct write in progress ends first
     // An urgent byte not read yet goes along as data (the Handoff keeps no
     // mark; out of line it would be dropped).
     stream_.set_oob_inline(true);
@@ -229,6 +230,40 @@ std::optional<Handoff> Bridge::hand_off(std::uint16_t port, int* pump_fd, std::e
     *pump_fd = pump_fd_;
     pump_fd_ = -1;
     return h;
+}
+
+std::size_t Bridge::direct_write(std::span<const std::uint8_t> in) {
+    std::unique_lock dl(direct_mu_, std::try_to_lock);
+    if (!dl || in.empty()) {
+        return 0;  // another thread's direct write: that one's order is the kernel's
+    }
+    {
+        // (try: this thread may hold it already, a signal handler's write
+        // interrupting the program's setsockopt() say)
+        std::unique_lock lk(mu_, std::try_to_lock);
+        if (!lk || closing_ || exiting_ || handing_ != Handing::none || tx_ != End::running ||
+            pump_fd_ < 0) {
+            return 0;
+        }
+        // Nothing of the program's in the socketpair (data, its urgent byte,
+        // or its shutdown(SHUT_WR)/close) ...
+        pollfd p{pump_fd_, POLLIN | POLLPRI | POLLRDHUP, 0};
+        if (::poll(&p, 1, 0) != 0) {
+            return 0;
+        }
+    }
+    // ... and nothing taken from it that is not in the stream yet (the
+    // send side sets this before its recv(): checked after the socketpair).
+    if (tx_holding_.load()) {
+        return 0;
+    }
+    std::error_code ec;
+    const std::size_t n = stream_.try_write(in, ec);
+    if (n > 0) {
+        counters().bytes_to_peer += n;
+        counters().bytes_direct += n;
+    }
+    return n;
 }
 
 void Bridge::wake() {
@@ -322,6 +357,9 @@ void Bridge::tx_loop() {
         if (p[0].revents == 0 && !exiting) {
             continue;
         }
+        // Until what the recv()s below take is in the stream, no direct
+        // write may pass it (direct_write checks after the socketpair).
+        tx_holding_ = true;
         if ((p[0].revents & POLLPRI) != 0 && at_urgent_mark()) {
             // The program's send(MSG_OOB): the bytes before it went out,
             // the urgent byte goes as SDP out-of-band data (9.5.3).
@@ -339,6 +377,7 @@ void Bridge::tx_loop() {
                 }
                 ++counters().oob_to_peer;
             }
+            tx_holding_ = false;
             continue;
         }
         ssize_t n = ::recv(pump_fd_, buf.data(), buf.size(), MSG_DONTWAIT);
@@ -362,6 +401,7 @@ void Bridge::tx_loop() {
             }
             counters().bytes_to_peer += static_cast<std::uint64_t>(n);
             grow(buf, static_cast<std::size_t>(n));
+            tx_holding_ = false;
             continue;
         }
         if (n == 0 || exiting) {
@@ -377,6 +417,7 @@ void Bridge::tx_loop() {
             break;
         }
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+            tx_holding_ = false;
             continue;
         }
         how = End::reset;
@@ -441,6 +482,7 @@ void Bridge::ended(bool rx, End how) {
         std::lock_guard lk(mu_);
         closing_ = true;
     }
+    { std::lock_guard dl(direct_mu_); }  // a direct write in progress ends first
     const bool handed = rx_ == End::handed || tx_ == End::handed;
     const bool reset = rx_ == End::reset || tx_ == End::reset || rx_ == End::app_gone;
     counters().sdp_resumes += stream_.stats().resumes;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include <sys/socket.h>
@@ -45,6 +46,13 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     std::error_code set_keepalive(const Keepalive& k);
     int llp_getsockopt(int level, int name, void* val, socklen_t* len);
     int llp_setsockopt(int level, int name, const void* val, socklen_t len);
+    // The program writes (write, send, writev; docs/preload.md, "The
+    // direct path"): the stream takes now, without waiting, what it can of
+    // `in`, when nothing the program wrote before is still on its way (in
+    // the socketpair, or taken by the send side and not yet in the stream)
+    // and the connection runs. Returns the count taken; the caller writes
+    // the rest to the program's end as before. Never blocks, never fails.
+    std::size_t direct_write(std::span<const std::uint8_t> in);
     // Before start() only: the stream (its TCP socket's addresses).
     const Stream& stream() const { return stream_; }
 
@@ -119,6 +127,13 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     std::atomic<bool> passed_{false};
     std::mutex mu_;
     std::condition_variable cv_;
+    // Held by direct_write() from its checks to the end of its write;
+    // hand_off() and ended() take it once after they changed the state, so
+    // no direct write runs into a hand-off or a closing stream.
+    std::mutex direct_mu_;
+    // The send side took bytes from the socketpair that are not yet in the
+    // stream (set before its recv(), cleared after the write).
+    std::atomic<bool> tx_holding_{false};
     End rx_ = End::running;
     End tx_ = End::running;
     bool exiting_ = false;

@@ -23,10 +23,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdarg>
 #include <cstring>
 #include <new>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "sdp/preload/bridge.hpp"
 #include "sdp/preload/connecting.hpp"
@@ -597,6 +600,116 @@ SDP_EXPORT int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*
     return r;
 }
 
+// --- the direct path (docs/preload.md, "The direct path") ---------------------
+
+namespace {
+
+// The bridge this process runs for an SDP descriptor of the program, or
+// nullptr: the call is the kernel's.
+std::shared_ptr<Bridge> direct_bridge(int fd) {
+    if (internal_call() || !fds().tracked(fd) || !settings().direct) {
+        return nullptr;
+    }
+    const auto e = fds().get(fd);
+    return e && e->kind == Entry::Kind::sdp ? bridge_of(*e) : nullptr;
+}
+
+// A gathered write of the program on an SDP descriptor: the stream takes
+// what it can now, straight from the program's buffers; `rest` writes what
+// is left to the descriptor, where the kernel blocks, times out, is
+// interrupted or says EAGAIN exactly as without the direct path, and the
+// bridge carries it after the bytes taken here. The count is both parts',
+// as a partial write would be on TCP.
+template <typename Rest>
+ssize_t gathered_write(Bridge& b, const iovec* iov, int iovcnt, Rest&& rest) {
+    std::size_t taken = 0;
+    int i = 0;
+    std::size_t partial = 0;  // of iov[i]
+    {
+        InternalScope in;  // the stream's own socket calls are the library's
+        for (; i < iovcnt; ++i) {
+            const std::span<const std::uint8_t> part(
+                static_cast<const std::uint8_t*>(iov[i].iov_base), iov[i].iov_len);
+            partial = part.empty() ? 0 : b.direct_write(part);
+            taken += partial;
+            if (partial < part.size()) {
+                break;
+            }
+            partial = 0;
+        }
+    }
+    if (i == iovcnt) {
+        return static_cast<ssize_t>(taken);
+    }
+    std::vector<iovec> left(iov + i, iov + iovcnt);
+    left[0].iov_base = static_cast<std::uint8_t*>(left[0].iov_base) + partial;
+    left[0].iov_len -= partial;
+    const int saved = errno;
+    const ssize_t r = rest(left.data(), static_cast<int>(left.size()));
+    if (r < 0) {
+        if (taken == 0) {
+            return r;
+        }
+        errno = saved;  // the part taken is the result, as a partial write
+        return static_cast<ssize_t>(taken);
+    }
+    return static_cast<ssize_t>(taken) + r;
+}
+
+// One buffer: gathered_write() of one iovec; `rest` is (ptr, len).
+template <typename Rest>
+ssize_t direct_or(int fd, const void* buf, std::size_t n, Rest&& rest) {
+    const auto b = n > 0 ? direct_bridge(fd) : nullptr;
+    if (!b) {
+        return rest(buf, n);
+    }
+    const iovec one{const_cast<void*>(buf), n};
+    return gathered_write(*b, &one, 1, [&](const iovec* left, int) {
+        return rest(left[0].iov_base, left[0].iov_len);
+    });
+}
+
+}  // namespace
+
+SDP_EXPORT ssize_t write(int fd, const void* buf, size_t n) {
+    return direct_or(fd, buf, n,
+                     [&](const void* p, std::size_t k) { return real().write(fd, p, k); });
+}
+
+SDP_EXPORT ssize_t send(int fd, const void* buf, size_t n, int flags) {
+    if ((flags & MSG_OOB) != 0) {
+        return real().send(fd, buf, n, flags);  // urgent data: the socketpair's mark
+    }
+    return direct_or(fd, buf, n,
+                     [&](const void* p, std::size_t k) { return real().send(fd, p, k, flags); });
+}
+
+SDP_EXPORT ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to,
+                          socklen_t tolen) {
+    if (to != nullptr && !internal_call() && entry_of(fd, Entry::Kind::sdp)) {
+        // A connected TCP socket ignores the destination (the socketpair
+        // would fail with EISCONN).
+        to = nullptr;
+        tolen = 0;
+    }
+    if ((flags & MSG_OOB) != 0 || to != nullptr) {
+        return real().sendto(fd, buf, n, flags, to, tolen);
+    }
+    return direct_or(fd, buf, n, [&](const void* p, std::size_t k) {
+        return real().sendto(fd, p, k, flags, nullptr, 0);
+    });
+}
+
+SDP_EXPORT ssize_t writev(int fd, const iovec* iov, int iovcnt) {
+    // (A count the kernel refuses stays the kernel's to refuse.)
+    const auto b = iovcnt > 0 && iovcnt <= IOV_MAX && iov != nullptr ? direct_bridge(fd) : nullptr;
+    if (!b) {
+        return real().writev(fd, iov, iovcnt);
+    }
+    return gathered_write(*b, iov, iovcnt,
+                          [&](const iovec* left, int k) { return real().writev(fd, left, k); });
+}
+
 // Descriptor passing (SCM_RIGHTS): a process that passes an SDP descriptor
 // looks for its holders at exit beyond its children; one that receives
 // descriptors starts its heir service (handoff.hpp).
@@ -607,6 +720,27 @@ SDP_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {
             if (const auto b = e ? bridge_of(*e) : nullptr) {
                 b->mark_passed();
             }
+        }
+    }
+    msghdr unnamed{};
+    if (m != nullptr && m->msg_name != nullptr && !internal_call() &&
+        entry_of(fd, Entry::Kind::sdp)) {
+        unnamed = *m;  // as sendto(): the destination of a connected socket is ignored
+        unnamed.msg_name = nullptr;
+        unnamed.msg_namelen = 0;
+        m = &unnamed;
+    }
+    if (m != nullptr && m->msg_controllen == 0 && m->msg_name == nullptr &&
+        (flags & MSG_OOB) == 0 && m->msg_iovlen > 0 && m->msg_iovlen <= IOV_MAX &&
+        m->msg_iov != nullptr) {
+        if (const auto b = direct_bridge(fd)) {
+            return gathered_write(*b, m->msg_iov, static_cast<int>(m->msg_iovlen),
+                                  [&](const iovec* left, int k) {
+                                      msghdr rest = *m;
+                                      rest.msg_iov = const_cast<iovec*>(left);
+                                      rest.msg_iovlen = static_cast<std::size_t>(k);
+                                      return real().sendmsg(fd, &rest, flags);
+                                  });
         }
     }
     return real().sendmsg(fd, m, flags);

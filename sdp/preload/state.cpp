@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +87,9 @@ Settings load_settings() {
     if (const char* v = std::getenv("SDP_PRELOAD_NEGATIVE_S"); v != nullptr) {
         s.negative_ttl = std::chrono::seconds(std::clamp(std::atol(v), 0L, 86400L));
     }
+    if (const char* v = std::getenv("SDP_PRELOAD_DIRECT"); v != nullptr) {
+        s.direct = std::string_view(v) != "0";
+    }
     int fd = ::open(s.config_file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno != ENOENT) {
@@ -153,6 +157,10 @@ const Real& real() {
         SDP_PRELOAD_RESOLVE(recvmsg);
         SDP_PRELOAD_RESOLVE(pthread_create);
         SDP_PRELOAD_RESOLVE(epoll_ctl);
+        SDP_PRELOAD_RESOLVE(write);
+        SDP_PRELOAD_RESOLVE(writev);
+        SDP_PRELOAD_RESOLVE(send);
+        SDP_PRELOAD_RESOLVE(sendto);
 #undef SDP_PRELOAD_RESOLVE
         if (x.fcntl64 == nullptr) {
             x.fcntl64 = x.fcntl;

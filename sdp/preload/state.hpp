@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -48,6 +49,10 @@ struct Real {
     ssize_t (*recvmsg)(int, msghdr*, int);
     int (*pthread_create)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
     int (*epoll_ctl)(int, int, int, epoll_event*);
+    ssize_t (*write)(int, const void*, std::size_t);
+    ssize_t (*writev)(int, const iovec*, int);
+    ssize_t (*send)(int, const void*, std::size_t, int);
+    ssize_t (*sendto)(int, const void*, std::size_t, int, const sockaddr*, socklen_t);
 };
 const Real& real();
 
@@ -282,6 +287,9 @@ struct Settings {
     // SDP_PRELOAD_NEGATIVE_S: after a Port Mapper timeout, connect()s to that
     // host go straight to TCP for this long (0: ask every time).
     std::chrono::seconds negative_ttl{60};
+    // SDP_PRELOAD_DIRECT: writes may go straight to the stream (bridge.hpp,
+    // direct_write); "0" turns that off (every byte through the socketpair).
+    bool direct = true;
     Rules rules;
     bool rules_broken = false;  // a bad rule file: plain TCP for everything
 };
@@ -311,6 +319,7 @@ void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
     X(bridges_active) \
     X(bridges_reset) \
     X(bytes_to_peer) \
+    X(bytes_direct) \
     X(bytes_from_peer) \
     X(oob_to_peer) \
     X(oob_from_peer) \

@@ -219,7 +219,7 @@ std::error_code ChannelCore::state_error(bool for_write) const {
         default:
             break;
     }
-    if (for_write && (c.disconn_sent() || c.write_space() == 0)) {
+    if (for_write && (c.write_shut() || c.write_space() == 0)) {
         return errc(std::errc::broken_pipe);
     }
     return errc(std::errc::connection_reset);
@@ -306,7 +306,7 @@ std::optional<std::size_t> ChannelCore::zcopy_write_result(std::size_t size, std
 
 std::optional<std::error_code> ChannelCore::send_oob(std::uint8_t byte) {
     auto& c = s_.sdp();
-    if (c.state() != engine::State::established || c.disconn_sent()) {
+    if (c.state() != engine::State::established || c.write_shut()) {
         return state_error(true);
     }
     if (rd_eof_) {
@@ -336,7 +336,7 @@ std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in,
     if (resuming_) {
         return std::nullopt;  // the new connection's startup runs
     }
-    if (c.state() != engine::State::established || c.disconn_sent()) {
+    if (c.state() != engine::State::established || c.write_shut()) {
         ec = state_error(true);
         return 0;
     }

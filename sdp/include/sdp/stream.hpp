@@ -245,6 +245,15 @@ class Stream {
     // Blocks until every byte is queued for sending. Errors: broken_pipe
     // (after shutdown_write or the peer closed), connection_reset.
     std::size_t write(std::span<const std::uint8_t> buf, std::error_code& ec);
+    // Non-blocking write: queues what fits now (the peer's credit and
+    // send_queue_limit; over TCP, the socket's buffer) by Bcopy and returns
+    // the count, without waiting; never an error once some bytes are
+    // queued (the next call reports it). Nothing fits: 0 with
+    // resource_unavailable_try_again. A write that mechanism zcopy sends
+    // by zero copy (above zcopy_threshold), or any write with automatic:
+    // 0 with operation_not_supported (zero copy waits for the peer). Else
+    // the errors of write().
+    std::size_t try_write(std::span<const std::uint8_t> buf, std::error_code& ec);
     // A request/reply exchange (9.4, Transactions): writes `request`, then
     // reads some bytes of the reply into `reply`, as write() followed by
     // read_some(). With zero copy (mechanism zcopy, no io_timeout) on the

@@ -14,6 +14,10 @@
 #   forking     a forking server (socketserver.ForkingTCPServer), 6 clients
 #   oob         MSG_OOB/SIOCATMARK/SO_OOBINLINE: the same program over TCP
 #               and over SDP gives the same transcript
+#   direct      every write call (write, send, sendto with an address,
+#               sendmsg, writev; blocking and non-blocking, small and large):
+#               the bytes arrive in order as over TCP, part of them taken
+#               straight by the stream (write_order.py)
 #   rules_tcp   a rule file that says tcp: plain TCP on the wire, no PMReq
 #   fallback    `both` against a host with no sdp-pmd: TCP, data intact
 #   garbage     a broken rule file: reported once with its line, plain TCP
@@ -528,6 +532,34 @@ oob)
   diff -u "$work/tcp.txt" "$work/sdp.txt" >&2 || die "OOB transcript over SDP differs from TCP"
   echo "OOB transcript ($(wc -l < "$work/tcp.txt") lines) identical over TCP and SDP"
   ;;
+direct)
+  start_pmd
+  # Every write call, blocking and not, small and large, over TCP and then
+  # over SDP: the reader sees exactly what the calls reported written, in
+  # order, while part went straight to the stream and part through the
+  # socketpair.
+  port=$(pick_port)
+  "$py" "$here/write_order.py" 127.0.0.1 "$port" > "$work/tcp.txt" 2>&1 \
+    || die "over TCP: $(cat "$work/tcp.txt")"
+  port=$(pick_port)
+  preload direct "$py" "$here/write_order.py" 127.0.0.1 "$port" > "$work/sdp.txt" \
+    2> "$work/sdp.err" || die "over SDP: $(cat "$work/sdp.txt" "$work/sdp.err")"
+  cat "$work/tcp.txt" "$work/sdp.txt"
+  expect_stat "$work/direct.json" connect_sdp 1
+  expect_stat "$work/direct.json" accept_sdp 1
+  expect_stat "$work/direct.json" bridges_reset 0
+  direct=$(stat_of "$work/direct.json" bytes_direct)
+  to_peer=$(stat_of "$work/direct.json" bytes_to_peer)
+  [ "${direct:-0}" -gt 0 ] && [ "${direct:-0}" -lt "${to_peer:-0}" ] \
+    || die "expected part of the bytes to go straight to the stream: bytes_direct=$direct of $to_peer"
+  echo "$direct of $to_peer bytes went straight to the stream"
+  # SDP_PRELOAD_DIRECT=0: every byte through the socketpair, the same result.
+  port=$(pick_port)
+  SDP_PRELOAD_DIRECT=0 preload socketpair "$py" "$here/write_order.py" 127.0.0.1 "$port" \
+    > "$work/sp.txt" 2> "$work/sp.err" || die "over SDP, direct off: $(cat "$work/sp.txt" "$work/sp.err")"
+  expect_stat "$work/socketpair.json" connect_sdp 1
+  expect_stat "$work/socketpair.json" bytes_direct 0
+  ;;
 rules_tcp)
   need nc
   start_pmd
@@ -695,9 +727,10 @@ epoll_sdp)
   # epoll_ctl() of it goes straight to the kernel (no table lookup, no
   # fstat). The last calls of `before` (MOD, MOD, DEL on the SDP
   # connection) seen by strace in the program's thread, with no fstat
-  # between them.
+  # between them. (With the direct path off: its send()s between them
+  # look the descriptor up, which is the write's cost, not epoll_ctl's.)
   if command -v strace >/dev/null 2>&1 && strace -o /dev/null true >/dev/null 2>&1; then
-    SDP_PRELOAD_LOG=error timeout -s KILL 60 strace -o "$work/strace.txt" \
+    SDP_PRELOAD_DIRECT=0 SDP_PRELOAD_LOG=error timeout -s KILL 60 strace -o "$work/strace.txt" \
       -e trace=epoll_ctl,fstat,newfstatat "$run" "$bin/preload_epoll_connect" before 127.0.0.1 \
       "$port" 100000 > "$work/st.log" 2>&1 || die "epoll_connect under strace ($(tail -3 "$work/st.log"))"
     grep -E '^(epoll_ctl|fstat|newfstatat)\(' "$work/strace.txt" \

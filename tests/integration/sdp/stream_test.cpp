@@ -572,6 +572,60 @@ TEST(SdpStream, HalfCloseThenReply) {
     EXPECT_FALSE(sc) << sc.message();
 }
 
+// Stream::try_write (the preload library's direct path): queues what fits
+// without waiting, then says EAGAIN; every byte taken arrives in order.
+TEST(SdpStream, TryWriteQueuesWhatFitsThenSaysTryAgain) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    std::vector<std::uint8_t> buf(64 * 1024);
+    std::uint64_t off = 0;
+    std::error_code ec;
+    // The server does not read: credits (16 x 64 KiB) and send_queue_limit
+    // (256 KiB) run out long before 64 MiB.
+    for (int i = 0; i < 1024 && !ec; ++i) {
+        pattern(buf, off, 9);
+        const std::size_t n = p.client.try_write(buf, ec);
+        if (n == 0) {
+            break;
+        }
+        ASSERT_FALSE(ec) << "an error with bytes taken: " << ec.message();
+        off += n;  // the next chunk goes on with the pattern from here
+    }
+    EXPECT_EQ(ec, std::errc::resource_unavailable_try_again) << ec.message();
+    EXPECT_GT(off, 0u);
+    EXPECT_LT(off, 64u * 1024 * 1024);
+    ASSERT_FALSE(p.client.shutdown_write());
+    std::uint8_t one = 0;
+    p.client.try_write(std::span(&one, 1), ec);
+    EXPECT_EQ(ec, std::errc::broken_pipe);  // as write() after the half-close
+    bool ok = false;
+    EXPECT_EQ(recv_pattern(p.server, 9, ec, ok), off);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_TRUE(ok);
+}
+
+// A write the mechanism would measure or send by zero copy must wait for
+// the peer: try_write refuses it rather than block.
+TEST(SdpStream, TryWriteRefusesWritesThatZeroCopyWouldWaitFor) {
+    for (const auto m : {sdp::Mechanism::zcopy, sdp::Mechanism::automatic}) {
+        auto o = opts();
+        o.mechanism = m;
+        Pair p;
+        ASSERT_NO_FATAL_FAILURE(make_pair(p, o));
+        std::vector<std::uint8_t> big(o.zcopy_threshold + 1);
+        std::error_code ec;
+        EXPECT_EQ(p.client.try_write(big, ec), 0u);
+        EXPECT_EQ(ec, std::errc::operation_not_supported);
+        std::vector<std::uint8_t> small(16, 1);
+        const std::size_t n = p.client.try_write(small, ec);
+        if (m == sdp::Mechanism::zcopy) {
+            EXPECT_EQ(n, small.size()) << ec.message();  // Bcopy below the threshold
+        } else {
+            EXPECT_EQ(ec, std::errc::operation_not_supported);  // automatic measures
+        }
+    }
+}
+
 TEST(SdpStream, AbortMidTransferResetsTheReader) {
     Pair p;
     ASSERT_NO_FATAL_FAILURE(make_pair(p));
