@@ -334,9 +334,20 @@ std::optional<std::size_t> RdmaChannel::write_zcopy_locked(
 std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait) {
     ec.clear();
     std::unique_lock lk(mu_);
-    if (!wait && !choice_.bcopy_without_wait(in.size(), s_->sdp().bcopy_threshold())) {
-        ec = std::make_error_code(std::errc::operation_not_supported);
-        return 0;
+    if (!wait) {
+        if (in.empty()) {
+            return 0;
+        }
+        if (!choice_.bcopy_without_wait(in.size(), s_->sdp().bcopy_threshold())) {
+            ec = std::make_error_code(std::errc::operation_not_supported);
+            return 0;
+        }
+        const auto& sdp = s_->sdp();
+        if (in.size() <= io::SoftChannel::kTryWriteWhole && sdp.write_space() < in.size() &&
+            sdp.state() == engine::State::established && !sdp.write_shut()) {
+            ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+            return 0;  // whole or not at all, as on the soft provider
+        }
     }
     const bool zcopy = wait && choice_.try_zcopy(io::steady_ns(), in.size(), zcopy_);
     if (zcopy && !finished_ && !stop_) {

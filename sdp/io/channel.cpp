@@ -380,6 +380,11 @@ bool SoftChannel::drive(std::unique_lock<std::mutex>& lk, const std::function<bo
 }
 
 void SoftChannel::resume_locked(std::unique_lock<std::mutex>& lk) {
+    resuming_now_ = true;
+    struct Clear {
+        std::atomic<bool>& f;
+        ~Clear() { f = false; }
+    } clear{resuming_now_};
     const auto deadline = Clock::now() + handshake_timeout_;
     const std::uint16_t port = core_.sdp().resume_port();
     sockaddr_storage local = local_addr_;
@@ -677,11 +682,21 @@ void SoftChannel::after_call() {
 
 std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait) {
     ec.clear();
-    std::unique_lock lk(mu_);
-    auto& c = core_.sdp();
     if (!wait) {
+        // Never waits: the mutex is held for long only while a new LLP
+        // connection is made (resume_locked); then, as for no room, EAGAIN.
+        std::unique_lock lk(mu_, std::defer_lock);
+        while (!lk.try_lock()) {
+            if (resuming_now_.load()) {
+                ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+                return 0;
+            }
+            std::this_thread::yield();
+        }
         return try_write_locked(in, ec);
     }
+    std::unique_lock lk(mu_);
+    auto& c = core_.sdp();
     const bool zcopy = choice_.try_zcopy(
         steady_ns(), in.size(), in.size() > c.bcopy_threshold() && c.bcopy_threshold() > 0);
     if (zcopy) {
@@ -733,8 +748,17 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
 }
 
 std::size_t SoftChannel::try_write_locked(std::span<const std::uint8_t> in, std::error_code& ec) {
+    if (in.empty()) {
+        return 0;
+    }
     if (!choice_.bcopy_without_wait(in.size(), core_.sdp().bcopy_threshold())) {
         ec = std::make_error_code(std::errc::operation_not_supported);
+        return 0;
+    }
+    if (in.size() <= kTryWriteWhole && core_.sdp().write_space() < in.size() &&
+        core_.sdp().state() == engine::State::established && !core_.sdp().write_shut()) {
+        // Taken whole or not at all (as a pipe up to PIPE_BUF).
+        ec = std::make_error_code(std::errc::resource_unavailable_try_again);
         return 0;
     }
     std::size_t done = 0;

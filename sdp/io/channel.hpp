@@ -40,6 +40,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -160,10 +161,12 @@ class SoftChannel {
     void set_oob_inline(bool on);
     // Blocks until every byte is queued in the SDP engine (as a kernel
     // socket's send buffer); returns the count queued. wait = false
-    // (Stream::try_write): queues by Bcopy what fits now and returns; 0 with
+    // (Stream::try_write): queues by Bcopy what fits now and returns (a
+    // write of up to kTryWriteWhole whole or not at all); 0 with
     // resource_unavailable_try_again when nothing fits, operation_not_supported
     // for a write the mechanism sends by zero copy or measures (automatic).
     std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait = true);
+    static constexpr std::size_t kTryWriteWhole = 64 * 1024;
     // Transaction (9.4), with zero copy and no io_timeout: `request` goes
     // in the SinkAvail that lends `reply`, and the call returns what the
     // peer wrote into it (RDMA Write). nullopt, nothing sent: not possible
@@ -258,6 +261,9 @@ class SoftChannel {
 
     int fd_ = -1;
     int wake_fd_ = -1;
+    // resume_locked() runs: it holds mu_ while it connects (write(wait =
+    // false) does not wait for that).
+    std::atomic<bool> resuming_now_{false};
     std::size_t mss_ = 1460;
     std::chrono::milliseconds io_timeout_{0};
     std::chrono::milliseconds handshake_timeout_{5000};

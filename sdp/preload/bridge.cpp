@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -28,6 +29,9 @@ void grow(std::vector<std::uint8_t>& buf, std::size_t filled) {
     }
 }
 constexpr int kPairBuffer = 1024 * 1024;
+// A direct write of up to this much is one message, taken whole or not at
+// all (Stream::try_write's own bound for one buffer).
+constexpr std::size_t kWholeWrite = 64 * 1024;
 
 // Every bridge that runs in this process.
 LiveSet<Bridge>& registry() {
@@ -232,10 +236,10 @@ std::optional<Handoff> Bridge::hand_off(std::uint16_t port, int* pump_fd, std::e
     return h;
 }
 
-std::size_t Bridge::direct_write(std::span<const std::uint8_t> in) {
+std::size_t Bridge::direct_write(const iovec* iov, int iovcnt, std::size_t total) {
     std::unique_lock dl(direct_mu_, std::try_to_lock);
-    if (!dl || in.empty()) {
-        return 0;  // another thread's direct write: that one's order is the kernel's
+    if (!dl || total == 0) {
+        return 0;  // another thread's direct write: this one goes the kernel's way
     }
     {
         // (try: this thread may hold it already, a signal handler's write
@@ -252,18 +256,45 @@ std::size_t Bridge::direct_write(std::span<const std::uint8_t> in) {
             return 0;
         }
     }
-    // ... and nothing taken from it that is not in the stream yet (the
-    // send side sets this before its recv(): checked after the socketpair).
+    // ... and nothing taken from it that is not in the stream yet: the send
+    // side sets tx_holding_ before its recv(), and a poll() that found the
+    // socketpair empty because that recv() took the bytes must be followed
+    // by a load that sees the flag (the kernel's poll with timeout 0 is no
+    // full barrier on every CPU).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (tx_holding_.load()) {
         return 0;
     }
+    std::size_t taken = 0;
     std::error_code ec;
-    const std::size_t n = stream_.try_write(in, ec);
-    if (n > 0) {
-        counters().bytes_to_peer += n;
-        counters().bytes_direct += n;
+    if (iovcnt > 1 && total <= kWholeWrite) {
+        // Several small buffers: one message, whole or not at all.
+        static thread_local std::unique_ptr<std::uint8_t[]> flat;
+        if (!flat) {
+            flat = std::make_unique<std::uint8_t[]>(kWholeWrite);
+        }
+        std::size_t off = 0;
+        for (int i = 0; i < iovcnt; ++i) {
+            std::memcpy(flat.get() + off, iov[i].iov_base, iov[i].iov_len);
+            off += iov[i].iov_len;
+        }
+        taken = stream_.try_write(std::span<const std::uint8_t>(flat.get(), total), ec);
+    } else {
+        for (int i = 0; i < iovcnt; ++i) {
+            const std::span<const std::uint8_t> part(
+                static_cast<const std::uint8_t*>(iov[i].iov_base), iov[i].iov_len);
+            const std::size_t n = part.empty() ? 0 : stream_.try_write(part, ec);
+            taken += n;
+            if (n < part.size()) {
+                break;
+            }
+        }
     }
-    return n;
+    if (taken > 0) {
+        counters().bytes_to_peer += taken;
+        counters().bytes_direct += taken;
+    }
+    return taken;
 }
 
 void Bridge::wake() {

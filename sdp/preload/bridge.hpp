@@ -18,6 +18,7 @@
 
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "sdp/stream.hpp"
 
@@ -48,11 +49,13 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     int llp_setsockopt(int level, int name, const void* val, socklen_t len);
     // The program writes (write, send, writev; docs/preload.md, "The
     // direct path"): the stream takes now, without waiting, what it can of
-    // `in`, when nothing the program wrote before is still on its way (in
-    // the socketpair, or taken by the send side and not yet in the stream)
-    // and the connection runs. Returns the count taken; the caller writes
-    // the rest to the program's end as before. Never blocks, never fails.
-    std::size_t direct_write(std::span<const std::uint8_t> in);
+    // the buffers, in order, when nothing the program wrote before is
+    // still on its way (in the socketpair, or taken by the send side and
+    // not yet in the stream) and the connection runs. A write of up to
+    // 64 KiB in all is taken whole or not at all. Returns the count taken
+    // (the caller writes the rest to the program's end as before); `total`
+    // is the buffers' sum. Never blocks, never fails.
+    std::size_t direct_write(const iovec* iov, int iovcnt, std::size_t total);
     // Before start() only: the stream (its TCP socket's addresses).
     const Stream& stream() const { return stream_; }
 

@@ -605,109 +605,107 @@ SDP_EXPORT int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*
 namespace {
 
 // The bridge this process runs for an SDP descriptor of the program, or
-// nullptr: the call is the kernel's.
+// nullptr: the call is the kernel's. For any other descriptor this costs a
+// thread-local and an atomic load (no lock, no fstat).
 std::shared_ptr<Bridge> direct_bridge(int fd) {
-    if (internal_call() || !fds().tracked(fd) || !settings().direct) {
+    if (internal_call() || !fds().sdp_hint(fd) || !settings().direct) {
         return nullptr;
     }
     const auto e = fds().get(fd);
     return e && e->kind == Entry::Kind::sdp ? bridge_of(*e) : nullptr;
 }
 
-// A gathered write of the program on an SDP descriptor: the stream takes
-// what it can now, straight from the program's buffers; `rest` writes what
-// is left to the descriptor, where the kernel blocks, times out, is
-// interrupted or says EAGAIN exactly as without the direct path, and the
-// bridge carries it after the bytes taken here. The count is both parts',
-// as a partial write would be on TCP.
-template <typename Rest>
-ssize_t gathered_write(Bridge& b, const iovec* iov, int iovcnt, Rest&& rest) {
+// A gathered write of the program on an SDP descriptor (flags: send()'s):
+// the stream takes what it can now, straight from the program's buffers.
+// Nothing taken: `own` makes the program's call as it is (the kernel's
+// errors, signals and blocking exactly). Some taken: the rest goes to the
+// descriptor with sendmsg(MSG_NOSIGNAL), where the kernel blocks, times out,
+// is interrupted or says EAGAIN as without the direct path, and the bridge
+// carries it after the bytes taken here; the count is both parts', and an
+// error of the rest leaves the part taken as the result (a partial write,
+// without SIGPIPE, as on TCP).
+template <typename Own>
+ssize_t gathered_write(int fd, int flags, const iovec* iov, int iovcnt, Own&& own) {
+    const auto b = (flags & MSG_OOB) == 0 && iovcnt > 0 && iovcnt <= IOV_MAX && iov != nullptr
+                       ? direct_bridge(fd)
+                       : nullptr;
+    std::size_t total = 0;
+    for (int i = 0; b && i < iovcnt; ++i) {
+        total += iov[i].iov_len;
+        if (total > static_cast<std::size_t>(SSIZE_MAX) || total < iov[i].iov_len) {
+            return own();  // the kernel's EINVAL
+        }
+    }
+    if (!b || total == 0) {
+        return own();
+    }
     std::size_t taken = 0;
-    int i = 0;
-    std::size_t partial = 0;  // of iov[i]
     {
         InternalScope in;  // the stream's own socket calls are the library's
-        for (; i < iovcnt; ++i) {
-            const std::span<const std::uint8_t> part(
-                static_cast<const std::uint8_t*>(iov[i].iov_base), iov[i].iov_len);
-            partial = part.empty() ? 0 : b.direct_write(part);
-            taken += partial;
-            if (partial < part.size()) {
-                break;
-            }
-            partial = 0;
-        }
+        taken = b->direct_write(iov, iovcnt, total);
     }
-    if (i == iovcnt) {
+    if (taken == 0) {
+        return own();
+    }
+    if (taken == total) {
         return static_cast<ssize_t>(taken);
+    }
+    // The buffers left, from the first one not wholly taken.
+    int i = 0;
+    std::size_t skip = taken;
+    while (skip >= iov[i].iov_len) {
+        skip -= iov[i].iov_len;
+        ++i;
     }
     std::vector<iovec> left(iov + i, iov + iovcnt);
-    left[0].iov_base = static_cast<std::uint8_t*>(left[0].iov_base) + partial;
-    left[0].iov_len -= partial;
+    left[0].iov_base = static_cast<std::uint8_t*>(left[0].iov_base) + skip;
+    left[0].iov_len -= skip;
+    msghdr m{};
+    m.msg_iov = left.data();
+    m.msg_iovlen = left.size();
     const int saved = errno;
-    const ssize_t r = rest(left.data(), static_cast<int>(left.size()));
+    const ssize_t r = real().sendmsg(fd, &m, flags | MSG_NOSIGNAL);
     if (r < 0) {
-        if (taken == 0) {
-            return r;
-        }
-        errno = saved;  // the part taken is the result, as a partial write
+        errno = saved;
         return static_cast<ssize_t>(taken);
     }
-    return static_cast<ssize_t>(taken) + r;
+    return static_cast<ssize_t>(taken + static_cast<std::size_t>(r));
 }
 
-// One buffer: gathered_write() of one iovec; `rest` is (ptr, len).
-template <typename Rest>
-ssize_t direct_or(int fd, const void* buf, std::size_t n, Rest&& rest) {
-    const auto b = n > 0 ? direct_bridge(fd) : nullptr;
-    if (!b) {
-        return rest(buf, n);
-    }
+// One buffer.
+template <typename Own>
+ssize_t direct_or(int fd, int flags, const void* buf, std::size_t n, Own&& own) {
     const iovec one{const_cast<void*>(buf), n};
-    return gathered_write(*b, &one, 1, [&](const iovec* left, int) {
-        return rest(left[0].iov_base, left[0].iov_len);
-    });
+    return gathered_write(fd, flags, &one, 1, own);
 }
 
 }  // namespace
 
 SDP_EXPORT ssize_t write(int fd, const void* buf, size_t n) {
-    return direct_or(fd, buf, n,
-                     [&](const void* p, std::size_t k) { return real().write(fd, p, k); });
+    return direct_or(fd, 0, buf, n, [&] { return real().write(fd, buf, n); });
 }
 
 SDP_EXPORT ssize_t send(int fd, const void* buf, size_t n, int flags) {
-    if ((flags & MSG_OOB) != 0) {
-        return real().send(fd, buf, n, flags);  // urgent data: the socketpair's mark
-    }
-    return direct_or(fd, buf, n,
-                     [&](const void* p, std::size_t k) { return real().send(fd, p, k, flags); });
+    return direct_or(fd, flags, buf, n, [&] { return real().send(fd, buf, n, flags); });
 }
 
 SDP_EXPORT ssize_t sendto(int fd, const void* buf, size_t n, int flags, const sockaddr* to,
                           socklen_t tolen) {
-    if (to != nullptr && !internal_call() && entry_of(fd, Entry::Kind::sdp)) {
+    if (to != nullptr && !internal_call() && fds().sdp_hint(fd) && entry_of(fd, Entry::Kind::sdp)) {
         // A connected TCP socket ignores the destination (the socketpair
         // would fail with EISCONN).
         to = nullptr;
         tolen = 0;
     }
-    if ((flags & MSG_OOB) != 0 || to != nullptr) {
+    if (to != nullptr) {
         return real().sendto(fd, buf, n, flags, to, tolen);
     }
-    return direct_or(fd, buf, n, [&](const void* p, std::size_t k) {
-        return real().sendto(fd, p, k, flags, nullptr, 0);
-    });
+    return direct_or(fd, flags, buf, n,
+                     [&] { return real().sendto(fd, buf, n, flags, nullptr, 0); });
 }
 
 SDP_EXPORT ssize_t writev(int fd, const iovec* iov, int iovcnt) {
-    // (A count the kernel refuses stays the kernel's to refuse.)
-    const auto b = iovcnt > 0 && iovcnt <= IOV_MAX && iov != nullptr ? direct_bridge(fd) : nullptr;
-    if (!b) {
-        return real().writev(fd, iov, iovcnt);
-    }
-    return gathered_write(*b, iov, iovcnt,
-                          [&](const iovec* left, int k) { return real().writev(fd, left, k); });
+    return gathered_write(fd, 0, iov, iovcnt, [&] { return real().writev(fd, iov, iovcnt); });
 }
 
 // Descriptor passing (SCM_RIGHTS): a process that passes an SDP descriptor
@@ -723,7 +721,7 @@ SDP_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {
         }
     }
     msghdr unnamed{};
-    if (m != nullptr && m->msg_name != nullptr && !internal_call() &&
+    if (m != nullptr && m->msg_name != nullptr && !internal_call() && fds().sdp_hint(fd) &&
         entry_of(fd, Entry::Kind::sdp)) {
         unnamed = *m;  // as sendto(): the destination of a connected socket is ignored
         unnamed.msg_name = nullptr;
@@ -731,17 +729,9 @@ SDP_EXPORT ssize_t sendmsg(int fd, const msghdr* m, int flags) {
         m = &unnamed;
     }
     if (m != nullptr && m->msg_controllen == 0 && m->msg_name == nullptr &&
-        (flags & MSG_OOB) == 0 && m->msg_iovlen > 0 && m->msg_iovlen <= IOV_MAX &&
-        m->msg_iov != nullptr) {
-        if (const auto b = direct_bridge(fd)) {
-            return gathered_write(*b, m->msg_iov, static_cast<int>(m->msg_iovlen),
-                                  [&](const iovec* left, int k) {
-                                      msghdr rest = *m;
-                                      rest.msg_iov = const_cast<iovec*>(left);
-                                      rest.msg_iovlen = static_cast<std::size_t>(k);
-                                      return real().sendmsg(fd, &rest, flags);
-                                  });
-        }
+        m->msg_iovlen <= IOV_MAX) {
+        return gathered_write(fd, flags, m->msg_iov, static_cast<int>(m->msg_iovlen),
+                              [&] { return real().sendmsg(fd, m, flags); });
     }
     return real().sendmsg(fd, m, flags);
 }

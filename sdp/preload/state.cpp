@@ -216,6 +216,13 @@ bool FdTable::swappable(int fd) const {
     return (swap_bits_[fd / 64].load(std::memory_order_acquire) >> (fd % 64)) & 1u;
 }
 
+bool FdTable::sdp_hint(int fd) const {
+    if (fd < 0 || fd >= kMaxFd) {
+        return false;
+    }
+    return (sdp_bits_[fd / 64].load(std::memory_order_acquire) >> (fd % 64)) & 1u;
+}
+
 bool FdTable::may_swap(const Entry& e) {
     return e.kind == Entry::Kind::candidate || e.kind == Entry::Kind::connecting;
 }
@@ -223,6 +230,11 @@ bool FdTable::may_swap(const Entry& e) {
 void FdTable::mark_locked(int fd, const Entry& e) {
     const std::uint64_t bit = std::uint64_t{1} << (fd % 64);
     bits_[fd / 64].fetch_or(bit, std::memory_order_release);
+    if (e.kind == Entry::Kind::sdp) {
+        sdp_bits_[fd / 64].fetch_or(bit, std::memory_order_release);
+    } else {
+        sdp_bits_[fd / 64].fetch_and(~bit, std::memory_order_release);
+    }
     if (may_swap(e)) {
         swap_bits_[fd / 64].fetch_or(bit, std::memory_order_release);
     } else {
@@ -246,6 +258,7 @@ FdTable::Map::iterator FdTable::erase_locked(Map::iterator it) {
     const int fd = it->first;
     bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
     swap_bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+    sdp_bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
     regs_.erase(fd);  // the epfds' bits stay until they close (a stale bit costs a lock)
     return map_.erase(it);
 }
@@ -312,6 +325,7 @@ std::shared_ptr<Entry> FdTable::take(int fd) {
     if (it == map_.end()) {
         bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
         swap_bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
+        sdp_bits_[fd / 64].fetch_and(~(std::uint64_t{1} << (fd % 64)), std::memory_order_release);
         return nullptr;
     }
     auto e = std::move(it->second);

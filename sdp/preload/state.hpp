@@ -194,6 +194,10 @@ class FdTable {
     std::vector<std::shared_ptr<Entry>> entries_of(dev_t dev, ino_t ino);
     // Some descriptor is an SDP connection.
     bool any_sdp();
+    // fd's entry was an SDP connection when last set (one atomic load, no
+    // fstat: a hint; get() still decides). The write interposers ask it
+    // first, so that other descriptors' writes take no lock.
+    bool sdp_hint(int fd) const;
     // The library's own descriptors in [first, last], ascending.
     std::vector<int> internal_in(unsigned first, unsigned last);
     // Every listener (process exit).
@@ -220,6 +224,7 @@ class FdTable {
 
     std::atomic<std::uint64_t> bits_[kMaxFd / 64]{};
     std::atomic<std::uint64_t> swap_bits_[kMaxFd / 64]{};  // fds whose entry may_swap()
+    std::atomic<std::uint64_t> sdp_bits_[kMaxFd / 64]{};   // fds whose entry is Kind::sdp
     std::atomic<std::uint64_t> ep_bits_[kMaxFd / 64]{};    // epfds in regs_
     std::mutex mu_;
     Map map_;

@@ -290,7 +290,7 @@ std::error_code RdmaSession::write_all(std::span<const std::uint8_t> bytes,
         if (st == engine::State::reset || st == engine::State::failed) {
             return std::make_error_code(std::errc::connection_reset);
         }
-        if (st != engine::State::established || sdp().disconn_sent()) {
+        if (st != engine::State::established || sdp().write_shut()) {
             return std::make_error_code(std::errc::broken_pipe);
         }
         const auto l = left(deadline);

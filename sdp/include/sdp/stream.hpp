@@ -248,7 +248,9 @@ class Stream {
     // Non-blocking write: queues what fits now (the peer's credit and
     // send_queue_limit; over TCP, the socket's buffer) by Bcopy and returns
     // the count, without waiting; never an error once some bytes are
-    // queued (the next call reports it). Nothing fits: 0 with
+    // queued (the next call reports it). Over SDP a write of up to 64 KiB
+    // is taken whole or not at all (as a pipe's up to PIPE_BUF), so that
+    // two threads' small messages never interleave. Nothing fits: 0 with
     // resource_unavailable_try_again. A write that mechanism zcopy sends
     // by zero copy (above zcopy_threshold), or any write with automatic:
     // 0 with operation_not_supported (zero copy waits for the peer). Else

@@ -537,7 +537,8 @@ direct)
   # Every write call, blocking and not, small and large, over TCP and then
   # over SDP: the reader sees exactly what the calls reported written, in
   # order, while part went straight to the stream and part through the
-  # socketpair.
+  # socketpair; then (a second connection) threads' small writev records
+  # each arrive whole.
   port=$(pick_port)
   "$py" "$here/write_order.py" 127.0.0.1 "$port" > "$work/tcp.txt" 2>&1 \
     || die "over TCP: $(cat "$work/tcp.txt")"
@@ -545,8 +546,8 @@ direct)
   preload direct "$py" "$here/write_order.py" 127.0.0.1 "$port" > "$work/sdp.txt" \
     2> "$work/sdp.err" || die "over SDP: $(cat "$work/sdp.txt" "$work/sdp.err")"
   cat "$work/tcp.txt" "$work/sdp.txt"
-  expect_stat "$work/direct.json" connect_sdp 1
-  expect_stat "$work/direct.json" accept_sdp 1
+  expect_stat "$work/direct.json" connect_sdp 2
+  expect_stat "$work/direct.json" accept_sdp 2
   expect_stat "$work/direct.json" bridges_reset 0
   direct=$(stat_of "$work/direct.json" bytes_direct)
   to_peer=$(stat_of "$work/direct.json" bytes_to_peer)
@@ -557,7 +558,7 @@ direct)
   port=$(pick_port)
   SDP_PRELOAD_DIRECT=0 preload socketpair "$py" "$here/write_order.py" 127.0.0.1 "$port" \
     > "$work/sp.txt" 2> "$work/sp.err" || die "over SDP, direct off: $(cat "$work/sp.txt" "$work/sp.err")"
-  expect_stat "$work/socketpair.json" connect_sdp 1
+  expect_stat "$work/socketpair.json" connect_sdp 2
   expect_stat "$work/socketpair.json" bytes_direct 0
   ;;
 rules_tcp)

@@ -26,11 +26,9 @@ def record(i, size):
     return head + body
 
 
-def main():
-    host, port = sys.argv[1], int(sys.argv[2])
-    srv = socket.create_server((host, port))
-    got = hashlib.sha256()
-    got_len = [0]
+def connected(srv, host, port, take, reply=b""):
+    """A client connection to srv, whose accepted end a thread reads to the
+    end (each chunk to take), then answers `reply` and closes."""
 
     def serve():
         c, _ = srv.accept()
@@ -38,14 +36,27 @@ def main():
             b = c.recv(1 << 20)
             if not b:
                 break
-            got.update(b)
-            got_len[0] += len(b)
-        c.sendall(b"done")
+            take(b)
+        if reply:
+            c.sendall(reply)
         c.close()
 
     t = threading.Thread(target=serve)
     t.start()
-    s = socket.create_connection((host, port))
+    return t, socket.create_connection((host, port))
+
+
+def main():
+    host, port = sys.argv[1], int(sys.argv[2])
+    srv = socket.create_server((host, port), backlog=2)
+    got = hashlib.sha256()
+    got_len = [0]
+
+    def take(b):
+        got.update(b)
+        got_len[0] += len(b)
+
+    t, s = connected(srv, host, port, take, reply=b"done")
     sent = hashlib.sha256()
     total = 0
 
@@ -106,10 +117,56 @@ def main():
     reply = s.recv(16)
     t.join(30)
     s.close()
-    srv.close()
     ok = reply == b"done" and got_len[0] == total and got.hexdigest() == sent.hexdigest()
     print(f"wrote {total} bytes, read {got_len[0]}, in order: {ok}, EAGAIN seen: {eagain > 0}")
-    return 0 if ok else 1
+    whole = concurrent_records(srv, host, port)
+    srv.close()
+    return 0 if ok and whole else 1
+
+
+def concurrent_records(srv, host, port, threads=4, count=2000):
+    """Threads writing small framed records (writev: header, body) on one
+    connection: each record arrives whole (a write of a few hundred bytes
+    into a socket with room is not split, on TCP or over SDP), and each
+    thread's records in its order."""
+    data = bytearray()
+    t, s = connected(srv, host, port, data.extend)
+
+    def writer(k):
+        for i in range(count):
+            body = bytes([65 + k]) * (50 + (i * 37 + k) % 400)
+            head = f"[{k}:{i}:{len(body)}]".encode()
+            parts = [head, body]
+            n = os.writev(s.fileno(), parts)
+            if n < len(head) + len(body):
+                s.sendall((head + body)[n:])
+
+    ws = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
+    for w in ws:
+        w.start()
+    for w in ws:
+        w.join()
+    s.shutdown(socket.SHUT_WR)
+    t.join(30)
+    s.close()
+    nxt = [0] * threads
+    pos = 0
+    bad = None
+    while pos < len(data) and bad is None:
+        end = data.find(b"]", pos)
+        try:
+            k, i, n = (int(x) for x in data[pos + 1 : end].decode().split(":"))
+        except ValueError:
+            bad = f"no record header at byte {pos}"
+            break
+        body = data[end + 1 : end + 1 + n]
+        if data[pos : pos + 1] != b"[" or i != nxt[k] or body != bytes([65 + k]) * n:
+            bad = f"record {k}:{i} broken or out of order at byte {pos}"
+        nxt[k] = i + 1
+        pos = end + 1 + n
+    whole = bad is None and nxt == [count] * threads
+    print(f"{threads} threads x {count} records: whole and in order: {whole}" + (f" ({bad})" if bad else ""))
+    return whole
 
 
 if __name__ == "__main__":
