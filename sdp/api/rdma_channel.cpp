@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -342,12 +343,6 @@ std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code
             ec = std::make_error_code(std::errc::operation_not_supported);
             return 0;
         }
-        const auto& sdp = s_->sdp();
-        if (in.size() <= io::SoftChannel::kTryWriteWhole && sdp.write_space() < in.size() &&
-            sdp.state() == engine::State::established && !sdp.write_shut()) {
-            ec = std::make_error_code(std::errc::resource_unavailable_try_again);
-            return 0;  // whole or not at all, as on the soft provider
-        }
     }
     const bool zcopy = wait && choice_.try_zcopy(io::steady_ns(), in.size(), zcopy_);
     if (zcopy && !finished_ && !stop_) {
@@ -368,7 +363,11 @@ std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code
             break;
         }
         auto& sdp = s_->sdp();
-        const std::size_t n = sdp.write(in.subspan(done));
+        // wait = false: up to kTryWriteWhole whole or not at all (as the
+        // soft provider's).
+        const bool short_of_whole = !wait && done == 0 && in.size() <= Stream::kTryWriteWhole &&
+                                    sdp.write_space() < std::min(in.size(), sdp.send_queue_limit());
+        const std::size_t n = short_of_whole ? 0 : sdp.write(in.subspan(done));
         if (n > 0) {
             done += n;
             progress_locked();

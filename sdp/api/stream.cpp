@@ -767,6 +767,8 @@ std::size_t Stream::write(std::span<const std::uint8_t> buf, std::error_code& ec
     return impl_->on_path([&](auto& p) { return p.write(buf, ec, true); });
 }
 
+static_assert(Stream::kTryWriteWhole == io::SoftChannel::kTryWriteWhole);
+
 std::size_t Stream::try_write(std::span<const std::uint8_t> buf, std::error_code& ec) {
     ec.clear();
     if (!impl_) {

@@ -458,6 +458,7 @@ class Connection {
     bool eof() const;
     std::size_t write_space() const;
     std::size_t send_queued() const { return tx_bytes_; }
+    std::size_t send_queue_limit() const { return cfg_.send_queue_limit; }
     bool disconn_sent() const { return engine::disconn_sent(send_); }
     // shutdown_write() (or a close) came: DisConn is queued or sent, and no
     // write is taken any more.

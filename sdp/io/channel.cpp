@@ -685,9 +685,12 @@ std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code
     if (!wait) {
         // Never waits: the mutex is held for long only while a new LLP
         // connection is made (resume_locked); then, as for no room, EAGAIN.
+        // A reader that processes a large read holds it a while too: after a
+        // few tries the caller hears EAGAIN (the preload library then uses
+        // the socketpair).
         std::unique_lock lk(mu_, std::defer_lock);
-        while (!lk.try_lock()) {
-            if (resuming_now_.load()) {
+        for (int tries = 0; !lk.try_lock(); ++tries) {
+            if (resuming_now_.load() || tries == 16) {
                 ec = std::make_error_code(std::errc::resource_unavailable_try_again);
                 return 0;
             }
@@ -755,15 +758,12 @@ std::size_t SoftChannel::try_write_locked(std::span<const std::uint8_t> in, std:
         ec = std::make_error_code(std::errc::operation_not_supported);
         return 0;
     }
-    if (in.size() <= kTryWriteWhole && core_.sdp().write_space() < in.size() &&
-        core_.sdp().state() == engine::State::established && !core_.sdp().write_shut()) {
-        // Taken whole or not at all (as a pipe up to PIPE_BUF).
-        ec = std::make_error_code(std::errc::resource_unavailable_try_again);
-        return 0;
-    }
+    // Up to kTryWriteWhole: taken whole or not at all (as a pipe up to
+    // PIPE_BUF).
+    const bool whole = in.size() <= kTryWriteWhole;
     std::size_t done = 0;
     while (done < in.size()) {
-        const auto n = core_.write(in.subspan(done), ec);
+        const auto n = core_.write(in.subspan(done), ec, whole && done == 0);
         if (ec || !n) {
             break;
         }

@@ -30,8 +30,8 @@ void grow(std::vector<std::uint8_t>& buf, std::size_t filled) {
 }
 constexpr int kPairBuffer = 1024 * 1024;
 // A direct write of up to this much is one message, taken whole or not at
-// all (Stream::try_write's own bound for one buffer).
-constexpr std::size_t kWholeWrite = 64 * 1024;
+// all (Stream::try_write's bound for one buffer).
+constexpr std::size_t kWholeWrite = Stream::kTryWriteWhole;
 
 // Every bridge that runs in this process.
 LiveSet<Bridge>& registry() {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstdarg>
@@ -625,24 +626,43 @@ std::shared_ptr<Bridge> direct_bridge(int fd) {
 // error of the rest leaves the part taken as the result (a partial write,
 // without SIGPIPE, as on TCP).
 template <typename Own>
-ssize_t gathered_write(int fd, int flags, const iovec* iov, int iovcnt, Own&& own) {
-    const auto b = (flags & MSG_OOB) == 0 && iovcnt > 0 && iovcnt <= IOV_MAX && iov != nullptr
-                       ? direct_bridge(fd)
-                       : nullptr;
+ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&& own) {
+    // A signal handler of this thread writing while a direct write of it is
+    // in progress: the kernel's way (the direct path is not reentrant).
+    static thread_local bool in_direct = false;
+    const auto b =
+        !in_direct && (flags & MSG_OOB) == 0 && iovcnt > 0 && iovcnt <= IOV_MAX && iov_in != nullptr
+            ? direct_bridge(fd)
+            : nullptr;
+    if (!b) {
+        return own();
+    }
+    // The program's array is read once (another of its threads may change
+    // it meanwhile, as the kernel copies it once).
+    std::array<iovec, 16> small;
+    std::vector<iovec> large;
+    iovec* iov = small.data();
+    if (iovcnt > static_cast<int>(small.size())) {
+        large.resize(static_cast<std::size_t>(iovcnt));
+        iov = large.data();
+    }
+    std::copy(iov_in, iov_in + iovcnt, iov);
     std::size_t total = 0;
-    for (int i = 0; b && i < iovcnt; ++i) {
+    for (int i = 0; i < iovcnt; ++i) {
         total += iov[i].iov_len;
         if (total > static_cast<std::size_t>(SSIZE_MAX) || total < iov[i].iov_len) {
             return own();  // the kernel's EINVAL
         }
     }
-    if (!b || total == 0) {
+    if (total == 0) {
         return own();
     }
     std::size_t taken = 0;
     {
         InternalScope in;  // the stream's own socket calls are the library's
+        in_direct = true;
         taken = b->direct_write(iov, iovcnt, total);
+        in_direct = false;
     }
     if (taken == 0) {
         return own();
@@ -657,12 +677,11 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov, int iovcnt, Own&& ow
         skip -= iov[i].iov_len;
         ++i;
     }
-    std::vector<iovec> left(iov + i, iov + iovcnt);
-    left[0].iov_base = static_cast<std::uint8_t*>(left[0].iov_base) + skip;
-    left[0].iov_len -= skip;
+    iov[i].iov_base = static_cast<std::uint8_t*>(iov[i].iov_base) + skip;
+    iov[i].iov_len -= skip;
     msghdr m{};
-    m.msg_iov = left.data();
-    m.msg_iovlen = left.size();
+    m.msg_iov = iov + i;
+    m.msg_iovlen = static_cast<std::size_t>(iovcnt - i);
     const int saved = errno;
     const ssize_t r = real().sendmsg(fd, &m, flags | MSG_NOSIGNAL);
     if (r < 0) {

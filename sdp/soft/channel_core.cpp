@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sdp/soft/channel_core.hpp"
 
+#include <algorithm>
 #include <cerrno>
 
 namespace sdp::io {
@@ -329,8 +330,8 @@ std::uint8_t ChannelCore::read_oob(std::error_code& ec) {
     return 0;
 }
 
-std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in,
-                                              std::error_code& ec) {
+std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in, std::error_code& ec,
+                                              bool whole) {
     ec.clear();
     auto& c = s_.sdp();
     if (resuming_) {
@@ -348,6 +349,9 @@ std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in,
         }
         ec = lost_error();
         return 0;
+    }
+    if (whole && c.write_space() < std::min(in.size(), c.send_queue_limit())) {
+        return std::nullopt;  // not all of it fits now
     }
     const std::size_t n = c.write(in);
     if (n == 0 && !in.empty()) {

@@ -138,7 +138,9 @@ class ChannelCore {
     // passed, oob_inline) / resource_unavailable_try_again (announced).
     std::uint8_t read_oob(std::error_code& ec);
     // write(): bytes queued in the engine (> 0), or 0 with ec.
-    std::optional<std::size_t> write(std::span<const std::uint8_t> in, std::error_code& ec);
+    // whole: nothing unless all of `in` fits (up to send_queue_limit).
+    std::optional<std::size_t> write(std::span<const std::uint8_t> in, std::error_code& ec,
+                                     bool whole = false);
     // Half-close: DisConn after the queued data; closed already: no error.
     std::error_code shutdown_write();
     // Begins the graceful close (DisConn); closed(): the 8.2.1 exchange is

@@ -256,6 +256,7 @@ class Stream {
     // 0 with operation_not_supported (zero copy waits for the peer). Else
     // the errors of write().
     std::size_t try_write(std::span<const std::uint8_t> buf, std::error_code& ec);
+    static constexpr std::size_t kTryWriteWhole = 64 * 1024;  // (see try_write)
     // A request/reply exchange (9.4, Transactions): writes `request`, then
     // reads some bytes of the reply into `reply`, as write() followed by
     // read_some(). With zero copy (mechanism zcopy, no io_timeout) on the

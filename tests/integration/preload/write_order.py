@@ -92,7 +92,8 @@ def main():
                 s.sendall(data[n:])
                 account(data[n:], len(data) - n)
         else:
-            parts = [data[:1], data[1 : len(data) // 2], data[len(data) // 2 :]]
+            # (empty buffers among them, as writev allows)
+            parts = [b"", data[:1], b"", data[1 : len(data) // 2], data[len(data) // 2 :], b""]
             n = os.writev(s.fileno(), parts)
             account(data, n)
             if n < len(data):

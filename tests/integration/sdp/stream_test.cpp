@@ -589,11 +589,26 @@ TEST(SdpStream, TryWriteQueuesWhatFitsThenSaysTryAgain) {
             break;
         }
         ASSERT_FALSE(ec) << "an error with bytes taken: " << ec.message();
-        off += n;  // the next chunk goes on with the pattern from here
+        // Up to Stream::kTryWriteWhole: whole or not at all.
+        ASSERT_EQ(n, buf.size());
+        off += n;
     }
     EXPECT_EQ(ec, std::errc::resource_unavailable_try_again) << ec.message();
     EXPECT_GT(off, 0u);
     EXPECT_LT(off, 64u * 1024 * 1024);
+    // Smaller writes still find room a 64 KiB one did not (the queue is
+    // not quite full): each is taken whole too, until none fits.
+    std::vector<std::uint8_t> small(1000);
+    for (int i = 0; i < 1000; ++i) {
+        pattern(small, off, 9);
+        const std::size_t n = p.client.try_write(small, ec);
+        if (n == 0) {
+            break;
+        }
+        ASSERT_EQ(n, small.size());
+        off += n;
+    }
+    EXPECT_EQ(ec, std::errc::resource_unavailable_try_again) << ec.message();
     ASSERT_FALSE(p.client.shutdown_write());
     std::uint8_t one = 0;
     p.client.try_write(std::span(&one, 1), ec);
