@@ -202,8 +202,17 @@ say "initramfs $(du -h "$out/initrd.gz" | cut -f1) ($(($(date +%s) - t_start)) s
 
 # --- host side of the cross runs ------------------------------------------------------
 mkdir -p "$out/share"
-host_port_in=$((17000 + RANDOM % 2000))   # host soft listener, the VM's siw client connects
-host_fwd_port=$((19000 + RANDOM % 2000))  # hostfwd to the VM's rdma listener
+# Two free TCP ports on the host's loopback (another test may hold one).
+free_port() { # LOW: a port in [LOW, LOW+2000) nobody listens on
+  local p i
+  for ((i = 0; i < 50; i++)); do
+    p=$(($1 + RANDOM % 2000))
+    ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+  done
+  echo "$p"
+}
+host_port_in=$(free_port 17000)  # host soft listener, the VM's siw client connects
+host_fwd_port=$(free_port 19000) # hostfwd to the VM's rdma listener
 cross_size=$((3 * 1024 * 1024 + 17))
 head -c "$cross_size" /dev/urandom >"$out/host-to-vm.bin"
 echo "$host_port_in" >"$out/share/host_port"
@@ -360,6 +369,20 @@ n_known=$(grep -c '^KNOWN' "$out/results.txt" || true)
 ((n_known == 0)) || say "$n_known known stock-siw startup race(s) (KNOWN lines; docs/rdma.md, 'Stock siw')"
 say "total ${t_vm}-$(($(date +%s) - t_start)) s wall; results in $out"
 echo "rdma-vm: $n_pass passed, $n_fail failed"
+# The failures once more, last: a CI log shows the head and the tail of a
+# long run, and the FAIL lines sit in the middle of the list. Each with the
+# last lines of the ends' standard error that the guest kept (/out).
+if ((n_fail > 0)); then
+  echo "rdma-vm: what failed:"
+  grep '^FAIL' "$out/results.txt" | while read -r _ name _; do
+    grep -m1 "^FAIL $name " "$out/results.txt"
+    errs=("$out/share/$name".{client,listener}.err)
+    [[ $name == cross-* ]] && errs=("$out"/host-{client,listener}.err)
+    for f in "${errs[@]}"; do
+      if [[ -s $f ]]; then tail -3 "$f" | sed "s|^|  ${f##*/}: |"; fi
+    done
+  done
+fi
 # Exit 3: the VM went silent (no @@DONE) without an oops, BUG or warning in
 # its console: a stall of the VM itself, told apart so that ctest.sh can
 # run the lab once more (and say so). Anything else that failed is 1.
