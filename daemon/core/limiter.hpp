@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/core/slab_list.hpp"
 #include "pmclient/address.hpp"
 
 namespace pmd {
@@ -66,14 +67,14 @@ class SourceTable {
             i = static_cast<std::uint32_t>(slab_.size());
             slab_.push_back(Node{a, fresh});
         } else {
-            i = tail_;  // least recently used
-            unlink(i);
+            i = lru_.tail;  // least recently used
+            lru_.unlink(slab_, i);
             index_.erase(slab_[i].key);
             slab_[i] = Node{a, fresh};
             ++evictions_;
         }
         index_.emplace(a, i);
-        push_front(i);
+        lru_.push_front(slab_, i);
         return slab_[i].state;
     }
     // nullptr when absent; does not change the LRU order.
@@ -87,38 +88,23 @@ class SourceTable {
     std::uint64_t evictions() const { return evictions_; }
 
   private:
-    static constexpr std::uint32_t kNil = 0xffffffffu;
     struct Node {
         pm::IpAddress key;
         State state;
-        std::uint32_t prev = kNil;
-        std::uint32_t next = kNil;
+        std::uint32_t prev = kSlabNil;
+        std::uint32_t next = kSlabNil;
     };
-    void unlink(std::uint32_t i) {
-        Node& n = slab_[i];
-        (n.prev == kNil ? head_ : slab_[n.prev].next) = n.next;
-        (n.next == kNil ? tail_ : slab_[n.next].prev) = n.prev;
-        n.prev = n.next = kNil;
-    }
-    void push_front(std::uint32_t i) {
-        Node& n = slab_[i];
-        n.prev = kNil;
-        n.next = head_;
-        (head_ == kNil ? tail_ : slab_[head_].prev) = i;
-        head_ = i;
-    }
     void touch(std::uint32_t i) {
-        if (head_ != i) {
-            unlink(i);
-            push_front(i);
+        if (lru_.head != i) {
+            lru_.unlink(slab_, i);
+            lru_.push_front(slab_, i);
         }
     }
 
     std::size_t capacity_;
     std::vector<Node> slab_;
     std::unordered_map<pm::IpAddress, std::uint32_t, SeededAddressHash> index_;
-    std::uint32_t head_ = kNil;
-    std::uint32_t tail_ = kNil;
+    SlabList lru_;  // most recently used first
     std::uint64_t evictions_ = 0;
 };
 

@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <limits>
+#include "daemon/core/slab_list.hpp"
 
 namespace pmd {
 namespace {
@@ -251,8 +252,7 @@ struct Pmsp::Table {
 
     std::vector<Entry> slab;
     std::vector<std::uint32_t> free_slots;
-    std::uint32_t head = kNil;
-    std::uint32_t tail = kNil;
+    SlabList order;  // by PMAck deadline, the oldest first
     Hash4 hash4;
     Hash3 hash3;
     IndexTable by_tuple;      // Key4 -> slot: duplicate detection (7.5.2)
@@ -270,21 +270,6 @@ struct Pmsp::Table {
                               [&](std::uint32_t i) { return key3_of(slab[i].request) == k; });
     }
 
-    void unlink(std::uint32_t i) {
-        Entry& e = slab[i];
-        (e.prev == kNil ? head : slab[e.prev].next) = e.next;
-        (e.next == kNil ? tail : slab[e.next].prev) = e.prev;
-        e.prev = e.next = kNil;
-    }
-
-    void push_back(std::uint32_t i) {
-        Entry& e = slab[i];
-        e.prev = tail;
-        e.next = kNil;
-        (tail == kNil ? head : slab[tail].next) = i;
-        tail = i;
-    }
-
     std::uint32_t insert(const pm::Message& req, const pm::Endpoint& sdp, TimePoint expires) {
         std::uint32_t i;
         if (!free_slots.empty()) {
@@ -298,7 +283,7 @@ struct Pmsp::Table {
         slab[i].sdp = sdp;
         slab[i].expires = expires;
         slab[i].pending = false;
-        push_back(i);
+        order.push_back(slab, i);
         by_tuple.insert(hash4(key4_of(req)), i);
         by_handle.insert(hash3(key3_of(req)), i);
         return i;
@@ -309,7 +294,7 @@ struct Pmsp::Table {
             slab[i].pending = false;
             --pending;
         }
-        unlink(i);
+        order.unlink(slab, i);
         by_tuple.erase(hash4(key4_of(slab[i].request)), i);
         by_handle.erase(hash3(key3_of(slab[i].request)), i);
         free_slots.push_back(i);
@@ -317,8 +302,8 @@ struct Pmsp::Table {
 
     void touch(std::uint32_t i, TimePoint expires) {
         slab[i].expires = expires;
-        unlink(i);
-        push_back(i);
+        order.unlink(slab, i);
+        order.push_back(slab, i);
     }
 };
 
@@ -490,8 +475,8 @@ Result Pmsp::handle_request(const pm::Message& req, const pm::Endpoint& source, 
         table_->touch(existing, expires);
         return count(Outcome::accepted_duplicate, reply);
     }
-    while (table_->size() >= limits_.max_transactions && table_->head != kNil) {
-        table_->release(table_->head);
+    while (table_->size() >= limits_.max_transactions && table_->order.head != kNil) {
+        table_->release(table_->order.head);
         ++counters_.shed;
     }
     table_->insert(req, *chosen, expires);
@@ -517,8 +502,8 @@ Result Pmsp::handle_on_demand(const pm::Message& req, const Service& service,
         return count(Outcome::denied_pool_exhausted,
                      pm::encode(pm::make_deny(req, limits_.deny_ap_port)));
     }
-    while (table_->size() >= limits_.max_transactions && table_->head != kNil) {
-        table_->release(table_->head);
+    while (table_->size() >= limits_.max_transactions && table_->order.head != kNil) {
+        table_->release(table_->order.head);
         ++counters_.shed;
     }
     // The PMAck timer bounds the wait too: a pool that never answers leaves
@@ -672,8 +657,8 @@ Result Pmsp::handle_ack(const pm::Message& ack) {
 
 std::size_t Pmsp::on_timer(TimePoint now) {
     std::size_t released = 0;
-    while (table_->head != kNil && table_->slab[table_->head].expires <= now) {
-        table_->release(table_->head);
+    while (table_->order.head != kNil && table_->slab[table_->order.head].expires <= now) {
+        table_->release(table_->order.head);
         ++counters_.timeouts;
         ++released;
     }
@@ -681,10 +666,10 @@ std::size_t Pmsp::on_timer(TimePoint now) {
 }
 
 std::optional<TimePoint> Pmsp::next_deadline() const {
-    if (table_->head == kNil) {
+    if (table_->order.head == kNil) {
         return std::nullopt;
     }
-    return table_->slab[table_->head].expires;
+    return table_->slab[table_->order.head].expires;
 }
 
 void Pmsp::set_registry(std::shared_ptr<const Registry> registry) {
@@ -705,8 +690,8 @@ void Pmsp::set_limits(const Limits& limits) {
         quench_ = SourceQuench(limits.quench, seed_ ^ 0xbb67ae8584caa73bull);
     }
     limits_ = limits;
-    while (table_->size() > limits_.max_transactions && table_->head != kNil) {
-        table_->release(table_->head);
+    while (table_->size() > limits_.max_transactions && table_->order.head != kNil) {
+        table_->release(table_->order.head);
         ++counters_.shed;
     }
 }
@@ -716,7 +701,7 @@ std::size_t Pmsp::transactions() const {
 }
 
 void Pmsp::for_each_transaction(const std::function<void(const TransactionView&)>& fn) const {
-    for (std::uint32_t i = table_->head; i != kNil; i = table_->slab[i].next) {
+    for (std::uint32_t i = table_->order.head; i != kNil; i = table_->slab[i].next) {
         const auto& e = table_->slab[i];
         const Service* s = registry_->find(e.request.ap_addr, e.request.ap_port);
         fn(TransactionView{e.request, e.sdp, s ? std::string_view(s->name) : "", e.expires,

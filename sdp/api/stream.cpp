@@ -234,6 +234,25 @@ std::error_code errno_code(int e) {
     return {e, std::generic_category()};
 }
 
+// What a failed connect reports: the provider it tried and why.
+ConnectInfo failed_over(std::string provider, std::string reason) {
+    ConnectInfo fi;
+    fi.provider = std::move(provider);
+    fi.reason = std::move(reason);
+    return fi;
+}
+
+// A connected TCP socket (the fallback, or connect_tcp) made the stream's
+// path: blocking, no Nagle, the I/O timeout applied.
+void take_tcp(Stream::Impl& im, int fd, const StreamOptions& opts) {
+    io::set_nodelay(fd);
+    io::set_nonblocking(fd, false);
+    detail::set_io_timeout(fd, opts.io_timeout);
+    im.tcp.fd = fd;
+    im.tcp.io_timeout = opts.io_timeout;
+    im.info.used = Transport::tcp;
+}
+
 }  // namespace
 
 Stream::Stream() = default;
@@ -287,12 +306,7 @@ std::error_code Stream::connect_tcp(const pm::Endpoint& address, const StreamOpt
         ::close(fd);
         return errno_code(e);
     }
-    io::set_nodelay(fd);
-    io::set_nonblocking(fd, false);
-    detail::set_io_timeout(fd, opts.io_timeout);
-    im->tcp.fd = fd;
-    im->tcp.io_timeout = opts.io_timeout;
-    im->info.used = Transport::tcp;
+    take_tcp(*im, fd, opts);
     im->info.peer = address;
     im->info.provider = "tcp";
     return opened(std::move(im));
@@ -304,16 +318,12 @@ std::error_code Stream::connect_sdp(const pm::Endpoint& sdp_address, const Strea
     std::string pwhy;
     const auto prov = detail::choose_provider(opts.iwarp_provider, pwhy);
     if (!prov) {
-        ConnectInfo fi;
-        fi.provider = "rdma";
-        fi.reason = detail::rdma_unusable_reason(pwhy);
-        return fail(std::make_error_code(std::errc::no_such_device), std::move(fi));
+        return fail(std::make_error_code(std::errc::no_such_device),
+                    failed_over("rdma", detail::rdma_unusable_reason(pwhy)));
     }
     if (*prov == Provider::rdma && opts.keepalive.enabled) {
-        ConnectInfo fi;
-        fi.provider = "rdma";
-        fi.reason = detail::kRdmaKeepaliveReason;
-        return fail(std::make_error_code(std::errc::operation_not_supported), std::move(fi));
+        return fail(std::make_error_code(std::errc::operation_not_supported),
+                    failed_over("rdma", detail::kRdmaKeepaliveReason));
     }
     auto im = std::make_unique<Impl>();
     im->opts = opts;
@@ -323,10 +333,7 @@ std::error_code Stream::connect_sdp(const pm::Endpoint& sdp_address, const Strea
         std::string why;
         im->other = detail::rdma_connect_direct(sdp_address, opts, ec, why);
         if (!im->other) {
-            ConnectInfo fi;
-            fi.provider = "rdma";
-            fi.reason = why;
-            return fail(ec, std::move(fi));
+            return fail(ec, failed_over("rdma", why));
         }
         im->info.used = Transport::sdp;
         im->info.peer = sdp_address;
@@ -347,10 +354,7 @@ std::error_code Stream::connect_sdp(const pm::Endpoint& sdp_address, const Strea
     im->sdp =
         io::SoftChannel::handshake(fd, iwarp::MpaRole::initiator, channel_options(opts), ec, &why);
     if (!im->sdp) {
-        ConnectInfo fi;
-        fi.provider = "soft";
-        fi.reason = why;
-        return fail(ec, std::move(fi));
+        return fail(ec, failed_over("soft", why));
     }
     im->info.used = Transport::sdp;
     im->info.peer = sdp_address;
@@ -438,10 +442,8 @@ std::error_code Stream::connect(const pm::Endpoint& conventional, const StreamOp
     if (prov == Provider::rdma && opts.keepalive.enabled) {
         // 14.3: keepalive needs the TCP socket, which rdma keeps to itself.
         if (opts.iwarp_provider != Provider::automatic) {
-            ConnectInfo fi;
-            fi.provider = "rdma";
-            fi.reason = detail::kRdmaKeepaliveReason;
-            return fail(std::make_error_code(std::errc::operation_not_supported), std::move(fi));
+            return fail(std::make_error_code(std::errc::operation_not_supported),
+                        failed_over("rdma", detail::kRdmaKeepaliveReason));
         }
         prov = Provider::soft;
     }
@@ -466,13 +468,7 @@ std::error_code Stream::connect(const pm::Endpoint& conventional, const StreamOp
     im->info = std::move(info);
     im->info.peer = proc.peer();
     if (!last.sdp) {
-        const int fd = io.release_fd();
-        io::set_nodelay(fd);
-        io::set_nonblocking(fd, false);
-        detail::set_io_timeout(fd, opts.io_timeout);
-        im->tcp.fd = fd;
-        im->tcp.io_timeout = opts.io_timeout;
-        im->info.used = Transport::tcp;
+        take_tcp(*im, io.release_fd(), opts);
         return opened(std::move(im));
     }
     if (io.rdma) {

@@ -232,26 +232,34 @@ void MpaNegotiator::handle_request(const MpaFrame& f) {
             fail(MpaError::bad_v2_block);
             return;
         }
-        const auto peer = decode_mpa_v2(ulp.first<kMpaV2BlockSize>());
-        ulp = ulp.subspan(kMpaV2BlockSize);
-        outcome_.ord = std::min(peer.ird, cfg_.ord);
-        outcome_.ird = std::min(peer.ord, cfg_.ird);
-        if (peer.p2p && cfg_.p2p) {
-            outcome_.p2p = true;
-            if (peer.write_rtr && cfg_.rtr_write) {
-                outcome_.rtr = RtrMode::write;
-            } else if (peer.read_rtr && cfg_.rtr_read) {
-                outcome_.rtr = RtrMode::read;
-            } else {
-                outcome_.p2p = false;
-                send_reply(true, {});
-                fail(MpaError::no_matching_rtr);
-                return;
-            }
+        if (!take_v2_block(ulp)) {
+            outcome_.p2p = false;
+            send_reply(true, {});
+            fail(MpaError::no_matching_rtr);
+            return;
         }
     }
     outcome_.peer_private_data.assign(ulp.begin(), ulp.end());
     state_ = MpaState::request_received;
+}
+
+bool MpaNegotiator::take_v2_block(std::span<const std::uint8_t>& ulp) {
+    const auto peer = decode_mpa_v2(ulp.first<kMpaV2BlockSize>());
+    ulp = ulp.subspan(kMpaV2BlockSize);
+    outcome_.ord = std::min(peer.ird, cfg_.ord);
+    outcome_.ird = std::min(peer.ord, cfg_.ird);
+    if (!peer.p2p || !cfg_.p2p) {
+        return true;
+    }
+    outcome_.p2p = true;
+    if (peer.write_rtr && cfg_.rtr_write) {
+        outcome_.rtr = RtrMode::write;
+    } else if (peer.read_rtr && cfg_.rtr_read) {
+        outcome_.rtr = RtrMode::read;
+    } else {
+        return false;
+    }
+    return true;
 }
 
 void MpaNegotiator::send_reply(bool reject, std::span<const std::uint8_t> ulp_pd) {
@@ -314,24 +322,13 @@ void MpaNegotiator::handle_reply(const MpaFrame& f) {
     outcome_.ird = cfg_.ird;
     outcome_.ord = cfg_.ord;
     std::span<const std::uint8_t> ulp(f.private_data);
-    if (outcome_.enhanced && ulp.size() >= kMpaV2BlockSize) {
-        const auto peer = decode_mpa_v2(ulp.first<kMpaV2BlockSize>());
-        ulp = ulp.subspan(kMpaV2BlockSize);
-        outcome_.ord = std::min(peer.ird, cfg_.ord);
-        outcome_.ird = std::min(peer.ord, cfg_.ird);
-        if (cfg_.p2p && peer.p2p) {
-            outcome_.p2p = true;
-            if (peer.write_rtr && cfg_.rtr_write) {
-                outcome_.rtr = RtrMode::write;
-            } else if (peer.read_rtr && cfg_.rtr_read) {
-                outcome_.rtr = RtrMode::read;
-            } else if (!f.reject) {
-                outcome_.p2p = false;
-                outcome_.peer_private_data.assign(ulp.begin(), ulp.end());
-                fail(MpaError::no_matching_rtr);
-                return;
-            }
-        }
+    // A rejecting Reply's block is taken for its values only: the
+    // rejection is the error.
+    if (outcome_.enhanced && ulp.size() >= kMpaV2BlockSize && !take_v2_block(ulp) && !f.reject) {
+        outcome_.p2p = false;
+        outcome_.peer_private_data.assign(ulp.begin(), ulp.end());
+        fail(MpaError::no_matching_rtr);
+        return;
     }
     outcome_.peer_private_data.assign(ulp.begin(), ulp.end());
     if (f.reject) {

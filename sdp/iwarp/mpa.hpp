@@ -157,6 +157,11 @@ class MpaNegotiator {
     void handle_reply(const MpaFrame& f);
     void fail(MpaError e);
     void send_reply(bool reject, std::span<const std::uint8_t> ulp_pd);
+    // Takes the peer's MPA v2 block (RFC 6581) off the front of `ulp`:
+    // IRD/ORD, and peer-to-peer mode with the first RTR message both allow
+    // (RDMA Write before RDMA Read). False: both asked for peer-to-peer and
+    // no RTR message is common (p2p is left set; the caller fails).
+    bool take_v2_block(std::span<const std::uint8_t>& ulp);
 
     MpaRole role_;
     MpaConfig cfg_;

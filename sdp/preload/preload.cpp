@@ -432,34 +432,36 @@ SDP_EXPORT int fcntl64(int fd, int cmd, ...) {
     return r;
 }
 
-SDP_EXPORT int getsockname(int fd, sockaddr* addr, socklen_t* len) {
+namespace {
+
+// getsockname()/getpeername(): an SDP descriptor reports the address
+// recorded when it became SDP; a connecting one asks the program's own
+// socket; anything else is the kernel's.
+using NameCall = int (*)(int, sockaddr*, socklen_t*);
+int name_of_descriptor(int fd, sockaddr* addr, socklen_t* len, NameCall kernel,
+                       sockaddr_storage Entry::*saved, socklen_t Entry::*saved_len) {
     if (auto e = entry_of(fd, Entry::Kind::sdp)) {
         if (addr == nullptr || len == nullptr) {
             errno = EFAULT;
             return -1;
         }
-        copy_out(e->local, e->local_len, addr, len);
+        copy_out((*e).*saved, (*e).*saved_len, addr, len);
         return 0;
     }
     if (auto c = entry_of(fd, Entry::Kind::connecting)) {
-        return on_own_socket(fd, *c, [&](int s) { return real().getsockname(s, addr, len); });
+        return on_own_socket(fd, *c, [&](int s) { return kernel(s, addr, len); });
     }
-    return real().getsockname(fd, addr, len);
+    return kernel(fd, addr, len);
+}
+
+}  // namespace
+
+SDP_EXPORT int getsockname(int fd, sockaddr* addr, socklen_t* len) {
+    return name_of_descriptor(fd, addr, len, real().getsockname, &Entry::local, &Entry::local_len);
 }
 
 SDP_EXPORT int getpeername(int fd, sockaddr* addr, socklen_t* len) {
-    if (auto e = entry_of(fd, Entry::Kind::sdp)) {
-        if (addr == nullptr || len == nullptr) {
-            errno = EFAULT;
-            return -1;
-        }
-        copy_out(e->peer, e->peer_len, addr, len);
-        return 0;
-    }
-    if (auto c = entry_of(fd, Entry::Kind::connecting)) {
-        return on_own_socket(fd, *c, [&](int s) { return real().getpeername(s, addr, len); });
-    }
-    return real().getpeername(fd, addr, len);
+    return name_of_descriptor(fd, addr, len, real().getpeername, &Entry::peer, &Entry::peer_len);
 }
 
 namespace {
