@@ -14,6 +14,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@
 #include <mutex>
 #include <random>
 #include <stdexcept>
+#include <stop_token>
 #include <thread>
 #include <unordered_map>
 
@@ -155,7 +157,7 @@ Result make_error(Errc e, std::string reason) {
 class Lane {
   public:
     Lane(const MachineConfig& mc, std::shared_ptr<SharedCache> cache)
-        : machine_(mc, std::move(cache)) {
+        : machine_(mc, std::move(cache)), wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
         machine_.set_random([this] { return random_.next(); });
     }
     ~Lane() {
@@ -163,6 +165,9 @@ class Lane {
             if (int f = fd.load(); f >= 0) {
                 ::close(f);
             }
+        }
+        if (wake_fd_ >= 0) {
+            ::close(wake_fd_);
         }
     }
     Lane(const Lane&) = delete;
@@ -207,10 +212,17 @@ class Lane {
     // One resolution, start to finish, on the calling thread. Every wait is
     // bounded by the machine's next timer, and the machine's deadline ends
     // the transaction, so the loop ends by the deadline at the latest.
-    // `closing` set: the resolver is being destroyed; the transaction ends
-    // with Errc::cancelled.
-    Result resolve(const Query& q, std::uint64_t random, const std::atomic<bool>& closing) {
+    // `closing` set (the resolver is being destroyed) or a stop requested
+    // on `stop` (the caller gave up): the transaction ends at once with
+    // Errc::cancelled; a stop wakes the wait through the lane's eventfd.
+    Result resolve(const Query& q, std::uint64_t random, const std::atomic<bool>& closing,
+                   std::stop_token stop) {
         out_.clear();
+        drain_wake();
+        std::optional<std::stop_callback<WakeFd>> on_stop;
+        if (stop.stop_possible() && wake_fd_ >= 0) {
+            on_stop.emplace(stop, WakeFd{wake_fd_});
+        }
         const TxnId id = machine_.start(q, Clock::now(), random, out_);
         // The sockets of the PMSPs' families (a list may mix v4 and v6).
         std::array<int, 2> fds{-1, -1};
@@ -226,10 +238,14 @@ class Lane {
             if (done) {
                 return std::move(*done);
             }
-            if (closing.load(std::memory_order_relaxed)) {
+            if (closing.load(std::memory_order_relaxed) || stop.stop_requested()) {
                 machine_.cancel(id, Clock::now(), out_);
                 apply(id, done);
-                return done ? std::move(*done) : make_error(Errc::cancelled, "resolver destroyed");
+                if (done) {
+                    return std::move(*done);
+                }
+                return make_error(Errc::cancelled, closing.load() ? "resolver destroyed"
+                                                                  : "cancelled by the caller");
             }
             auto next = machine_.next_wakeup();
             if (!next || nfds == 0) {  // cannot happen: an open transaction has a timer
@@ -290,13 +306,32 @@ class Lane {
         out_.clear();
     }
 
-    // Waits until one of fds[0 .. n) is readable or `d` has passed. Returns
-    // a bit mask of the readable ones (bit k: fds[k]); 0 on timeout.
+    // A stop request's wake-up of the lane's wait.
+    struct WakeFd {
+        int fd;
+        void operator()() const noexcept {
+            const std::uint64_t one = 1;
+            [[maybe_unused]] auto w = ::write(fd, &one, sizeof one);
+        }
+    };
+    void drain_wake() {
+        std::uint64_t n;
+        if (wake_fd_ >= 0) {
+            [[maybe_unused]] auto r = ::read(wake_fd_, &n, sizeof n);
+        }
+    }
+
+    // Waits until one of fds[0 .. n) is readable, the lane's eventfd is
+    // signalled or `d` has passed. Returns a bit mask of the readable ones
+    // (bit k: fds[k]); 0 on timeout or wake-up (the caller's loop looks at
+    // the stop request first).
     unsigned wait_readable(const std::array<int, 2>& fds, std::size_t n, Duration d) {
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
         timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-        std::array<pollfd, 2> p{pollfd{fds[0], POLLIN, 0}, pollfd{fds[1], POLLIN, 0}};
-        int r = ::ppoll(p.data(), static_cast<nfds_t>(n), &ts, nullptr);
+        std::array<pollfd, 3> p{pollfd{fds[0], POLLIN, 0}, pollfd{fds[1], POLLIN, 0},
+                                pollfd{-1, POLLIN, 0}};
+        p[n].fd = wake_fd_;  // -1 (ignored by poll) without one
+        int r = ::ppoll(p.data(), static_cast<nfds_t>(n + 1), &ts, nullptr);
         if (r < 0 && errno != EINTR) {
             // Not expected (EFAULT/EINVAL/ENOMEM): count it and sleep the
             // wait away so the timers still end the transaction.
@@ -318,6 +353,7 @@ class Lane {
     // v4, v6. Atomic only for wake() from the destroying thread; the lane's
     // own caller is the only writer.
     std::array<std::atomic<int>, 2> fds_{-1, -1};
+    int wake_fd_;  // eventfd for stop requests; -1: none (stops seen at the next timer)
     Actions out_;
     std::array<std::uint8_t, 2048> buf_{};
     std::uint64_t send_errors_ = 0;
@@ -632,7 +668,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
 
     // A blocking resolution on the calling thread. Nothing of *this is
     // touched after checkin(): the destructor may be waiting for it.
-    Result resolve_here(const ResolveRequest& req) {
+    Result resolve_here(const ResolveRequest& req, std::stop_token stop) {
         Query q;
         Result early = prepare(req, q);
         if (early.kind == ResultKind::error) {
@@ -665,8 +701,12 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
                 ++blocking_errors;
                 r = make_error(Errc::cancelled, "resolver destroyed");
                 r.pmsp = q.pmsp;
+            } else if (stop.stop_requested()) {  // nothing is asked
+                ++blocking_errors;
+                r = make_error(Errc::cancelled, "cancelled by the caller");
+                r.pmsp = q.pmsp;
             } else {
-                r = lane->resolve(q, lane->random(), closing);
+                r = lane->resolve(q, lane->random(), closing, std::move(stop));
             }
         } catch (const std::exception& e) {
             broken = true;
@@ -898,8 +938,12 @@ BlockingResolver::BlockingResolver(ResolverOptions options)
 BlockingResolver::~BlockingResolver() = default;
 
 Result BlockingResolver::resolve(const ResolveRequest& request) {
+    return resolve(request, {});
+}
+
+Result BlockingResolver::resolve(const ResolveRequest& request, std::stop_token stop) {
     try {
-        return impl_->resolver->impl_->resolve_here(request);
+        return impl_->resolver->impl_->resolve_here(request, std::move(stop));
     } catch (const std::exception& e) {  // from prepare(): nothing was started
         return make_error(Errc::internal, e.what());
     }

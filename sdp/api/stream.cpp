@@ -373,7 +373,7 @@ class StreamConnect final : public pmclient::BlockingConnect {
   public:
     StreamConnect(pmclient::BlockingResolver& r, const StreamOptions& o,
                   std::unique_ptr<detail::RdmaConnector> rdma_side, bool automatic)
-        : BlockingConnect(o.connect_timeout),
+        : BlockingConnect(o.connect_timeout, o.stop),
           rdma(std::move(rdma_side)),
           resolver_(r),
           opts_(o),
@@ -401,7 +401,7 @@ class StreamConnect final : public pmclient::BlockingConnect {
         return BlockingConnect::bind(cp);
     }
     pmclient::Result resolve(const pm::Endpoint& conventional, const pm::Endpoint& local) override {
-        return resolver_.resolve({conventional, local, detail::request_options(opts_)});
+        return resolver_.resolve({conventional, local, detail::request_options(opts_)}, stop_);
     }
     void flush_cache(const pm::Endpoint& conventional) override {
         resolver_.resolver().flush_cache(conventional);
@@ -414,6 +414,7 @@ class StreamConnect final : public pmclient::BlockingConnect {
             return {};  // part of the rdma connect
         }
         std::error_code ec;
+        pmclient::ShutdownOnStop guard(stop_, fd_);  // a stop ends the startup's waits
         soft = io::SoftChannel::handshake(release_fd(), iwarp::MpaRole::initiator,
                                           channel_options(opts_), ec, &why);
         return ec;

@@ -170,6 +170,7 @@ std::optional<int> Connecting::start(int fd, const std::shared_ptr<Entry>& cand,
     std::memcpy(&c->addr_, addr, c->addr_len_);
     c->decision_ = d;
     c->options_ = stream_options(cand.get());
+    c->options_.stop = c->stop_.get_token();
     auto undo = [&] {
         for (int* p : {&c->x_, &c->app_, &c->pump_, &c->cancel_}) {
             close_internal(*p);
@@ -450,6 +451,9 @@ std::optional<int> Connecting::take_error(const std::shared_ptr<Entry>& e) {
 }
 
 void Connecting::closed() {
+    // The Port Mapper question, TCP connect or SDP startup in progress ends
+    // now: nothing connects to the peer for a descriptor already closed.
+    stop_.request_stop();
     std::lock_guard lk(mu_);
     cancelled_ = true;
     if (cancel_ >= 0) {
@@ -460,10 +464,11 @@ void Connecting::closed() {
 }
 
 void Connecting::finish_all() {
-    // Nothing waits for the threads: their results are discarded, and one
-    // still asking the Port Mapper or starting SDP may take seconds to see
-    // it (the process ends them). Those still running count as abandoned
-    // now, for the counters written at exit.
+    // Nothing waits for the threads: their results are discarded; one
+    // still asking the Port Mapper or connecting stops at once (closed();
+    // an rdma connect runs out its bound), and the process ends them.
+    // Those still running count as abandoned now, for the counters written
+    // at exit.
     auto& r = registry();
     std::lock_guard lk(r.mu);
     for (const auto& c : r.live) {

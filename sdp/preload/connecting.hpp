@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 
 #include "pmclient/address.hpp"
 #include "sdp/preload/rules.hpp"
@@ -124,7 +125,8 @@ class Connecting : public std::enable_shared_from_this<Connecting> {
     sockaddr_storage addr_{};
     socklen_t addr_len_ = 0;
     Decision decision_;
-    StreamOptions options_;
+    StreamOptions options_;       // options_.stop: stop_'s token
+    std::stop_source stop_;       // closed(): the connect procedure ends at once
     std::weak_ptr<Entry> entry_;  // the descriptor's entry while in progress
     std::mutex mu_;
     std::condition_variable cv_;

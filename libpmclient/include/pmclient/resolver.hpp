@@ -24,6 +24,7 @@
 
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <utility>
 
 #include "pmclient/completion.hpp"
@@ -138,6 +139,10 @@ class PMCLIENT_API BlockingResolver {
     BlockingResolver& operator=(const BlockingResolver&) = delete;
 
     Result resolve(const ResolveRequest& request);
+    // The same; a stop requested on `stop` (from another thread) ends the
+    // resolution at once: Errc::cancelled, the transaction dropped (a late
+    // reply is read as a stray by the next call, a late PMAccept not acked).
+    Result resolve(const ResolveRequest& request, std::stop_token stop);
     Resolver& resolver();
 
   private:

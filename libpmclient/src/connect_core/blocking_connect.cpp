@@ -86,6 +86,7 @@ BlockingConnect::BindOutcome BlockingConnect::bind(const pm::IpAddress& cp) {
 }
 
 std::error_code BlockingConnect::connect(const pm::Endpoint& sdp_address, std::string&) {
+    ShutdownOnStop guard(stop_, fd_);
     return errno_code(connect_timeout(fd_, sdp_address, timeout_));
 }
 
@@ -102,7 +103,35 @@ std::error_code BlockingConnect::fallback(const ConnectProcedure::Action& a, std
         return ec;
     }
     fd_ = fd;
+    ShutdownOnStop guard(stop_, fd_);
     return errno_code(connect_timeout(fd_, a.endpoint, timeout_));
+}
+
+template <typename Step>
+std::error_code BlockingConnect::stopped_or(std::string& why, Step&& step) {
+    std::error_code ec;
+    if (!stop_.stop_requested()) {
+        ec = step();
+    }
+    if (stop_.stop_requested()) {  // before, or while it ran (it may have succeeded)
+        why = kCancelled;
+        return std::make_error_code(std::errc::operation_canceled);
+    }
+    return ec;
+}
+
+ShutdownOnStop::ShutdownOnStop(std::stop_token stop, int fd)
+    : dup_(stop.stop_possible() && fd >= 0 ? ::fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1) {
+    if (dup_ >= 0) {
+        cb_.emplace(std::move(stop), Shut{dup_});
+    }
+}
+
+ShutdownOnStop::~ShutdownOnStop() {
+    cb_.reset();  // waits for a callback running on another thread
+    if (dup_ >= 0) {
+        ::close(dup_);
+    }
 }
 
 const ConnectProcedure::Action& BlockingConnect::run(ConnectProcedure& proc) {
@@ -125,21 +154,32 @@ const ConnectProcedure::Action& BlockingConnect::run(ConnectProcedure& proc) {
                          : &proc.on_bound(local_);
                 break;
             }
-            case Step::resolve:
-                a = &proc.on_resolved(resolve(a->endpoint, a->local));
+            case Step::resolve: {
+                Result r;
+                if (!stop_.stop_requested()) {
+                    r = resolve(a->endpoint, a->local);
+                }
+                if (stop_.stop_requested()) {  // before, or while it asked
+                    r = Result{};
+                    r.kind = ResultKind::error;
+                    r.error = Errc::cancelled;
+                    r.reason = kCancelled;
+                }
+                a = &proc.on_resolved(r);
                 break;
+            }
             case Step::connect: {
-                const auto ec = connect(a->endpoint, why);
+                const auto ec = stopped_or(why, [&] { return connect(a->endpoint, why); });
                 a = &proc.on_connected(ec, why);
                 break;
             }
             case Step::handshake: {
-                const auto ec = handshake(why);
+                const auto ec = stopped_or(why, [&] { return handshake(why); });
                 a = &proc.on_handshake(ec, why);
                 break;
             }
             case Step::fallback: {
-                const auto ec = fallback(*a, why);
+                const auto ec = stopped_or(why, [&] { return fallback(*a, why); });
                 a = &proc.on_fallback(ec, why);
                 break;
             }

@@ -7,7 +7,11 @@
 // (pmclient::connect, sdp::Stream::connect over the soft or rdma provider).
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
+#include <optional>
+#include <stop_token>
 #include <string>
 #include <system_error>
 
@@ -17,10 +21,35 @@
 
 namespace pmclient {
 
+// While alive, a stop request on `stop` shuts the socket of `fd` down
+// (SHUT_RDWR): a TCP connect in progress on it (SYN_SENT) or a startup
+// waiting on it ends at once. It shuts down a duplicate descriptor of its
+// own, so that it never reaches a number the socket's owner has closed and
+// the kernel has given to another file meanwhile.
+class ShutdownOnStop {
+  public:
+    ShutdownOnStop(std::stop_token stop, int fd);
+    ~ShutdownOnStop();
+    ShutdownOnStop(const ShutdownOnStop&) = delete;
+    ShutdownOnStop& operator=(const ShutdownOnStop&) = delete;
+
+  private:
+    struct Shut {
+        int fd;
+        void operator()() const noexcept { ::shutdown(fd, SHUT_RDWR); }
+    };
+    int dup_;
+    std::optional<std::stop_callback<Shut>> cb_;
+};
+
 class BlockingConnect {
   public:
-    explicit BlockingConnect(std::chrono::milliseconds connect_timeout)
-        : timeout_(connect_timeout) {}
+    // `stop`: a stop requested (from another thread) ends the procedure at
+    // its next step, or in the wait of the step in progress (the Port
+    // Mapper question, a TCP connect, the soft startup), with
+    // operation_canceled; a connection the step made meanwhile is closed.
+    explicit BlockingConnect(std::chrono::milliseconds connect_timeout, std::stop_token stop = {})
+        : timeout_(connect_timeout), stop_(std::move(stop)) {}
     virtual ~BlockingConnect();  // closes a socket not released
     BlockingConnect(const BlockingConnect&) = delete;
     BlockingConnect& operator=(const BlockingConnect&) = delete;
@@ -51,8 +80,14 @@ class BlockingConnect {
     int fd_ = -1;
     pm::Endpoint local_;
     std::chrono::milliseconds timeout_;
+    std::stop_token stop_;
+    static constexpr const char* kCancelled = "cancelled by the caller";
 
   private:
+    // step() unless a stop was requested; operation_canceled when one was,
+    // before or while it ran.
+    template <typename Step>
+    std::error_code stopped_or(std::string& why, Step&& step);
     // A fresh TCP socket (bound to address:0 when bind_cp) connected to the
     // Conventional Address.
     std::error_code fallback(const ConnectProcedure::Action& a, std::string& why);

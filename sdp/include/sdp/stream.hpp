@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -146,6 +147,13 @@ struct StreamOptions {
     bool oob_inline = false;
     // TCP keepalive (14.3), applied at connect/accept when enabled.
     Keepalive keepalive;
+    // connect(): a stop requested on this token (from another thread) ends
+    // the connect procedure at once with operation_canceled: a Port Mapper
+    // question in flight is dropped, a TCP connect or soft SDP startup in
+    // progress is aborted, and no connection is made after it (a
+    // connection completed at that instant is closed). An rdma connect
+    // runs to its end (connect_timeout) and is then closed.
+    std::stop_token stop;
 };
 
 // Counters of one SDP stream (all zero over plain TCP).

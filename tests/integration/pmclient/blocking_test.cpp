@@ -9,9 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/use_future.hpp>
 #include <future>
 #include <set>
+#include <stop_token>
 #include <thread>
 
 #include "fake_pmsp.hpp"
@@ -281,6 +283,51 @@ TEST(BlockingFastPathTest, DestroyingTheResolverCancelsBlockedCalls) {
     caller.join();
     EXPECT_EQ(got.kind, ResultKind::error);
     EXPECT_EQ(got.error, pmclient::Errc::cancelled) << got.reason;
+}
+
+TEST(BlockingFastPathTest, AStopRequestEndsTheBlockedCallAndTheLaneServesTheNext) {
+    // The PMSP answers nothing for the first request (its first CpPort)
+    // and accepts the second: a 60 s question is given up on request, and
+    // the lane that carried it (the eventfd drained, the transaction gone)
+    // answers the next call.
+    FakePmsp pmsp([](const pm::Message& m, int) -> std::vector<Reply> {
+        if (m.type != pm::MessageType::request || m.cp_port == 40000) {
+            return {};
+        }
+        return {Reply::of(pm::make_accept(m, ep("127.0.0.1:9000"), 60))};
+    });
+    auto o = fast(pmsp.endpoint());
+    o.defaults.initial_timeout = std::chrono::seconds(10);
+    o.defaults.deadline = std::chrono::seconds(60);
+    pmclient::BlockingResolver r(o);
+    std::stop_source stop;
+    pmclient::Result got;
+    std::atomic<bool> returned{false};
+    std::thread caller([&] {
+        got = r.resolve(req(40000), stop.get_token());
+        returned = true;
+    });
+    const bool asked = pmsp.wait_count(pm::MessageType::request, 1);
+    stop.request_stop();
+    // At once (the lane's wait is woken), not at the retransmission in 10 s.
+    for (int i = 0; i < 500 && !returned; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(returned.load()) << "resolve() did not return on the stop";
+    caller.join();
+    ASSERT_TRUE(asked);
+    EXPECT_EQ(got.kind, ResultKind::error);
+    EXPECT_EQ(got.error, pmclient::Errc::cancelled) << got.reason;
+    EXPECT_EQ(r.resolver().in_flight(), 0u);
+    // A stop already requested: nothing is asked.
+    const auto before = r.resolver().counters().pmreq_sent;
+    auto again = r.resolve(req(40002), stop.get_token());
+    EXPECT_EQ(again.error, pmclient::Errc::cancelled) << again.reason;
+    EXPECT_EQ(r.resolver().counters().pmreq_sent, before);
+    // A fresh token: answered.
+    auto next = r.resolve(req(40001), std::stop_source().get_token());
+    ASSERT_EQ(next.kind, ResultKind::accepted) << next.reason;
+    EXPECT_EQ(next.sdp, ep("127.0.0.1:9000"));
 }
 
 TEST(BlockingFastPathTest, BadInputIsAnErrorResult) {

@@ -10,7 +10,8 @@
 #       fork() while in progress, asyncio's sock_connect
 #   nb_connect.py close HOST PORT PMREQS  a Port Mapper that never answers
 #       (each PMReq it got is a line in PMREQS): close() once the PMReq
-#       arrived, certainly in progress; the thread ends, nothing leaks
+#       arrived, certainly in progress; the question is dropped (no more
+#       PMReqs), the thread ends, nothing leaks
 #   nb_connect.py exit HOST PORT ACCEPTS EXIT_AT  PORT is mapped to an SDP
 #       Address that accepts TCP and never answers the MPA Request (each
 #       connection it took is a line in ACCEPTS): once the SDP startup
@@ -214,6 +215,15 @@ def closed_in_progress(pmreqs, name):
     arrived(pmreqs, n0, name + "the PMReq reached the Port Mapper")
     in_progress(s, name + "pending")
     s.close()
+    # close() drops the Port Mapper question at once: no retransmission
+    # follows (without the stop there were two more within the 1.5 s
+    # deadline, at 0.25 and 0.75 s). A PMReq sent before close() is given
+    # 0.2 s to be written down.
+    time.sleep(0.2)
+    n1 = line_count(pmreqs)
+    time.sleep(1.5)
+    check(name + "no PMReq after close()", line_count(pmreqs) == n1,
+          f"{line_count(pmreqs) - n1} more")
 
 
 def mode_close():

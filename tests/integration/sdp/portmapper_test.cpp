@@ -6,12 +6,16 @@
 
 #include <thread>
 
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <stop_token>
 
 #include "integration/daemon/harness.hpp"
 #include "pmctl/client.hpp"
@@ -170,6 +174,126 @@ TEST_F(SdpPortMapper, NoPortMapperTimesOutAndFallsBack) {
     sdp::Stream s;
     ASSERT_NO_FATAL_FAILURE(tcp_fallback_case(s, conv, conv.endpoint(), o));
     EXPECT_EQ(s.info().resolution, "");  // closed: info reset
+}
+
+// Sockets of this network namespace in SYN_SENT towards port `port`
+// (/proc/net/tcp: remote address:port in hex, state 02).
+int syn_sent_to(std::uint16_t port) {
+    std::FILE* f = std::fopen("/proc/net/tcp", "r");
+    if (f == nullptr) {
+        return -1;
+    }
+    char line[512];
+    int n = 0;
+    char want[8];
+    std::snprintf(want, sizeof want, ":%04X", port);
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+        char local[64], remote[64], st[8];
+        if (std::sscanf(line, "%*d: %63s %63s %7s", local, remote, st) == 3 &&
+            std::strstr(remote, want) != nullptr && std::strcmp(st, "02") == 0) {
+            ++n;
+        }
+    }
+    std::fclose(f);
+    return n;
+}
+
+// Nobody connects to `l` within 300 ms.
+bool nothing_arrives(const sdptest::TcpListener& l) {
+    pollfd p{l.fd(), POLLIN, 0};
+    return ::poll(&p, 1, 300) == 0;
+}
+
+TEST_F(SdpPortMapper, AStopEndsThePortMapperQuestionAndNothingConnects) {
+    // A PMSP that hears the PMReq and never answers, a question allowed
+    // 60 s: the stop ends it, and the fallback to the Conventional Address
+    // is not taken either.
+    sdptest::TcpListener conv;
+    const int pmsp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(::bind(pmsp, reinterpret_cast<sockaddr*>(&a), len), 0);
+    ASSERT_EQ(::getsockname(pmsp, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    auto o = opts();
+    o.resolve_deadline = 60s;
+    o.resolve_initial_timeout = 10s;
+    std::stop_source stop;
+    o.stop = stop.get_token();
+    sdp::Stream s;
+    std::error_code ec;
+    std::atomic<bool> returned{false};
+    std::thread caller([&] {
+        ec = s.connect(conv.endpoint(), o);
+        returned = true;
+    });
+    pollfd p{pmsp, POLLIN, 0};
+    const bool asked = ::poll(&p, 1, 10'000) == 1;
+    stop.request_stop();
+    // At once, not at the next retransmission (10 s) or the deadline (60 s).
+    const bool woke = pmtest::wait_until([&] { return returned.load(); }, 5000ms);
+    caller.join();
+    ::close(pmsp);
+    ASSERT_TRUE(asked) << "no PMReq arrived";
+    EXPECT_TRUE(woke) << "connect() did not return on the stop";
+    EXPECT_EQ(ec, std::errc::operation_canceled) << ec.message() << ": " << s.info().reason;
+    EXPECT_NE(s.info().reason.find("cancelled"), std::string::npos) << s.info().reason;
+    EXPECT_TRUE(nothing_arrives(conv)) << "the conventional listener got a connection";
+}
+
+TEST_F(SdpPortMapper, AStopEndsAConnectToAnSdpAddressThatDoesNotAnswer) {
+    // The SDP Address is a listener whose accept queue is full: Linux drops
+    // the SYN and the connect waits (connect_timeout 60 s) in SYN_SENT. The
+    // stop aborts it (the socket is shut down), no fallback is taken.
+    sdptest::TcpListener conv;
+    sdptest::TcpListener full;
+    ASSERT_EQ(::listen(full.fd(), 0), 0);
+    std::vector<int> fillers;
+    for (int i = 0; i < 3; ++i) {
+        const int f = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        to.sin_port = htons(full.port());
+        (void)::connect(f, reinterpret_cast<sockaddr*>(&to), sizeof to);
+        fillers.push_back(f);
+    }
+    const auto closer = [&] {
+        for (int f : fillers) {
+            ::close(f);
+        }
+    };
+    if (!pmtest::wait_until([&] { return syn_sent_to(full.port()) > 0; }, 3000ms)) {
+        closer();
+        GTEST_SKIP() << "this kernel does not leave a SYN to a full accept queue unanswered";
+    }
+    const int before = syn_sent_to(full.port());
+    ASSERT_NO_FATAL_FAILURE(
+        start("listen: [\"127.0.0.1:{PORT}\"]\nhealth: off\nservices:\n"
+              "  - name: app\n    conventional: \"127.0.0.1:" +
+              std::to_string(conv.port()) +
+              "\"\n    sdp: [\"127.0.0.1:" + std::to_string(full.port()) + "\"]\n"));
+    auto o = opts();
+    o.connect_timeout = 60s;
+    std::stop_source stop;
+    o.stop = stop.get_token();
+    sdp::Stream s;
+    std::error_code ec;
+    std::thread caller([&] { ec = s.connect(conv.endpoint(), o); });
+    const bool connecting =
+        pmtest::wait_until([&] { return syn_sent_to(full.port()) > before; }, 10'000ms);
+    stop.request_stop();
+    // The SYN_SENT socket is aborted at once, not after connect_timeout.
+    const bool aborted =
+        pmtest::wait_until([&] { return syn_sent_to(full.port()) <= before; }, 5000ms);
+    caller.join();
+    closer();
+    ASSERT_TRUE(connecting) << "the stream never tried the SDP Address";
+    EXPECT_TRUE(aborted) << "the connect in progress was not aborted";
+    EXPECT_EQ(ec, std::errc::operation_canceled) << ec.message() << ": " << s.info().reason;
+    EXPECT_TRUE(nothing_arrives(conv)) << "the conventional listener got a connection";
 }
 
 TEST_F(SdpPortMapper, NoFallbackWhenDisabled) {
