@@ -244,8 +244,8 @@ class Lane {
                 if (done) {
                     return std::move(*done);
                 }
-                return make_error(Errc::cancelled, closing.load() ? "resolver destroyed"
-                                                                  : "cancelled by the caller");
+                return make_error(Errc::cancelled,
+                                  closing.load() ? "resolver destroyed" : "cancelled");
             }
             auto next = machine_.next_wakeup();
             if (!next || nfds == 0) {  // cannot happen: an open transaction has a timer
@@ -259,6 +259,9 @@ class Lane {
                 continue;
             }
             const unsigned ready = wait_readable(fds, nfds, *next - now);
+            if (closing.load(std::memory_order_relaxed) || stop.stop_requested()) {
+                continue;  // ended above, before a retransmission falls due
+            }
             if (ready == 0) {
                 machine_.on_timer(Clock::now(), out_);
                 continue;
@@ -338,6 +341,9 @@ class Lane {
             ++receive_errors_;
             ::nanosleep(&ts, nullptr);
             return 0;
+        }
+        if (r > 0 && p[n].revents != 0) {
+            drain_wake();  // a stop (or a late one of an earlier call): never spins
         }
         unsigned mask = 0;
         for (std::size_t k = 0; r > 0 && k < n; ++k) {
@@ -703,7 +709,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
                 r.pmsp = q.pmsp;
             } else if (stop.stop_requested()) {  // nothing is asked
                 ++blocking_errors;
-                r = make_error(Errc::cancelled, "cancelled by the caller");
+                r = make_error(Errc::cancelled, "cancelled");
                 r.pmsp = q.pmsp;
             } else {
                 r = lane->resolve(q, lane->random(), closing, std::move(stop));

@@ -390,7 +390,15 @@ void Bridge::tx_loop() {
         }
         // Until what the recv()s below take is in the stream, no direct
         // write may pass it (direct_write checks after the socketpair).
-        tx_holding_ = true;
+        // Set under direct_mu_: a direct write that found the socketpair
+        // empty and nothing held has its bytes in the stream before ours
+        // go in. Without the lock, bytes written to the socketpair after
+        // its check could be taken and queued in part (the stream full)
+        // and its write land between two parts, inside a record.
+        {
+            std::lock_guard dl(direct_mu_);
+            tx_holding_ = true;
+        }
         if ((p[0].revents & POLLPRI) != 0 && at_urgent_mark()) {
             // The program's send(MSG_OOB): the bytes before it went out,
             // the urgent byte goes as SDP out-of-band data (9.5.3).

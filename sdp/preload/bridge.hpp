@@ -135,7 +135,8 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // no direct write runs into a hand-off or a closing stream.
     std::mutex direct_mu_;
     // The send side took bytes from the socketpair that are not yet in the
-    // stream (set before its recv(), cleared after the write).
+    // stream (set before its recv() under direct_mu_, so never during a
+    // direct write; cleared after the write).
     std::atomic<bool> tx_holding_{false};
     End rx_ = End::running;
     End tx_ = End::running;

@@ -259,7 +259,7 @@ void Connecting::run() {
 
 bool Connecting::cancelled() {
     std::lock_guard lk(mu_);
-    return cancelled_;
+    return cancelled_ || stop_.stop_requested();
 }
 
 bool Connecting::become_sdp(Stream st) {
@@ -451,16 +451,18 @@ std::optional<int> Connecting::take_error(const std::shared_ptr<Entry>& e) {
 }
 
 void Connecting::closed() {
+    {
+        std::lock_guard lk(mu_);
+        cancelled_ = true;  // before the stop: its operation_canceled must read as cancelled
+        if (cancel_ >= 0) {
+            const std::uint64_t one = 1;
+            [[maybe_unused]] auto w = ::write(cancel_, &one, sizeof one);
+        }
+        cv_.notify_all();
+    }
     // The Port Mapper question, TCP connect or SDP startup in progress ends
     // now: nothing connects to the peer for a descriptor already closed.
     stop_.request_stop();
-    std::lock_guard lk(mu_);
-    cancelled_ = true;
-    if (cancel_ >= 0) {
-        const std::uint64_t one = 1;
-        [[maybe_unused]] auto w = ::write(cancel_, &one, sizeof one);
-    }
-    cv_.notify_all();
 }
 
 void Connecting::finish_all() {

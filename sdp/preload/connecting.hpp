@@ -84,8 +84,9 @@ class Connecting : public std::enable_shared_from_this<Connecting> {
         std::lock_guard lk(mu_);
         return f(x_ >= 0 ? x_ : fd);
     }
-    // The program closed its last descriptor of it: the result is
-    // discarded (the thread ends as soon as its current step does).
+    // The program closed its last descriptor of it: the connect stops
+    // (StreamOptions::stop: no more PMReqs, a TCP connect or SDP startup
+    // in progress aborted, no fallback) and its result is discarded.
     void closed();
 
     // Process exit: every pending connect() is abandoned (counted), without

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -135,6 +136,17 @@ void apply_keepalive(const Entry& e) {
 }  // namespace
 
 #define SDP_EXPORT extern "C" __attribute__((visibility("default")))
+
+// An eventfd the library's code makes (the Port Mapper client's wake-up of
+// a stopped question) is remembered as the library's, as its sockets are:
+// closed in a forked child, kept from the program's close()/dup2().
+SDP_EXPORT int eventfd(unsigned count, int flags) {
+    const int fd = real().eventfd(count, flags);
+    if (fd >= 0 && internal_call()) {
+        track_internal(fd);
+    }
+    return fd;
+}
 
 SDP_EXPORT int socket(int domain, int type, int protocol) {
     const int fd = real().socket(domain, type, protocol);

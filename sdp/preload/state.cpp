@@ -161,6 +161,7 @@ const Real& real() {
         SDP_PRELOAD_RESOLVE(writev);
         SDP_PRELOAD_RESOLVE(send);
         SDP_PRELOAD_RESOLVE(sendto);
+        SDP_PRELOAD_RESOLVE(eventfd);
 #undef SDP_PRELOAD_RESOLVE
         if (x.fcntl64 == nullptr) {
             x.fcntl64 = x.fcntl;

@@ -53,6 +53,7 @@ struct Real {
     ssize_t (*writev)(int, const iovec*, int);
     ssize_t (*send)(int, const void*, std::size_t, int);
     ssize_t (*sendto)(int, const void*, std::size_t, int, const sockaddr*, socklen_t);
+    int (*eventfd)(unsigned, int);
 };
 const Real& real();
 

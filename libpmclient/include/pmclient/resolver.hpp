@@ -141,7 +141,7 @@ class PMCLIENT_API BlockingResolver {
     Result resolve(const ResolveRequest& request);
     // The same; a stop requested on `stop` (from another thread) ends the
     // resolution at once: Errc::cancelled, the transaction dropped (a late
-    // reply is read as a stray by the next call, a late PMAccept not acked).
+    // reply is read as a duplicate by the next call; docs/pmclient.md).
     Result resolve(const ResolveRequest& request, std::stop_token stop);
     Resolver& resolver();
 

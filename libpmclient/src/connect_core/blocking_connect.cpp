@@ -87,6 +87,9 @@ BlockingConnect::BindOutcome BlockingConnect::bind(const pm::IpAddress& cp) {
 
 std::error_code BlockingConnect::connect(const pm::Endpoint& sdp_address, std::string&) {
     ShutdownOnStop guard(stop_, fd_);
+    if (stop_.stop_requested()) {  // came before the guard: no SYN at all
+        return std::make_error_code(std::errc::operation_canceled);
+    }
     return errno_code(connect_timeout(fd_, sdp_address, timeout_));
 }
 
@@ -104,6 +107,9 @@ std::error_code BlockingConnect::fallback(const ConnectProcedure::Action& a, std
     }
     fd_ = fd;
     ShutdownOnStop guard(stop_, fd_);
+    if (stop_.stop_requested()) {
+        return std::make_error_code(std::errc::operation_canceled);
+    }
     return errno_code(connect_timeout(fd_, a.endpoint, timeout_));
 }
 

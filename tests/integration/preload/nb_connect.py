@@ -218,8 +218,8 @@ def closed_in_progress(pmreqs, name):
     # close() drops the Port Mapper question at once: no retransmission
     # follows (without the stop there were two more within the 1.5 s
     # deadline, at 0.25 and 0.75 s). A PMReq sent before close() is given
-    # 0.2 s to be written down.
-    time.sleep(0.2)
+    # 0.5 s to be written down.
+    time.sleep(0.5)
     n1 = line_count(pmreqs)
     time.sleep(1.5)
     check(name + "no PMReq after close()", line_count(pmreqs) == n1,

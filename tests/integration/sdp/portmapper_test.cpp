@@ -12,10 +12,13 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stop_token>
+#include <vector>
 
 #include "integration/daemon/harness.hpp"
 #include "pmctl/client.hpp"
@@ -177,8 +180,9 @@ TEST_F(SdpPortMapper, NoPortMapperTimesOutAndFallsBack) {
 }
 
 // Sockets of this network namespace in SYN_SENT towards port `port`
-// (/proc/net/tcp: remote address:port in hex, state 02).
-int syn_sent_to(std::uint16_t port) {
+// (/proc/net/tcp: remote address:port in hex, state 02), leaving out those
+// from the local ports `except`.
+int syn_sent_to(std::uint16_t port, const std::vector<std::uint16_t>& except = {}) {
     std::FILE* f = std::fopen("/proc/net/tcp", "r");
     if (f == nullptr) {
         return -1;
@@ -189,8 +193,14 @@ int syn_sent_to(std::uint16_t port) {
     std::snprintf(want, sizeof want, ":%04X", port);
     while (std::fgets(line, sizeof line, f) != nullptr) {
         char local[64], remote[64], st[8];
-        if (std::sscanf(line, "%*d: %63s %63s %7s", local, remote, st) == 3 &&
-            std::strstr(remote, want) != nullptr && std::strcmp(st, "02") == 0) {
+        if (std::sscanf(line, "%*d: %63s %63s %7s", local, remote, st) != 3 ||
+            std::strstr(remote, want) == nullptr || std::strcmp(st, "02") != 0) {
+            continue;
+        }
+        const char* colon = std::strchr(local, ':');
+        const auto from =
+            static_cast<std::uint16_t>(colon != nullptr ? std::strtoul(colon + 1, nullptr, 16) : 0);
+        if (std::find(except.begin(), except.end(), from) == except.end()) {
             ++n;
         }
     }
@@ -251,6 +261,7 @@ TEST_F(SdpPortMapper, AStopEndsAConnectToAnSdpAddressThatDoesNotAnswer) {
     sdptest::TcpListener full;
     ASSERT_EQ(::listen(full.fd(), 0), 0);
     std::vector<int> fillers;
+    std::vector<std::uint16_t> filler_ports;
     for (int i = 0; i < 3; ++i) {
         const int f = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         sockaddr_in to{};
@@ -259,6 +270,10 @@ TEST_F(SdpPortMapper, AStopEndsAConnectToAnSdpAddressThatDoesNotAnswer) {
         to.sin_port = htons(full.port());
         (void)::connect(f, reinterpret_cast<sockaddr*>(&to), sizeof to);
         fillers.push_back(f);
+        sockaddr_in me{};
+        socklen_t me_len = sizeof me;
+        ::getsockname(f, reinterpret_cast<sockaddr*>(&me), &me_len);
+        filler_ports.push_back(ntohs(me.sin_port));
     }
     const auto closer = [&] {
         for (int f : fillers) {
@@ -269,7 +284,6 @@ TEST_F(SdpPortMapper, AStopEndsAConnectToAnSdpAddressThatDoesNotAnswer) {
         closer();
         GTEST_SKIP() << "this kernel does not leave a SYN to a full accept queue unanswered";
     }
-    const int before = syn_sent_to(full.port());
     ASSERT_NO_FATAL_FAILURE(
         start("listen: [\"127.0.0.1:{PORT}\"]\nhealth: off\nservices:\n"
               "  - name: app\n    conventional: \"127.0.0.1:" +
@@ -283,11 +297,11 @@ TEST_F(SdpPortMapper, AStopEndsAConnectToAnSdpAddressThatDoesNotAnswer) {
     std::error_code ec;
     std::thread caller([&] { ec = s.connect(conv.endpoint(), o); });
     const bool connecting =
-        pmtest::wait_until([&] { return syn_sent_to(full.port()) > before; }, 10'000ms);
+        pmtest::wait_until([&] { return syn_sent_to(full.port(), filler_ports) > 0; }, 10'000ms);
     stop.request_stop();
     // The SYN_SENT socket is aborted at once, not after connect_timeout.
     const bool aborted =
-        pmtest::wait_until([&] { return syn_sent_to(full.port()) <= before; }, 5000ms);
+        pmtest::wait_until([&] { return syn_sent_to(full.port(), filler_ports) == 0; }, 5000ms);
     caller.join();
     closer();
     ASSERT_TRUE(connecting) << "the stream never tried the SDP Address";
