@@ -91,6 +91,15 @@ std::uint64_t random64() {
 std::atomic<unsigned> g_fork_generation{0};
 std::once_flag g_atfork_once;
 
+// The generation now, counting forks from the first call on.
+unsigned fork_generation() {
+    std::call_once(g_atfork_once, [] {
+        ::pthread_atfork(nullptr, nullptr,
+                         [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); });
+    });
+    return g_fork_generation.load(std::memory_order_relaxed);
+}
+
 // 64-bit values from getrandom(), fetched kPool at a time (one system call
 // per kPool blocking resolutions instead of one each). Each value is handed
 // out once and wiped. Not thread-safe: one per lane.
@@ -110,10 +119,7 @@ class RandomPool {
     static constexpr std::size_t kPool = 32;
 
     void refill(unsigned gen) {
-        std::call_once(g_atfork_once, [] {
-            ::pthread_atfork(nullptr, nullptr,
-                             [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); });
-        });
+        (void)fork_generation();  // the atfork handler in place
         auto* p = reinterpret_cast<unsigned char*>(values_.data());
         const std::size_t want = sizeof values_;
         std::size_t got = 0;
@@ -157,7 +163,9 @@ Result make_error(Errc e, std::string reason) {
 class Lane {
   public:
     Lane(const MachineConfig& mc, std::shared_ptr<SharedCache> cache)
-        : machine_(mc, std::move(cache)), wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+        : generation(fork_generation()),
+          machine_(mc, std::move(cache)),
+          wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
         machine_.set_random([this] { return random_.next(); });
     }
     ~Lane() {
@@ -174,6 +182,19 @@ class Lane {
     Lane& operator=(const Lane&) = delete;
 
     std::uint64_t random() { return random_.next(); }
+
+    // The process forked since this lane was made (fork_generation()):
+    // this is a child, the lane's descriptors are copies it may no longer
+    // hold (libsdp-preload.so closes the library's descriptors in a
+    // child, and the program may have closed or reused the numbers).
+    // The lane lets go of them without closing: the caller drops it.
+    void forget() noexcept {
+        for (auto& fd : fds_) {
+            fd.store(-1);
+        }
+        wake_fd_ = -1;
+    }
+    const unsigned generation;
 
     // Everything the lane counted, for Resolver::counters().
     Counters counters() const {
@@ -622,10 +643,16 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
             return nullptr;
         }
         Lane* lane = nullptr;
-        if (!free_lanes.empty()) {
+        while (!free_lanes.empty()) {
             lane = free_lanes.back();
             free_lanes.pop_back();
-        } else {
+            if (lane->generation == fork_generation()) {
+                break;
+            }
+            drop_forked(lane);  // made before a fork: a child's copy
+            lane = nullptr;
+        }
+        if (lane == nullptr) {
             lanes.reserve(lanes.size() + 1);  // no throw between the two pushes
             lane_counters.reserve(lanes.size() + 1);
             lanes.push_back(std::make_unique<Lane>(lane_config, cache));
@@ -634,6 +661,20 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         }
         ++lanes_busy;
         return lane;
+    }
+
+    // Removes a lane made before a fork (lanes_mu held), its descriptors
+    // forgotten, its counts kept.
+    void drop_forked(Lane* lane) noexcept {
+        for (std::size_t i = 0; i < lanes.size(); ++i) {
+            if (lanes[i].get() == lane) {
+                add(retired, lane->counters());
+                lane->forget();
+                lanes.erase(lanes.begin() + static_cast<std::ptrdiff_t>(i));
+                lane_counters.erase(lane_counters.begin() + static_cast<std::ptrdiff_t>(i));
+                return;
+            }
+        }
     }
 
     // Gives the lane back and publishes its counters. A lane whose call threw

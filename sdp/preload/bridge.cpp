@@ -262,8 +262,8 @@ std::size_t Bridge::direct_write(const iovec* iov, int iovcnt, std::size_t total
     // by a load that sees the flag (the kernel's poll with timeout 0 is no
     // full barrier on every CPU).
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (tx_holding_.load()) {
-        return 0;
+    if (tx_holding_.load() || kernel_writes_.load() != 0) {
+        return 0;  // (or a write of another thread entering the socketpair)
     }
     std::size_t taken = 0;
     std::error_code ec;

@@ -56,6 +56,13 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // (the caller writes the rest to the program's end as before); `total`
     // is the buffers' sum. Never blocks, never fails.
     std::size_t direct_write(const iovec* iov, int iovcnt, std::size_t total);
+    // Around a write of the program that goes to its end of the socketpair
+    // (the kernel's way): no direct write runs meanwhile. The kernel may
+    // put a write of more than about 32 KiB into the socketpair in parts,
+    // waiting for room between them; a direct write must not land between
+    // two parts the send side has drained.
+    void kernel_write_begin() { kernel_writes_.fetch_add(1); }
+    void kernel_write_end() { kernel_writes_.fetch_sub(1); }
     // Before start() only: the stream (its TCP socket's addresses).
     const Stream& stream() const { return stream_; }
 
@@ -138,6 +145,7 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // stream (set before its recv() under direct_mu_, so never during a
     // direct write; cleared after the write).
     std::atomic<bool> tx_holding_{false};
+    std::atomic<int> kernel_writes_{0};  // program writes on their way into the socketpair
     End rx_ = End::running;
     End tx_ = End::running;
     bool exiting_ = false;

@@ -651,6 +651,15 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
     if (!b) {
         return own();
     }
+    // The program's call as it is, counted as a write into the socketpair.
+    const auto kernel_way = [&] {
+        b->kernel_write_begin();
+        const ssize_t r = own();
+        const int saved = errno;
+        b->kernel_write_end();
+        errno = saved;
+        return r;
+    };
     // The program's array is read once (another of its threads may change
     // it meanwhile, as the kernel copies it once).
     std::array<iovec, 16> small;
@@ -665,21 +674,26 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
     for (int i = 0; i < iovcnt; ++i) {
         total += iov[i].iov_len;
         if (total > static_cast<std::size_t>(SSIZE_MAX) || total < iov[i].iov_len) {
-            return own();  // the kernel's EINVAL
+            return kernel_way();  // the kernel's EINVAL
         }
     }
     if (total == 0) {
-        return own();
+        return kernel_way();
     }
     std::size_t taken = 0;
     {
+        // No signal handler runs inside: one writing to this connection
+        // through the kernel (a full socketpair) would wait for the send
+        // side, which waits for the direct write this thread holds; and
+        // what a handler creates would be taken for the library's.
+        SignalsBlocked quiet;
         InternalScope in;  // the stream's own socket calls are the library's
         in_direct = true;
         taken = b->direct_write(iov, iovcnt, total);
         in_direct = false;
     }
     if (taken == 0) {
-        return own();
+        return kernel_way();
     }
     if (taken == total) {
         return static_cast<ssize_t>(taken);
@@ -697,7 +711,9 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
     m.msg_iov = iov + i;
     m.msg_iovlen = static_cast<std::size_t>(iovcnt - i);
     const int saved = errno;
+    b->kernel_write_begin();
     const ssize_t r = real().sendmsg(fd, &m, flags | MSG_NOSIGNAL);
+    b->kernel_write_end();
     if (r < 0) {
         errno = saved;
         return static_cast<ssize_t>(taken);

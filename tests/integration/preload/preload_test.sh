@@ -425,6 +425,15 @@ forking)
   expect_stat "$work/srv.json" accept_sdp 6
   grep -c "^served [0-9]* local $port\$" "$work/srv.log" | grep -qx 6 \
     || die "server log (getsockname of accepted sockets = the listening port): $(cat "$work/srv.log")"
+  # A forked client connects out again: the Port Mapper client's
+  # descriptors are new in the child (the library closed its old ones
+  # there), the child's own pipes on those numbers stay intact.
+  SDP_PRELOAD_STATS="$work/fc.%p.json" SDP_PRELOAD_LOG=info timeout 60 "$run" \
+    "$py" "$here/fork_connect.py" 127.0.0.1 "$port" > "$work/fc.log" 2> "$work/fc.err" \
+    || die "fork_connect: $(cat "$work/fc.log" "$work/fc.err")"
+  [ "$(grep -c '^ok' "$work/fc.log")" = 3 ] || die "fork_connect: $(cat "$work/fc.log")"
+  [ "$(sum_stat connect_sdp "$work"/fc.*.json)" = 3 ] \
+    || die "fork_connect: not every connect went over SDP: $(cat "$work"/fc.*.json)"
   ;;
 fd_handover)
   start_pmd
