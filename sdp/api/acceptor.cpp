@@ -90,6 +90,23 @@ int tcp_socket(bool v4) {
     return fd >= 0 ? fd : -errno;
 }
 
+void own_source_port(int fd, bool v4) {
+    int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    sockaddr_storage ss{};
+    socklen_t len = 0;
+    if (v4) {
+        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+        a->sin_family = AF_INET;
+        len = sizeof *a;
+    } else {
+        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+        a->sin6_family = AF_INET6;
+        len = sizeof *a;
+    }
+    (void)::bind(fd, reinterpret_cast<sockaddr*>(&ss), len);  // see internal.hpp
+}
+
 int connect_with_timeout(int fd, const pm::Endpoint& to, std::chrono::milliseconds timeout) {
     return pm::connect_nonblocking(fd, to, timeout);
 }

@@ -286,6 +286,9 @@ struct ConnectOp : std::enable_shared_from_this<ConnectOp> {
             finish(ec);
             return;
         }
+        if (kind != tcp_only) {
+            detail::own_source_port(sock.native_handle(), target.address.is_v4());
+        }
         tcp_connect(target, [this](std::error_code ec) {
             if (ec) {
                 im->info.reason = "connect to " + target.to_string() + ": " + ec.message();

@@ -125,6 +125,14 @@ engine::Config engine_config(const StreamOptions& o);
 io::ChannelOptions channel_options(const StreamOptions& o);
 // A TCP socket (CLOEXEC), or -errno.
 int tcp_socket(bool v4);
+// Before a connect to an SDP Address: SO_REUSEADDR and a bind to the
+// wildcard address, port 0, so that the source port is one no other socket
+// holds. A port that connect() picks may be shared with unrelated
+// connections to other destinations; their sockets (a TIME_WAIT left
+// without SO_REUSEADDR) would make the bind of socket duplication to the
+// old source port fail (13.1.1; docs/protocol-notes.md). When no such port
+// is left the socket stays unbound and connect() picks one as before.
+void own_source_port(int fd, bool v4);
 // Connects with a bounded wait; 0 or an errno value (ETIMEDOUT).
 int connect_with_timeout(int fd, const pm::Endpoint& to, std::chrono::milliseconds timeout);
 void set_io_timeout(int fd, std::chrono::milliseconds t);

@@ -345,6 +345,7 @@ std::error_code Stream::connect_sdp(const pm::Endpoint& sdp_address, const Strea
     if (fd < 0) {
         return errno_code(-fd);
     }
+    detail::own_source_port(fd, sdp_address.address.is_v4());
     if (int e = detail::connect_with_timeout(fd, sdp_address, opts.connect_timeout); e != 0) {
         ::close(fd);
         return errno_code(e);

@@ -17,6 +17,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,11 +86,12 @@ struct Connected {
     bool ok = false;
 
     explicit Connected(std::chrono::milliseconds handshake = 10s,
-                       sdp::Mechanism m = sdp::Mechanism::bcopy) {
+                       sdp::Mechanism m = sdp::Mechanism::bcopy,
+                       const char* acceptor_at = "127.0.0.1:0") {
         sdp::AcceptorOptions ao;
         ao.stream = stream_options(m);
         ao.stream.handshake_timeout = handshake;
-        if (auto ec = acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao)) {
+        if (auto ec = acc.open(*pm::Endpoint::parse(acceptor_at), ao)) {
             ADD_FAILURE() << "acceptor: " << ec.message();
             return;
         }
@@ -165,17 +168,29 @@ struct RReader {
 
 namespace {
 
+// Where the scenario listens, and what else connects meanwhile.
+struct Setting {
+    const char* acceptor_at = "127.0.0.1:0";
+    std::uint16_t listener_port = 0;  // L's
+    // Runs once R and A are connected, before anything else.
+    std::function<void(const sdp::Stream& r)> crowd;
+};
+
 // 13.1.1 steps 1-8 with the Local Peer here: 300 KB unread at A, 2 MiB being
 // written by A (part unsent), a stranger connecting to L first (closed,
 // step 1), the Handoff through encode()/decode(), and B going on.
-void hand_over_scenario(sdp::Mechanism m, bool connector_hands_off = false) {
-    Connected c(10s, m);
+void hand_over_scenario(sdp::Mechanism m, bool connector_hands_off = false,
+                        const Setting& at = {}) {
+    Connected c(10s, m, at.acceptor_at);
     ASSERT_TRUE(c.ok);
     // The Local Peer A and the Remote Peer R: the accepted stream and the
     // one that connected, or (connector_hands_off) the other way round.
     sdp::Stream& a = connector_hands_off ? c.r : c.a;
     sdp::Stream& r = connector_hands_off ? c.a : c.r;
-    sdptest::TcpListener l;
+    if (at.crowd) {
+        at.crowd(r);
+    }
+    sdptest::TcpListener l(at.listener_port);
     ASSERT_TRUE(l.ok());
     constexpr std::uint64_t kRBefore = 300 * 1000;
     constexpr std::uint64_t kRTotal = kRBefore + 500 * 1000;
@@ -281,6 +296,52 @@ TEST(SdpHandoff, Section13_1_1_LocalPeerHandsOverToAnotherStream) {
 // unsent; R's advertisement is dropped by the transition and resent.
 TEST(SdpHandoff, Section13_1_1_HandOverWithZeroCopyStreams) {
     hand_over_scenario(sdp::Mechanism::zcopy);
+}
+
+// A Remote Peer that connected binds its old source port again (step 5).
+// connect() may give a socket a port that other connections to other
+// destinations share, and their sockets, without SO_REUSEADDR, make that
+// bind fail: a CI run once failed so ("bind to the old source port:
+// Address already in use"). Here, in a namespace whose ephemeral range has
+// two ports, eight plain connections to other destinations are made while
+// R holds one: none may share R's port, and the hand-off must work with
+// them still open. (Before the fix each of them had about even odds of
+// landing on R's port.)
+TEST(SdpHandoff, Section13_1_1_TheOldSourcePortIsNotSharedWithOtherConnections) {
+    sdptest::NetNamespace ns("sdpho");
+    if (!ns.ok()) {
+        GTEST_SKIP() << ns.why();
+    }
+    ASSERT_TRUE(ns.run("sysctl -qw net.ipv4.ip_local_port_range=\"40000 40003\""));
+    sdptest::InNetns in(ns.name());
+    ASSERT_TRUE(in.ok());
+    std::vector<std::unique_ptr<sdptest::TcpListener>> others;
+    std::vector<int> plain;
+    Setting at;
+    at.acceptor_at = "127.0.0.1:5001";  // outside the range: both ports stay for connects
+    at.listener_port = 5002;
+    at.crowd = [&](const sdp::Stream& r) {
+        sockaddr_in ra{};
+        socklen_t rl = sizeof ra;
+        ASSERT_EQ(::getsockname(r.native_handle(), reinterpret_cast<sockaddr*>(&ra), &rl), 0);
+        const int r_port = ntohs(ra.sin_port);
+        ASSERT_TRUE(r_port >= 40000 && r_port <= 40003) << "the range is not in force: " << r_port;
+        for (std::uint16_t i = 0; i < 16; ++i) {
+            others.push_back(std::make_unique<sdptest::TcpListener>(5100 + i));
+            ASSERT_TRUE(others.back()->ok());
+            const int fd = sdptest::tcp_connect(others.back()->endpoint());
+            ASSERT_GE(fd, 0) << "plain connect " << i;
+            plain.push_back(fd);
+            sockaddr_in pa{};
+            socklen_t pl = sizeof pa;
+            ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&pa), &pl), 0);
+            EXPECT_NE(ntohs(pa.sin_port), r_port) << "plain connect " << i << " shares R's port";
+        }
+    };
+    hand_over_scenario(sdp::Mechanism::bcopy, false, at);
+    for (int fd : plain) {
+        ::close(fd);
+    }
 }
 
 // The side that connected hands off; the Remote Peer is the accepted stream,

@@ -116,45 +116,30 @@ namespace {
 // server's (10.213.<n>.1 and .2). Skips (never passes) without root or ip.
 class Netns {
   public:
-    Netns() {
+    Netns() : cli_ns_("sdpka-c"), srv_ns_("sdpka-s") {
         const std::string id = std::to_string(::getpid() % 100000);
-        cli_ = "sdpka-c-" + id;
-        srv_ = "sdpka-s-" + id;
         const std::string vc = "kac" + id, vs = "kas" + id;
         net_ = "10.213." + std::to_string(::getpid() % 250) + ".";
-        if (::geteuid() != 0) {
-            why_ = "not root: cannot create network namespaces";
+        if (!cli_ns_.ok() || !srv_ns_.ok()) {
+            why_ = cli_ns_.ok() ? srv_ns_.why() : cli_ns_.why();
             return;
         }
-        if (std::system("ip -V >/dev/null 2>&1") != 0) {
-            why_ = "no ip(8)";
-            return;
-        }
-        remove();
         const std::string cmds[] = {
-            "ip netns add " + cli_,
-            "ip netns add " + srv_,
-            "ip link add " + vc + " netns " + cli_ + " type veth peer name " + vs + " netns " +
-                srv_,
-            "ip -n " + cli_ + " addr add " + net_ + "1/24 dev " + vc,
-            "ip -n " + srv_ + " addr add " + net_ + "2/24 dev " + vs,
-            "ip -n " + cli_ + " link set " + vc + " up",
-            "ip -n " + srv_ + " link set " + vs + " up",
-            "ip -n " + cli_ + " link set lo up",
-            "ip -n " + srv_ + " link set lo up",
+            "ip link add " + vc + " netns " + cli() + " type veth peer name " + vs + " netns " +
+                srv(),
+            "ip -n " + cli() + " addr add " + net_ + "1/24 dev " + vc,
+            "ip -n " + srv() + " addr add " + net_ + "2/24 dev " + vs,
+            "ip -n " + cli() + " link set " + vc + " up",
+            "ip -n " + srv() + " link set " + vs + " up",
         };
         for (const auto& c : cmds) {
             if (std::system((c + " 2>/dev/null").c_str()) != 0) {
                 why_ = "cannot set up network namespaces (" + c + ")";
-                remove();
                 return;
             }
         }
         ok_ = true;
     }
-    ~Netns() { remove(); }
-    Netns(const Netns&) = delete;
-    Netns& operator=(const Netns&) = delete;
 
     bool ok() const { return ok_; }
     const std::string& why() const { return why_; }
@@ -162,13 +147,13 @@ class Netns {
         return pm::Endpoint{*pm::IpAddress::parse(net_ + "2"), port};
     }
     std::string server_addr() const { return net_ + "2"; }
-    const std::string& cli() const { return cli_; }
-    const std::string& srv() const { return srv_; }
+    const std::string& cli() const { return cli_ns_.name(); }
+    const std::string& srv() const { return srv_ns_.name(); }
 
     // The server vanishes silently: its namespace drops every packet (nft;
     // else its end of the veth goes down).
     bool cut_server() const {
-        const std::string nft = "ip netns exec " + srv_ +
+        const std::string nft = "ip netns exec " + srv() +
                                 " nft -f - 2>/dev/null <<'EOF'\n"
                                 "table inet sdpka {\n"
                                 " chain i { type filter hook input priority 0; policy drop; }\n"
@@ -177,44 +162,14 @@ class Netns {
         if (std::system(nft.c_str()) == 0) {
             return true;
         }
-        return std::system(("ip -n " + srv_ + " link set kas" +
+        return std::system(("ip -n " + srv() + " link set kas" +
                             std::to_string(::getpid() % 100000) + " down 2>/dev/null")
                                .c_str()) == 0;
     }
 
   private:
-    void remove() {
-        (void)!std::system(("ip netns del " + cli_ + " 2>/dev/null").c_str());
-        (void)!std::system(("ip netns del " + srv_ + " 2>/dev/null").c_str());
-    }
-    std::string cli_, srv_, net_, why_;
-    bool ok_ = false;
-};
-
-// Runs the calling thread in a network namespace while in scope (sockets
-// keep the namespace they were created in).
-class InNetns {
-  public:
-    explicit InNetns(const std::string& name) {
-        self_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-        const int fd = ::open(("/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
-        ok_ = self_ >= 0 && fd >= 0 && ::setns(fd, CLONE_NEWNET) == 0;
-        if (fd >= 0) {
-            ::close(fd);
-        }
-    }
-    ~InNetns() {
-        if (self_ >= 0) {
-            (void)::setns(self_, CLONE_NEWNET);
-            ::close(self_);
-        }
-    }
-    InNetns(const InNetns&) = delete;
-    InNetns& operator=(const InNetns&) = delete;
-    bool ok() const { return ok_; }
-
-  private:
-    int self_ = -1;
+    sdptest::NetNamespace cli_ns_, srv_ns_;
+    std::string net_, why_;
     bool ok_ = false;
 };
 
@@ -253,7 +208,7 @@ TEST(SdpKeepaliveNetns, VanishedPeerDetectedOverSdp) {
     }
     sdp::Acceptor acc;
     {
-        InNetns in(ns.srv());
+        sdptest::InNetns in(ns.srv());
         ASSERT_TRUE(in.ok());
         sdp::AcceptorOptions ao;
         ao.stream = opts();
@@ -264,7 +219,7 @@ TEST(SdpKeepaliveNetns, VanishedPeerDetectedOverSdp) {
     std::thread t([&] { aec = acc.accept(server, 10s); });
     std::error_code cec;
     {
-        InNetns in(ns.cli());
+        sdptest::InNetns in(ns.cli());
         ASSERT_TRUE(in.ok());
         sdp::StreamOptions o = opts();
         o.keepalive = ka(kIdle, kIntvl, kCnt);
@@ -285,7 +240,7 @@ TEST(SdpKeepaliveNetns, VanishedPeerDetectedOverTcp) {
     }
     int lfd = -1;
     {
-        InNetns in(ns.srv());
+        sdptest::InNetns in(ns.srv());
         ASSERT_TRUE(in.ok());
         lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in a{};
@@ -300,7 +255,7 @@ TEST(SdpKeepaliveNetns, VanishedPeerDetectedOverTcp) {
     ::getsockname(lfd, reinterpret_cast<sockaddr*>(&bound), &len);
     sdp::Stream client;
     {
-        InNetns in(ns.cli());
+        sdptest::InNetns in(ns.cli());
         ASSERT_TRUE(in.ok());
         sdp::StreamOptions o = opts();
         o.keepalive = ka(kIdle, kIntvl, kCnt);

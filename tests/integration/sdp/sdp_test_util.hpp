@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // Small helpers for the SDP integration tests: a position-dependent byte
-// pattern and a plain TCP listener on loopback.
+// pattern, a plain TCP listener on loopback and network namespaces.
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <span>
@@ -125,6 +128,76 @@ class TcpListener {
   private:
     int fd_ = -1;
     std::uint16_t port_ = 0;
+};
+
+// Runs the calling thread in a network namespace while in scope (sockets
+// keep the namespace they were created in).
+class InNetns {
+  public:
+    explicit InNetns(const std::string& name) {
+        self_ = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+        const int fd = ::open(("/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+        ok_ = self_ >= 0 && fd >= 0 && ::setns(fd, CLONE_NEWNET) == 0;
+        if (fd >= 0) {
+            ::close(fd);
+        }
+    }
+    ~InNetns() {
+        if (self_ >= 0) {
+            (void)::setns(self_, CLONE_NEWNET);
+            ::close(self_);
+        }
+    }
+    InNetns(const InNetns&) = delete;
+    InNetns& operator=(const InNetns&) = delete;
+    bool ok() const { return ok_; }
+
+  private:
+    int self_ = -1;
+    bool ok_ = false;
+};
+
+// One network namespace of its own with its loopback up, deleted at the
+// end. Skips (never passes) without root or ip(8).
+class NetNamespace {
+  public:
+    explicit NetNamespace(const std::string& prefix)
+        : name_(prefix + "-" + std::to_string(::getpid() % 100000)) {
+        if (::geteuid() != 0) {
+            why_ = "not root: cannot create a network namespace";
+            return;
+        }
+        if (std::system("ip -V >/dev/null 2>&1") != 0) {
+            why_ = "no ip(8)";
+            return;
+        }
+        remove();
+        if (std::system(("ip netns add " + name_ + " 2>/dev/null").c_str()) != 0 ||
+            !run("ip link set lo up")) {
+            why_ = "cannot set up the network namespace " + name_;
+            remove();
+            return;
+        }
+        ok_ = true;
+    }
+    ~NetNamespace() { remove(); }
+    NetNamespace(const NetNamespace&) = delete;
+    NetNamespace& operator=(const NetNamespace&) = delete;
+
+    bool ok() const { return ok_; }
+    const std::string& why() const { return why_; }
+    const std::string& name() const { return name_; }
+    // A shell command inside the namespace; true when it exits 0.
+    bool run(const std::string& cmd) const {
+        return std::system(
+                   ("ip netns exec " + name_ + " sh -c '" + cmd + "' >/dev/null 2>&1").c_str()) ==
+               0;
+    }
+
+  private:
+    void remove() { (void)!std::system(("ip netns del " + name_ + " 2>/dev/null").c_str()); }
+    std::string name_, why_;
+    bool ok_ = false;
 };
 
 }  // namespace sdptest
