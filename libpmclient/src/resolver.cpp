@@ -163,9 +163,7 @@ Result make_error(Errc e, std::string reason) {
 class Lane {
   public:
     Lane(const MachineConfig& mc, std::shared_ptr<SharedCache> cache)
-        : generation(fork_generation()),
-          machine_(mc, std::move(cache)),
-          wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+        : machine_(mc, std::move(cache)), wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
         machine_.set_random([this] { return random_.next(); });
     }
     ~Lane() {
@@ -186,15 +184,15 @@ class Lane {
     // The process forked since this lane was made (fork_generation()):
     // this is a child, the lane's descriptors are copies it may no longer
     // hold (libsdp-preload.so closes the library's descriptors in a
-    // child, and the program may have closed or reused the numbers).
-    // The lane lets go of them without closing: the caller drops it.
+    // child, and the program may have closed or reused the numbers), and
+    // a shutdown() would break the parent's lane. The lane lets go of them
+    // without touching them: the caller drops it.
     void forget() noexcept {
         for (auto& fd : fds_) {
             fd.store(-1);
         }
         wake_fd_ = -1;
     }
-    const unsigned generation;
 
     // Everything the lane counted, for Resolver::counters().
     Counters counters() const {
@@ -627,6 +625,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     std::vector<Counters> lane_counters;  // parallel to `lanes`, published at check-in
     Counters retired;                     // lanes dropped after an exception
     std::size_t lanes_busy = 0;
+    unsigned lanes_generation = fork_generation();  // that of every lane in `lanes`
     std::condition_variable lanes_idle;             // lanes_busy dropped to 0 while closing
     std::atomic<bool> closing{false};               // the Resolver is being destroyed
     std::atomic<std::uint64_t> blocking_errors{0};  // early errors of blocking calls
@@ -642,17 +641,12 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
             *why = Errc::busy;
             return nullptr;
         }
+        drop_forked();
         Lane* lane = nullptr;
-        while (!free_lanes.empty()) {
+        if (!free_lanes.empty()) {
             lane = free_lanes.back();
             free_lanes.pop_back();
-            if (lane->generation == fork_generation()) {
-                break;
-            }
-            drop_forked(lane);  // made before a fork: a child's copy
-            lane = nullptr;
-        }
-        if (lane == nullptr) {
+        } else {
             lanes.reserve(lanes.size() + 1);  // no throw between the two pushes
             lane_counters.reserve(lanes.size() + 1);
             lanes.push_back(std::make_unique<Lane>(lane_config, cache));
@@ -663,18 +657,24 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
         return lane;
     }
 
-    // Removes a lane made before a fork (lanes_mu held), its descriptors
-    // forgotten, its counts kept.
-    void drop_forked(Lane* lane) noexcept {
-        for (std::size_t i = 0; i < lanes.size(); ++i) {
-            if (lanes[i].get() == lane) {
-                add(retired, lane->counters());
-                lane->forget();
-                lanes.erase(lanes.begin() + static_cast<std::ptrdiff_t>(i));
-                lane_counters.erase(lane_counters.begin() + static_cast<std::ptrdiff_t>(i));
-                return;
-            }
+    // In a child after fork() (lanes_mu held): every lane is a copy of the
+    // parent's, the busy ones too (their threads are not in the child).
+    // All are let go of, their descriptors untouched and their counts
+    // kept; the child makes its own.
+    void drop_forked() noexcept {
+        const unsigned gen = fork_generation();
+        if (gen == lanes_generation) {
+            return;
         }
+        lanes_generation = gen;
+        for (auto& lane : lanes) {
+            add(retired, lane->counters());
+            lane->forget();
+        }
+        lanes.clear();
+        lane_counters.clear();
+        free_lanes.clear();
+        lanes_busy = 0;
     }
 
     // Gives the lane back and publishes its counters. A lane whose call threw
@@ -682,13 +682,13 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     void checkin(Lane* lane, bool broken) noexcept {
         const Counters c = lane->counters();
         std::lock_guard lock(lanes_mu);
-        // Notified under the lock: once close_lanes() sees 0 it destroys us.
-        if (--lanes_busy == 0) {
-            lanes_idle.notify_all();
-        }
         for (std::size_t i = 0; i < lanes.size(); ++i) {
             if (lanes[i].get() != lane) {
-                continue;
+                continue;  // (not found: dropped as a fork's copy, not counted busy)
+            }
+            // Notified under the lock: once close_lanes() sees 0 it destroys us.
+            if (--lanes_busy == 0) {
+                lanes_idle.notify_all();
             }
             if (broken) {
                 add(retired, c);
@@ -707,6 +707,7 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
     void close_lanes() {
         std::unique_lock lock(lanes_mu);
         closing.store(true);  // seq_cst: pairs with Lane::ensure_socket
+        drop_forked();        // a child shuts down none of its parent's lanes
         for (auto& lane : lanes) {
             lane->wake();
         }

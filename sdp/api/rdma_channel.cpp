@@ -366,7 +366,7 @@ std::size_t RdmaChannel::write(std::span<const std::uint8_t> in, std::error_code
         // wait = false: up to kTryWriteWhole whole or not at all (as the
         // soft provider's).
         const bool short_of_whole = !wait && done == 0 && in.size() <= Stream::kTryWriteWhole &&
-                                    sdp.write_space() < std::min(in.size(), sdp.send_queue_limit());
+                                    !sdp.takes_whole(in.size());
         const std::size_t n = short_of_whole ? 0 : sdp.write(in.subspan(done));
         if (n > 0) {
             done += n;

@@ -6,12 +6,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -217,10 +219,24 @@ pmclient::BlockingResolver& shared_resolver() {
     // when the process exits (the preload library's non-blocking connect()
     // threads run until the process ends), and exit() runs the destructors
     // of function-local statics while such threads are still inside
-    // resolve(). A constructor that throws (bad SDP_PMSP) leaves it
-    // uninitialized, and the next call tries again.
-    static auto* const r = new pmclient::BlockingResolver();
-    return *r;
+    // resolve(). A constructor that throws (bad SDP_PMSP) leaves none, and
+    // the next call tries again. A child after fork() makes its own and
+    // leaves the parent's copy alone: a mutex in it may have been held by
+    // a thread of the parent at the time of the fork.
+    static std::atomic<pmclient::BlockingResolver*> current{nullptr};
+    static std::atomic<bool> registered{false};
+    if (!registered.exchange(true)) {
+        ::pthread_atfork(nullptr, nullptr, [] { current.store(nullptr); });
+    }
+    pmclient::BlockingResolver* r = current.load(std::memory_order_acquire);
+    if (r != nullptr) {
+        return *r;
+    }
+    auto fresh = std::make_unique<pmclient::BlockingResolver>();
+    if (current.compare_exchange_strong(r, fresh.get(), std::memory_order_acq_rel)) {
+        return *fresh.release();
+    }
+    return *r;  // another thread's came first
 }
 
 }  // namespace detail

@@ -42,6 +42,7 @@
 // transition table (duplication.hpp). See docs/sdp.md, "Socket duplication".
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -268,6 +269,12 @@ class Connection {
     // Queues up to send_queue_limit bytes; returns how many were taken
     // (0 after shutdown_write(), on a closed connection, or when full).
     std::size_t write(std::span<const std::uint8_t> bytes);
+    // True when write() would take `size` bytes now, or as many as the send
+    // queue can hold for a larger write: the test of a write that is taken
+    // whole or not at all.
+    bool takes_whole(std::size_t size) const {
+        return write_space() >= std::min(size, send_queue_limit());
+    }
     // Queues one byte of out-of-band data (9.5.3): it goes in order in the
     // stream, as the last byte of a Data Message with OOB_PRES; OOB_PEND
     // goes exactly once, on a message at most 65535 bytes before it. False

@@ -61,8 +61,26 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // put a write of more than about 32 KiB into the socketpair in parts,
     // waiting for room between them; a direct write must not land between
     // two parts the send side has drained.
-    void kernel_write_begin() { kernel_writes_.fetch_add(1); }
-    void kernel_write_end() { kernel_writes_.fetch_sub(1); }
+    // A guard, so that a write the program's thread is cancelled in
+    // (pthread_cancel unwinds through it) does not leave the count raised.
+    class KernelWrite {
+      public:
+        explicit KernelWrite(Bridge& b) : b_(b) { b_.kernel_writes_.fetch_add(1); }
+        ~KernelWrite() { b_.kernel_writes_.fetch_sub(1); }
+        KernelWrite(const KernelWrite&) = delete;
+        KernelWrite& operator=(const KernelWrite&) = delete;
+
+      private:
+        Bridge& b_;
+    };
+    // False when a direct write would surely find the way taken (the send
+    // side holds bytes, or a write is entering the socketpair): a check
+    // without locks or a signal mask, done first. direct_write() checks
+    // again, under its lock.
+    bool direct_may_take() const {
+        return !tx_holding_.load(std::memory_order_relaxed) &&
+               kernel_writes_.load(std::memory_order_relaxed) == 0;
+    }
     // Before start() only: the stream (its TCP socket's addresses).
     const Stream& stream() const { return stream_; }
 

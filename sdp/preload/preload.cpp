@@ -379,13 +379,18 @@ SDP_EXPORT int dup(int fd) {
     return r;
 }
 
-SDP_EXPORT int dup2(int fd, int fd2) {
+namespace {
+
+// dup2() and dup3(): `call` makes fd2 a copy of fd. The library's own
+// descriptors cannot be replaced; a number the library knows is forgotten
+// first when the call will replace it (its fcntl() is made only then: it
+// would cost a system call at every dup2/dup3 of the program otherwise).
+template <typename Call>
+int dup_onto(int fd, int fd2, Call&& call) {
     if (fd != fd2 && library_owned(fd2)) {
         errno = EBADF;
         return -1;
     }
-    // Only for a number the library knows (its fcntl() costs a system call
-    // at every dup2/dup3 of the program's otherwise).
     if (fd != fd2 && (fds().tracked(fd2) || fds().epoll_known(fd2)) &&
         real().fcntl(fd, F_GETFD) >= 0) {
         if (fds().tracked(fd2)) {
@@ -393,28 +398,19 @@ SDP_EXPORT int dup2(int fd, int fd2) {
         }
         fds().forget_epoll(fd2);
     }
-    const int r = real().dup2(fd, fd2);
+    const int r = call();
     copy_entry(fd, r);
     return r;
 }
 
+}  // namespace
+
+SDP_EXPORT int dup2(int fd, int fd2) {
+    return dup_onto(fd, fd2, [&] { return real().dup2(fd, fd2); });
+}
+
 SDP_EXPORT int dup3(int fd, int fd2, int flags) {
-    if (fd != fd2 && library_owned(fd2)) {
-        errno = EBADF;
-        return -1;
-    }
-    // Only for a number the library knows (its fcntl() costs a system call
-    // at every dup2/dup3 of the program's otherwise).
-    if (fd != fd2 && (fds().tracked(fd2) || fds().epoll_known(fd2)) &&
-        real().fcntl(fd, F_GETFD) >= 0) {
-        if (fds().tracked(fd2)) {
-            forget(fd2);
-        }
-        fds().forget_epoll(fd2);
-    }
-    const int r = real().dup3(fd, fd2, flags);
-    copy_entry(fd, r);
-    return r;
+    return dup_onto(fd, fd2, [&] { return real().dup3(fd, fd2, flags); });
 }
 
 namespace {
@@ -641,25 +637,20 @@ std::shared_ptr<Bridge> direct_bridge(int fd) {
 // without SIGPIPE, as on TCP).
 template <typename Own>
 ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&& own) {
-    // A signal handler of this thread writing while a direct write of it is
-    // in progress: the kernel's way (the direct path is not reentrant).
-    static thread_local bool in_direct = false;
-    const auto b =
-        !in_direct && (flags & MSG_OOB) == 0 && iovcnt > 0 && iovcnt <= IOV_MAX && iov_in != nullptr
-            ? direct_bridge(fd)
-            : nullptr;
+    const auto b = (flags & MSG_OOB) == 0 && iovcnt > 0 && iovcnt <= IOV_MAX && iov_in != nullptr
+                       ? direct_bridge(fd)
+                       : nullptr;
     if (!b) {
         return own();
     }
     // The program's call as it is, counted as a write into the socketpair.
     const auto kernel_way = [&] {
-        b->kernel_write_begin();
-        const ssize_t r = own();
-        const int saved = errno;
-        b->kernel_write_end();
-        errno = saved;
-        return r;
+        Bridge::KernelWrite entering(*b);
+        return own();
     };
+    if (!b->direct_may_take()) {
+        return kernel_way();
+    }
     // The program's array is read once (another of its threads may change
     // it meanwhile, as the kernel copies it once).
     std::array<iovec, 16> small;
@@ -688,9 +679,7 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
         // what a handler creates would be taken for the library's.
         SignalsBlocked quiet;
         InternalScope in;  // the stream's own socket calls are the library's
-        in_direct = true;
         taken = b->direct_write(iov, iovcnt, total);
-        in_direct = false;
     }
     if (taken == 0) {
         return kernel_way();
@@ -711,9 +700,11 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
     m.msg_iov = iov + i;
     m.msg_iovlen = static_cast<std::size_t>(iovcnt - i);
     const int saved = errno;
-    b->kernel_write_begin();
-    const ssize_t r = real().sendmsg(fd, &m, flags | MSG_NOSIGNAL);
-    b->kernel_write_end();
+    ssize_t r = 0;
+    {
+        Bridge::KernelWrite entering(*b);
+        r = real().sendmsg(fd, &m, flags | MSG_NOSIGNAL);
+    }
     if (r < 0) {
         errno = saved;
         return static_cast<ssize_t>(taken);

@@ -190,6 +190,12 @@ void mark_internal_thread() {
 SignalsBlocked::SignalsBlocked() {
     sigset_t all;
     sigfillset(&all);
+    // A fault's signal is the faulting thread's whatever the mask says
+    // (blocked, the kernel kills the process without the program's
+    // handler): left as they are.
+    for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP}) {
+        sigdelset(&all, sig);
+    }
     ::pthread_sigmask(SIG_BLOCK, &all, &old_);
 }
 SignalsBlocked::~SignalsBlocked() {

@@ -71,7 +71,8 @@ bool internal_call();
 void mark_internal_thread();
 // Blocks every signal in the calling thread while it lives, so that threads
 // started meanwhile (the library's, and those the SDP code starts) never
-// take a signal meant for the program's own threads.
+// take a signal meant for the program's own threads. The signals of a
+// fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP) stay as they were.
 class SignalsBlocked {
   public:
     SignalsBlocked();

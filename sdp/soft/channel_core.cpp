@@ -350,7 +350,7 @@ std::optional<std::size_t> ChannelCore::write(std::span<const std::uint8_t> in, 
         ec = lost_error();
         return 0;
     }
-    if (whole && c.write_space() < std::min(in.size(), c.send_queue_limit())) {
+    if (whole && !c.takes_whole(in.size())) {
         return std::nullopt;  // not all of it fits now
     }
     const std::size_t n = c.write(in);

@@ -85,12 +85,16 @@ BlockingConnect::BindOutcome BlockingConnect::bind(const pm::IpAddress& cp) {
     return {};
 }
 
-std::error_code BlockingConnect::connect(const pm::Endpoint& sdp_address, std::string&) {
+std::error_code BlockingConnect::connect_fd(const pm::Endpoint& to) {
     ShutdownOnStop guard(stop_, fd_);
     if (stop_.stop_requested()) {  // came before the guard: no SYN at all
         return std::make_error_code(std::errc::operation_canceled);
     }
-    return errno_code(connect_timeout(fd_, sdp_address, timeout_));
+    return errno_code(connect_timeout(fd_, to, timeout_));
+}
+
+std::error_code BlockingConnect::connect(const pm::Endpoint& sdp_address, std::string&) {
+    return connect_fd(sdp_address);
 }
 
 std::error_code BlockingConnect::handshake(std::string&) {
@@ -106,24 +110,19 @@ std::error_code BlockingConnect::fallback(const ConnectProcedure::Action& a, std
         return ec;
     }
     fd_ = fd;
-    ShutdownOnStop guard(stop_, fd_);
-    if (stop_.stop_requested()) {
-        return std::make_error_code(std::errc::operation_canceled);
-    }
-    return errno_code(connect_timeout(fd_, a.endpoint, timeout_));
+    return connect_fd(a.endpoint);
 }
 
-template <typename Step>
-std::error_code BlockingConnect::stopped_or(std::string& why, Step&& step) {
-    std::error_code ec;
+template <typename Step, typename Cancelled>
+auto BlockingConnect::stopped_or(Step&& step, Cancelled&& cancelled) -> decltype(step()) {
+    decltype(step()) r{};
     if (!stop_.stop_requested()) {
-        ec = step();
+        r = step();
     }
     if (stop_.stop_requested()) {  // before, or while it ran (it may have succeeded)
-        why = kCancelled;
-        return std::make_error_code(std::errc::operation_canceled);
+        return cancelled();
     }
-    return ec;
+    return r;
 }
 
 ShutdownOnStop::ShutdownOnStop(std::stop_token stop, int fd)
@@ -147,6 +146,10 @@ const ConnectProcedure::Action& BlockingConnect::run(ConnectProcedure& proc) {
             flush_cache(proc.conventional());
         }
         std::string why;
+        const auto cancelled = [&why] {
+            why = kCancelled;
+            return std::make_error_code(std::errc::operation_canceled);
+        };
         switch (a->step) {
             case Step::route: {
                 pm::IpAddress cp;
@@ -161,31 +164,29 @@ const ConnectProcedure::Action& BlockingConnect::run(ConnectProcedure& proc) {
                 break;
             }
             case Step::resolve: {
-                Result r;
-                if (!stop_.stop_requested()) {
-                    r = resolve(a->endpoint, a->local);
-                }
-                if (stop_.stop_requested()) {  // before, or while it asked
-                    r = Result{};
-                    r.kind = ResultKind::error;
-                    r.error = Errc::cancelled;
-                    r.reason = kCancelled;
-                }
+                const Result r = stopped_or([&] { return resolve(a->endpoint, a->local); },
+                                            [] {
+                                                Result c;
+                                                c.kind = ResultKind::error;
+                                                c.error = Errc::cancelled;
+                                                c.reason = kCancelled;
+                                                return c;
+                                            });
                 a = &proc.on_resolved(r);
                 break;
             }
             case Step::connect: {
-                const auto ec = stopped_or(why, [&] { return connect(a->endpoint, why); });
+                const auto ec = stopped_or([&] { return connect(a->endpoint, why); }, cancelled);
                 a = &proc.on_connected(ec, why);
                 break;
             }
             case Step::handshake: {
-                const auto ec = stopped_or(why, [&] { return handshake(why); });
+                const auto ec = stopped_or([&] { return handshake(why); }, cancelled);
                 a = &proc.on_handshake(ec, why);
                 break;
             }
             case Step::fallback: {
-                const auto ec = stopped_or(why, [&] { return fallback(*a, why); });
+                const auto ec = stopped_or([&] { return fallback(*a, why); }, cancelled);
                 a = &proc.on_fallback(ec, why);
                 break;
             }

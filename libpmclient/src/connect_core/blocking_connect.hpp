@@ -84,13 +84,16 @@ class BlockingConnect {
     static constexpr const char* kCancelled = "cancelled by the caller";
 
   private:
-    // step() unless a stop was requested; operation_canceled when one was,
-    // before or while it ran.
-    template <typename Step>
-    std::error_code stopped_or(std::string& why, Step&& step);
+    // step() unless a stop was requested; cancelled() when one was, before
+    // or while it ran.
+    template <typename Step, typename Cancelled>
+    auto stopped_or(Step&& step, Cancelled&& cancelled) -> decltype(step());
     // A fresh TCP socket (bound to address:0 when bind_cp) connected to the
     // Conventional Address.
     std::error_code fallback(const ConnectProcedure::Action& a, std::string& why);
+    // fd_ connected to `to` with a bounded wait that a stop ends (no SYN
+    // at all when the stop came first).
+    std::error_code connect_fd(const pm::Endpoint& to);
 };
 
 }  // namespace pmclient

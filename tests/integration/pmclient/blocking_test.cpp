@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <boost/asio/use_future.hpp>
 #include <future>
+#include <memory>
 #include <set>
 #include <stop_token>
 #include <thread>
@@ -328,6 +330,49 @@ TEST(BlockingFastPathTest, AStopRequestEndsTheBlockedCallAndTheLaneServesTheNext
     auto next = r.resolve(req(40001), std::stop_source().get_token());
     ASSERT_EQ(next.kind, ResultKind::accepted) << next.reason;
     EXPECT_EQ(next.sdp, ep("127.0.0.1:9000"));
+}
+
+// A child after fork() that destroys its copy of a BlockingResolver (a
+// plain libpmclient program; the lanes' sockets are shared with the
+// parent's) must not touch the parent's lanes: no shutdown() of a shared
+// socket, no wait for lanes that were busy in the parent. The parent's
+// lane then answers its next call as before.
+TEST(BlockingFastPathTest, AForkedChildDestroyingItsCopyLeavesTheParentsLanesAlone) {
+    FakePmsp pmsp([](const pm::Message& m, int) -> std::vector<Reply> {
+        if (m.type != pm::MessageType::request) {
+            return {};
+        }
+        return {Reply::of(pm::make_accept(m, ep("127.0.0.1:9000"), 0))};
+    });
+    auto r = std::make_unique<pmclient::BlockingResolver>(fast(pmsp.endpoint()));
+    ASSERT_EQ(r->resolve(req(40000)).kind, ResultKind::accepted);
+    // A second lane, busy in another thread at the time of the fork (a
+    // 60 s question the PMSP does not answer).
+    FakePmsp silent([](const pm::Message&, int) -> std::vector<Reply> { return {}; });
+    std::stop_source stop;
+    std::thread busy([&] {
+        pmclient::ResolveRequest q = req(40009, "127.0.0.1:7009");
+        q.options = fast(silent.endpoint()).defaults;
+        q.options->deadline = std::chrono::seconds(60);
+        q.options->initial_timeout = std::chrono::seconds(30);
+        (void)r->resolve(q, stop.get_token());
+    });
+    (void)silent.wait_count(pm::MessageType::request, 1);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        alarm(20);  // a wait for the busy lane would hang here: fail instead
+        r.reset();
+        ::_exit(0);
+    }
+    ASSERT_GT(child, 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the child's destructor hung or crashed: status " << status;
+    const auto next = r->resolve(req(40001));
+    EXPECT_EQ(next.kind, ResultKind::accepted) << next.reason;
+    stop.request_stop();
+    busy.join();
 }
 
 TEST(BlockingFastPathTest, BadInputIsAnErrorResult) {

@@ -216,6 +216,34 @@ TEST_F(ProcedureTest, StartupWithANonSdpPeerFails) {
     EXPECT_TRUE(has(p->reason(), "garbage")) << p->reason();
 }
 
+// A stop of the caller (docs/protocol-notes.md, 7.4/7.5.1 "giving up")
+// reaches the procedure as operation_canceled from the step it ended: that
+// is no failure of the SDP Address, so no fallback and no flush.
+TEST_F(ProcedureTest, AStopAtConnectOrStartupFailsWithoutFallbackOrFlush) {
+    const auto cancelled = std::make_error_code(std::errc::operation_canceled);
+    for (bool at_startup : {false, true}) {
+        Options o;
+        o.handshake = true;
+        to_connect(o);
+        const auto* a = &p->on_connected(at_startup ? std::error_code{} : cancelled, "cancelled");
+        if (at_startup) {
+            ASSERT_EQ(a->step, Step::handshake);
+            a = &p->on_handshake(cancelled, "cancelled");
+        }
+        EXPECT_EQ(a->step, Step::failed) << at_startup;
+        EXPECT_EQ(p->failed_at(), at_startup ? Step::handshake : Step::connect);
+        EXPECT_FALSE(a->flush_cache);
+        EXPECT_EQ(p->error(), std::errc::operation_canceled);
+        EXPECT_FALSE(has(p->reason(), "fell back")) << p->reason();
+    }
+    // During the fallback's own connect: failed, with both reasons.
+    to_resolve();
+    p->on_resolved(answer(ResultKind::denied));
+    const auto& f = p->on_fallback(cancelled, "cancelled");
+    EXPECT_EQ(f.step, Step::failed);
+    EXPECT_EQ(p->error(), std::errc::operation_canceled);
+}
+
 TEST_F(ProcedureTest, FallbackConnectFailureFailsWithBothReasons) {
     to_resolve();
     p->on_resolved(answer(ResultKind::denied));
