@@ -637,11 +637,11 @@ struct Resolver::Impl : std::enable_shared_from_this<Resolver::Impl> {
             *why = Errc::cancelled;
             return nullptr;
         }
+        drop_forked();  // (first: a child does not count its parent's busy lanes)
         if (lanes_busy >= options.max_in_flight) {
             *why = Errc::busy;
             return nullptr;
         }
-        drop_forked();
         Lane* lane = nullptr;
         if (!free_lanes.empty()) {
             lane = free_lanes.back();
@@ -966,7 +966,10 @@ struct BlockingResolver::Impl {
     }
     ~Impl() {
         // Closing the resolver cancels its socket and timer operations, so
-        // run() returns once the posted completions have run.
+        // run() returns once the posted completions have run. (In a child
+        // after fork() the thread is the parent's: glibc marks it ended in
+        // the child, so the join returns at once; Asio does not take a
+        // socket it closes out of the shared epoll set.)
         resolver.reset();
         guard.reset();
         if (thread.joinable()) {

@@ -43,6 +43,7 @@ class ProviderChannel {
     virtual std::uint8_t read_oob(std::error_code& ec) = 0;
     virtual bool at_mark() = 0;
     virtual bool urgent_pending() = 0;
+    virtual bool send_idle() = 0;  // as io::SoftChannel::send_idle's
     virtual void set_oob_inline(bool on) = 0;
     // wait = false: as io::SoftChannel::write's (Stream::try_write).
     virtual std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait) = 0;
@@ -78,6 +79,7 @@ class TcpPath {
     std::uint8_t read_oob(std::error_code& ec);
     bool at_mark();
     bool urgent_pending();
+    bool send_idle() { return true; }  // the kernel's Nagle decides over TCP
     // wait = false: MSG_DONTWAIT (resource_unavailable_try_again when full).
     std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait);
     void shutdown_write(std::error_code& ec);

@@ -442,6 +442,11 @@ bool RdmaChannel::at_mark() {
     return !finished_ && s_->sdp().at_mark();
 }
 
+bool RdmaChannel::send_idle() {
+    std::unique_lock lk(mu_, std::try_to_lock);
+    return lk && !finished_ && s_->sdp().send_idle();
+}
+
 bool RdmaChannel::urgent_pending() {
     std::lock_guard lk(mu_);
     return !finished_ && s_->sdp().urgent_pending();

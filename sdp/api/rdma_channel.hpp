@@ -61,6 +61,7 @@ class RdmaChannel final : public ProviderChannel {
     std::uint8_t read_oob(std::error_code& ec) override;
     bool at_mark() override;
     bool urgent_pending() override;
+    bool send_idle() override;
     void set_oob_inline(bool on) override;
     std::size_t write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait) override;
     void shutdown_write(std::error_code& ec) override;

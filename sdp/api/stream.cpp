@@ -224,10 +224,9 @@ pmclient::BlockingResolver& shared_resolver() {
     // leaves the parent's copy alone: a mutex in it may have been held by
     // a thread of the parent at the time of the fork.
     static std::atomic<pmclient::BlockingResolver*> current{nullptr};
-    static std::atomic<bool> registered{false};
-    if (!registered.exchange(true)) {
+    // (Registered before any resolver is made: no fork can come between.)
+    [[maybe_unused]] static const int registered =
         ::pthread_atfork(nullptr, nullptr, [] { current.store(nullptr); });
-    }
     pmclient::BlockingResolver* r = current.load(std::memory_order_acquire);
     if (r != nullptr) {
         return *r;
@@ -716,6 +715,10 @@ std::uint8_t Stream::read_oob(std::error_code& ec) {
 
 bool Stream::at_mark() const {
     return impl_ && impl_->on_path([](auto& p) { return p.at_mark(); });
+}
+
+bool Stream::send_idle() const {
+    return impl_ && impl_->on_path([](auto& p) { return p.send_idle(); });
 }
 
 bool Stream::urgent_pending() const {

@@ -1347,6 +1347,10 @@ std::uint32_t Connection::local_bufs() const {
     return static_cast<std::uint32_t>(std::min<std::uint64_t>(posted_ - consumed_, 0xFFFF));
 }
 
+bool Connection::send_idle() const {
+    return tx_bytes_ == 0 && control_.empty() && !src_out_ && (next_mseq_ - 1) == peer_ack_;
+}
+
 std::uint32_t Connection::send_credits() const {
     const std::uint32_t in_flight = (next_mseq_ - 1) - peer_ack_;  // WrapSubtract (10.2)
     const std::int64_t c = static_cast<std::int64_t>(peer_bufs_) - in_flight;

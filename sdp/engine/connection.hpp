@@ -478,6 +478,12 @@ class Connection {
     std::uint32_t oob_pending() const { return oob_pending_; }
     // Credits this side may use now (10.2), reservations not subtracted.
     std::uint32_t send_credits() const;
+    // Nothing written is queued or being sent (no zero-copy write either),
+    // and the peer has acknowledged every message sent (its MSeqAck,
+    // 6.1.6): a small write now goes out at once, alone, instead of joining
+    // a stream in progress (the state in which Nagle's algorithm lets a
+    // small TCP segment go).
+    bool send_idle() const;
     // Bufs this side would advertise now (6.1.3).
     std::uint32_t local_bufs() const;
     // The size of the receive buffers posted from now on (10.6 may change

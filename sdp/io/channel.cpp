@@ -661,6 +661,11 @@ bool SoftChannel::at_mark() {
     return core_.sdp().at_mark();
 }
 
+bool SoftChannel::send_idle() {
+    std::unique_lock lk(mu_, std::try_to_lock);
+    return lk && !resuming_now_.load() && core_.sdp().send_idle();
+}
+
 bool SoftChannel::urgent_pending() {
     std::unique_lock lk(mu_);
     refresh_locked();

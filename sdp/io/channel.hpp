@@ -158,6 +158,9 @@ class SoftChannel {
     std::uint8_t read_oob(std::error_code& ec);
     bool at_mark();
     bool urgent_pending();
+    // engine::Connection::send_idle() (Stream::send_idle); false while
+    // another thread holds the channel.
+    bool send_idle();
     void set_oob_inline(bool on);
     // Blocks until every byte is queued in the SDP engine (as a kernel
     // socket's send buffer); returns the count queued. wait = false

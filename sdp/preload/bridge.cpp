@@ -265,6 +265,13 @@ std::size_t Bridge::direct_write(const iovec* iov, int iovcnt, std::size_t total
     if (tx_holding_.load() || kernel_writes_.load() != 0) {
         return 0;  // (or a write of another thread entering the socketpair)
     }
+    // A stream in progress: this write joins the socketpair, where it
+    // gathers with those that follow (one small message per write would
+    // cost the peer a message each; docs/preload.md, "The direct path").
+    if (!stream_.send_idle()) {
+        ++counters().direct_not_idle;
+        return 0;
+    }
     std::size_t taken = 0;
     std::error_code ec;
     if (iovcnt > 1 && total <= kWholeWrite) {
@@ -421,6 +428,7 @@ void Bridge::tx_loop() {
         }
         ssize_t n = ::recv(pump_fd_, buf.data(), buf.size(), MSG_DONTWAIT);
         if (n > 0) {
+            pair_bytes_.fetch_sub(n, std::memory_order_relaxed);
             std::error_code ec;
             const std::size_t put = stream_.write(
                 std::span<const std::uint8_t>(buf.data(), static_cast<std::size_t>(n)), ec);

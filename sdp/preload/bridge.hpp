@@ -74,12 +74,22 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
         Bridge& b_;
     };
     // False when a direct write would surely find the way taken (the send
-    // side holds bytes, or a write is entering the socketpair): a check
-    // without locks or a signal mask, done first. direct_write() checks
-    // again, under its lock.
+    // side holds bytes, a write is entering the socketpair, or bytes the
+    // program wrote there are not yet taken): a check without locks,
+    // system calls or a signal mask, done first. direct_write() checks
+    // again, under its lock, with poll() on the socketpair.
     bool direct_may_take() const {
         return !tx_holding_.load(std::memory_order_relaxed) &&
-               kernel_writes_.load(std::memory_order_relaxed) == 0;
+               kernel_writes_.load(std::memory_order_relaxed) == 0 &&
+               pair_bytes_.load(std::memory_order_relaxed) <= 0;
+    }
+    // n bytes of a program's write went into the socketpair (the kernel's
+    // way). A hint only: bytes that reach it by other calls (sendfile) are
+    // not counted, so it may drift below zero, never above.
+    void entered_pair(ssize_t n) {
+        if (n > 0) {
+            pair_bytes_.fetch_add(n, std::memory_order_relaxed);
+        }
     }
     // Before start() only: the stream (its TCP socket's addresses).
     const Stream& stream() const { return stream_; }
@@ -164,6 +174,9 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // direct write; cleared after the write).
     std::atomic<bool> tx_holding_{false};
     std::atomic<int> kernel_writes_{0};  // program writes on their way into the socketpair
+    // Bytes of the program's writes in the socketpair, as far as counted
+    // (entered_pair() less what the send side took): see direct_may_take.
+    std::atomic<std::int64_t> pair_bytes_{0};
     End rx_ = End::running;
     End tx_ = End::running;
     bool exiting_ = false;

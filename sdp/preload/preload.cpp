@@ -615,15 +615,25 @@ SDP_EXPORT int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*
 
 namespace {
 
-// The bridge this process runs for an SDP descriptor of the program, or
-// nullptr: the call is the kernel's. For any other descriptor this costs a
-// thread-local and an atomic load (no lock, no fstat).
-std::shared_ptr<Bridge> direct_bridge(int fd) {
+// The entry of an SDP descriptor of the program, with the bridge this
+// process runs for it, or nulls: the call is the kernel's. For any other
+// descriptor this costs a thread-local and an atomic load (no lock, no
+// fstat). Not checked against the file now at fd: a direct write checks
+// that (FdTable::current) once the cheap checks let it try.
+struct DirectTarget {
+    std::shared_ptr<Entry> entry;
+    std::shared_ptr<Bridge> bridge;
+};
+DirectTarget direct_target(int fd) {
     if (internal_call() || !fds().sdp_hint(fd) || !settings().direct) {
-        return nullptr;
+        return {};
     }
-    const auto e = fds().get(fd);
-    return e && e->kind == Entry::Kind::sdp ? bridge_of(*e) : nullptr;
+    auto e = fds().peek(fd);
+    if (!e || e->kind != Entry::Kind::sdp) {
+        return {};
+    }
+    auto b = bridge_of(*e);
+    return {std::move(e), std::move(b)};
 }
 
 // A gathered write of the program on an SDP descriptor (flags: send()'s):
@@ -637,18 +647,24 @@ std::shared_ptr<Bridge> direct_bridge(int fd) {
 // without SIGPIPE, as on TCP).
 template <typename Own>
 ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&& own) {
-    const auto b = (flags & MSG_OOB) == 0 && iovcnt > 0 && iovcnt <= IOV_MAX && iov_in != nullptr
-                       ? direct_bridge(fd)
-                       : nullptr;
+    const auto target =
+        (flags & MSG_OOB) == 0 && iovcnt > 0 && iovcnt <= IOV_MAX && iov_in != nullptr
+            ? direct_target(fd)
+            : DirectTarget{};
+    const auto& b = target.bridge;
     if (!b) {
         return own();
     }
-    // The program's call as it is, counted as a write into the socketpair.
+    // The program's call as it is, counted as a write into the socketpair
+    // (should fd be another file by now, closed behind the library's back,
+    // the count goes to a bridge that ends: a hint only).
     const auto kernel_way = [&] {
         Bridge::KernelWrite entering(*b);
-        return own();
+        const ssize_t r = own();
+        b->entered_pair(r);
+        return r;
     };
-    if (!b->direct_may_take()) {
+    if (!b->direct_may_take() || !FdTable::current(fd, *target.entry)) {
         return kernel_way();
     }
     // The program's array is read once (another of its threads may change
@@ -676,7 +692,9 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
         // No signal handler runs inside: one writing to this connection
         // through the kernel (a full socketpair) would wait for the send
         // side, which waits for the direct write this thread holds; and
-        // what a handler creates would be taken for the library's.
+        // what a handler creates would be taken for the library's. Only a
+        // fault's handler can (a buffer the program cannot read: where the
+        // kernel says EFAULT, its SIGSEGV handler runs in our memcpy).
         SignalsBlocked quiet;
         InternalScope in;  // the stream's own socket calls are the library's
         taken = b->direct_write(iov, iovcnt, total);
@@ -704,6 +722,7 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
     {
         Bridge::KernelWrite entering(*b);
         r = real().sendmsg(fd, &m, flags | MSG_NOSIGNAL);
+        b->entered_pair(r);
     }
     if (r < 0) {
         errno = saved;

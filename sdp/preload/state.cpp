@@ -270,6 +270,15 @@ FdTable::Map::iterator FdTable::erase_locked(Map::iterator it) {
     return map_.erase(it);
 }
 
+std::shared_ptr<Entry> FdTable::peek(int fd) {
+    if (!tracked(fd)) {
+        return nullptr;
+    }
+    std::lock_guard lk(mu_);
+    auto it = map_.find(fd);
+    return it == map_.end() ? nullptr : it->second;
+}
+
 std::shared_ptr<Entry> FdTable::get(int fd) {
     if (!tracked(fd)) {
         return nullptr;

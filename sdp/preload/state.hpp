@@ -138,6 +138,11 @@ class FdTable {
     bool tracked(int fd) const;
     // The entry of fd if it still describes the file at fd (else dropped).
     std::shared_ptr<Entry> get(int fd);
+    // The entry recorded for fd, not checked against the file now at fd (no
+    // fstat): for the write interposers' cheap checks; current() decides.
+    std::shared_ptr<Entry> peek(int fd);
+    // fd still describes the file of entry e (one fstat).
+    static bool current(int fd, const Entry& e);
     // Records e for fd, identified by the file now at fd.
     void put(int fd, std::shared_ptr<Entry> e);
     // Records e for fd only if the library does not know fd and it is the
@@ -212,8 +217,6 @@ class FdTable {
         epoll_event ev;
     };
     using Map = std::unordered_map<int, std::shared_ptr<Entry>>;
-    // fd still describes the file of its entry (fstat), under mu_.
-    static bool current(int fd, const Entry& e);
     // Drops an entry and the registrations of its number, under mu_.
     Map::iterator erase_locked(Map::iterator it);
     // dup3 of `with` onto fd moving fd's registrations, under mu_.
@@ -327,6 +330,7 @@ void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
     X(bridges_reset) \
     X(bytes_to_peer) \
     X(bytes_direct) \
+    X(direct_not_idle) \
     X(bytes_from_peer) \
     X(oob_to_peer) \
     X(oob_from_peer) \

@@ -265,6 +265,15 @@ class Stream {
     // the errors of write().
     std::size_t try_write(std::span<const std::uint8_t> buf, std::error_code& ec);
     static constexpr std::size_t kTryWriteWhole = 64 * 1024;  // (see try_write)
+    // True when every byte written before has been sent and the peer has
+    // acknowledged every SDP message (MSeqAck, 6.1.6): a small write now
+    // goes out at once as a message of its own. A caller with a buffer of
+    // its own (the preload library's socketpair) gives writes that follow
+    // each other closely to that buffer while this is false, so they go
+    // out gathered in large messages, as Nagle's algorithm gathers them on
+    // TCP. False while another thread is inside the stream; always true
+    // over TCP (the kernel's Nagle decides there).
+    bool send_idle() const;
     // A request/reply exchange (9.4, Transactions): writes `request`, then
     // reads some bytes of the reply into `reply`, as write() followed by
     // read_some(). With zero copy (mechanism zcopy, no io_timeout) on the

@@ -303,16 +303,16 @@ TEST(SdpHandoff, Section13_1_1_HandOverWithZeroCopyStreams) {
 // destinations share, and their sockets, without SO_REUSEADDR, make that
 // bind fail: a CI run once failed so ("bind to the old source port:
 // Address already in use"). Here, in a namespace whose ephemeral range has
-// two ports, eight plain connections to other destinations are made while
-// R holds one: none may share R's port, and the hand-off must work with
-// them still open. (Before the fix each of them had about even odds of
-// landing on R's port.)
+// four ports, sixteen plain connections to other destinations are made
+// while R holds one: none may share R's port, and the hand-off must work
+// with them still open. (Before the fix each had about one chance in four
+// of landing on R's port.)
 TEST(SdpHandoff, Section13_1_1_TheOldSourcePortIsNotSharedWithOtherConnections) {
     sdptest::NetNamespace ns("sdpho");
     if (!ns.ok()) {
         GTEST_SKIP() << ns.why();
     }
-    ASSERT_TRUE(ns.run("sysctl -qw net.ipv4.ip_local_port_range=\"40000 40003\""));
+    ASSERT_TRUE(ns.run("echo 40000 40003 > /proc/sys/net/ipv4/ip_local_port_range"));
     sdptest::InNetns in(ns.name());
     ASSERT_TRUE(in.ok());
     std::vector<std::unique_ptr<sdptest::TcpListener>> others;

@@ -162,7 +162,7 @@ class InNetns {
 class NetNamespace {
   public:
     explicit NetNamespace(const std::string& prefix)
-        : name_(prefix + "-" + std::to_string(::getpid() % 100000)) {
+        : name_(prefix + "-" + std::to_string(::getpid())) {
         if (::geteuid() != 0) {
             why_ = "not root: cannot create a network namespace";
             return;

@@ -314,6 +314,34 @@ TEST(SdpEngineMseq, SequenceAndAcks) {
     EXPECT_EQ(p.a.last_received_mseq(), static_cast<std::uint32_t>(p.qb.sent_log.size() - 1));
 }
 
+// send_idle(): nothing queued and every message sent acknowledged by the
+// peer's MSeqAck (6.1.6); a request/reply exchange makes both sides idle
+// again, a one-way stream does not until the peer sends.
+TEST(SdpEngineMseq, SendIdleUntilThePeerAcknowledges) {
+    e::Config c;
+    c.recv_buf_size = 100;
+    Pair p(c, c);
+    ASSERT_EQ(p.handshake(), e::Error::none);
+    EXPECT_TRUE(p.a.send_idle());
+    EXPECT_TRUE(p.b.send_idle());
+    p.a.write(pattern(64, 3));
+    EXPECT_FALSE(p.a.send_idle());  // queued or sent, not acknowledged
+    p.run();
+    EXPECT_FALSE(p.a.send_idle()) << "B has sent nothing since: no MSeqAck yet";
+    EXPECT_TRUE(p.b.send_idle());
+    Bytes buf(64);
+    p.b.read(buf);
+    p.b.write(pattern(32, 4));  // the reply carries MSeqAck of A's message
+    EXPECT_FALSE(p.b.send_idle());
+    p.run();
+    EXPECT_TRUE(p.a.send_idle());
+    p.a.read(buf);
+    p.a.write(pattern(8, 5));  // ... and this one B's
+    p.run();
+    EXPECT_TRUE(p.b.send_idle());
+    EXPECT_FALSE(p.a.send_idle());
+}
+
 TEST(SdpEngineMseq, OutOfOrderMseqIsViolation) {
     Pair p;
     ASSERT_EQ(p.handshake(), e::Error::none);
