@@ -249,6 +249,14 @@ std::size_t Bridge::direct_write(const iovec* iov, int iovcnt, std::size_t total
             pump_fd_ < 0) {
             return 0;
         }
+        // A stream in progress: this write joins the socketpair, where it
+        // gathers with those that follow (one small message per write
+        // would cost the peer a message each; docs/preload.md, "The
+        // direct path").
+        if (!stream_.send_idle()) {
+            ++counters().direct_not_idle;
+            return 0;
+        }
         // Nothing of the program's in the socketpair (data, its urgent byte,
         // or its shutdown(SHUT_WR)/close) ...
         pollfd p{pump_fd_, POLLIN | POLLPRI | POLLRDHUP, 0};
@@ -264,13 +272,6 @@ std::size_t Bridge::direct_write(const iovec* iov, int iovcnt, std::size_t total
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (tx_holding_.load() || kernel_writes_.load() != 0) {
         return 0;  // (or a write of another thread entering the socketpair)
-    }
-    // A stream in progress: this write joins the socketpair, where it
-    // gathers with those that follow (one small message per write would
-    // cost the peer a message each; docs/preload.md, "The direct path").
-    if (!stream_.send_idle()) {
-        ++counters().direct_not_idle;
-        return 0;
     }
     std::size_t taken = 0;
     std::error_code ec;
@@ -428,7 +429,17 @@ void Bridge::tx_loop() {
         }
         ssize_t n = ::recv(pump_fd_, buf.data(), buf.size(), MSG_DONTWAIT);
         if (n > 0) {
-            pair_bytes_.fetch_sub(n, std::memory_order_relaxed);
+            // Less than asked for: the socketpair was empty at that instant
+            // (or at the urgent mark). With no counted write in progress
+            // the count starts again from zero, so that a count a stale
+            // entry raised cannot close the direct path for good (a write
+            // counted meanwhile is lost to it: too low is safe, poll()
+            // decides).
+            if (static_cast<std::size_t>(n) < buf.size() && kernel_writes_.load() == 0) {
+                pair_bytes_.store(0, std::memory_order_relaxed);
+            } else {
+                pair_bytes_.fetch_sub(n, std::memory_order_relaxed);
+            }
             std::error_code ec;
             const std::size_t put = stream_.write(
                 std::span<const std::uint8_t>(buf.data(), static_cast<std::size_t>(n)), ec);

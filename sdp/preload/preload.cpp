@@ -657,15 +657,20 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
     }
     // The program's call as it is, counted as a write into the socketpair
     // (should fd be another file by now, closed behind the library's back,
-    // the count goes to a bridge that ends: a hint only).
+    // the count goes to the old bridge, whose send side sets it right the
+    // next time it empties the socketpair).
     const auto kernel_way = [&] {
         Bridge::KernelWrite entering(*b);
         const ssize_t r = own();
         b->entered_pair(r);
         return r;
     };
-    if (!b->direct_may_take() || !FdTable::current(fd, *target.entry)) {
+    if (!b->direct_may_take()) {
         return kernel_way();
+    }
+    if (!FdTable::current(fd, *target.entry)) {
+        (void)fds().get(fd);  // closed behind the library's back: the entry goes
+        return own();
     }
     // The program's array is read once (another of its threads may change
     // it meanwhile, as the kernel copies it once).
