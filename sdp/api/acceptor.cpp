@@ -93,17 +93,9 @@ int tcp_socket(bool v4) {
 void own_source_port(int fd, bool v4) {
     int on = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    sockaddr_storage ss{};
-    socklen_t len = 0;
-    if (v4) {
-        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-        a->sin_family = AF_INET;
-        len = sizeof *a;
-    } else {
-        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-        a->sin6_family = AF_INET6;
-        len = sizeof *a;
-    }
+    sockaddr_storage ss;
+    const socklen_t len = pm::to_sockaddr(
+        pm::Endpoint{pm::IpAddress::any(v4 ? pm::Family::v4 : pm::Family::v6), 0}, ss);
     (void)::bind(fd, reinterpret_cast<sockaddr*>(&ss), len);  // see internal.hpp
 }
 

@@ -56,23 +56,20 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     // (the caller writes the rest to the program's end as before); `total`
     // is the buffers' sum. Never blocks, never fails.
     std::size_t direct_write(const iovec* iov, int iovcnt, std::size_t total);
-    // Around a write of the program that goes to its end of the socketpair
-    // (the kernel's way): no direct write runs meanwhile. The kernel may
-    // put a write of more than about 32 KiB into the socketpair in parts,
-    // waiting for room between them; a direct write must not land between
-    // two parts the send side has drained.
-    // A guard, so that a write the program's thread is cancelled in
-    // (pthread_cancel unwinds through it) does not leave the count raised.
-    class KernelWrite {
-      public:
-        explicit KernelWrite(Bridge& b) : b_(b) { b_.kernel_writes_.fetch_add(1); }
-        ~KernelWrite() { b_.kernel_writes_.fetch_sub(1); }
-        KernelWrite(const KernelWrite&) = delete;
-        KernelWrite& operator=(const KernelWrite&) = delete;
-
-      private:
-        Bridge& b_;
-    };
+    // A write of the program that goes to its end of the socketpair (the
+    // kernel's way): `call` makes it and returns its result, which is
+    // returned. No direct write runs meanwhile: the kernel may put a write
+    // of more than about 32 KiB into the socketpair in parts, waiting for
+    // room between them, and a direct write must not land between two
+    // parts the send side has drained. The bytes it put there are counted
+    // (see direct_may_take).
+    template <typename Call>
+    ssize_t kernel_write(Call&& call) {
+        KernelWrite entering(*this);
+        const ssize_t r = call();
+        entered_pair(r);
+        return r;
+    }
     // False when a direct write would surely find the way taken (the send
     // side holds bytes, a write is entering the socketpair, or bytes the
     // program wrote there are not yet taken): a check without locks,
@@ -82,14 +79,6 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
         return !tx_holding_.load(std::memory_order_relaxed) &&
                kernel_writes_.load(std::memory_order_relaxed) == 0 &&
                pair_bytes_.load(std::memory_order_relaxed) <= 0;
-    }
-    // n bytes of a program's write went into the socketpair (the kernel's
-    // way). A hint only: bytes that reach it by other calls (sendfile) are
-    // not counted, so it may drift below zero, never above.
-    void entered_pair(ssize_t n) {
-        if (n > 0) {
-            pair_bytes_.fetch_add(n, std::memory_order_relaxed);
-        }
     }
     // Before start() only: the stream (its TCP socket's addresses).
     const Stream& stream() const { return stream_; }
@@ -132,6 +121,27 @@ class Bridge : public std::enable_shared_from_this<Bridge> {
     static void fork_child();
 
   private:
+    // The count of writes entering the socketpair, as a guard, so that a
+    // write the program's thread is cancelled in (pthread_cancel unwinds
+    // through it) does not leave it raised.
+    class KernelWrite {
+      public:
+        explicit KernelWrite(Bridge& b) : b_(b) { b_.kernel_writes_.fetch_add(1); }
+        ~KernelWrite() { b_.kernel_writes_.fetch_sub(1); }
+        KernelWrite(const KernelWrite&) = delete;
+        KernelWrite& operator=(const KernelWrite&) = delete;
+
+      private:
+        Bridge& b_;
+    };
+    // n bytes of a program's write went into the socketpair (the kernel's
+    // way). A hint only: bytes that reach it by other calls (sendfile) are
+    // not counted, so it may drift below zero, never above.
+    void entered_pair(ssize_t n) {
+        if (n > 0) {
+            pair_bytes_.fetch_add(n, std::memory_order_relaxed);
+        }
+    }
     enum class End : std::uint8_t { running, eof, app_gone, reset, handed };
     // A hand_off() in this process: none, running (Stream::hand_off called),
     // and its outcome.

@@ -659,12 +659,7 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
     // (should fd be another file by now, closed behind the library's back,
     // the count goes to the old bridge, whose send side sets it right the
     // next time it empties the socketpair).
-    const auto kernel_way = [&] {
-        Bridge::KernelWrite entering(*b);
-        const ssize_t r = own();
-        b->entered_pair(r);
-        return r;
-    };
+    const auto kernel_way = [&] { return b->kernel_write(own); };
     if (!b->direct_may_take()) {
         return kernel_way();
     }
@@ -723,12 +718,7 @@ ssize_t gathered_write(int fd, int flags, const iovec* iov_in, int iovcnt, Own&&
     m.msg_iov = iov + i;
     m.msg_iovlen = static_cast<std::size_t>(iovcnt - i);
     const int saved = errno;
-    ssize_t r = 0;
-    {
-        Bridge::KernelWrite entering(*b);
-        r = real().sendmsg(fd, &m, flags | MSG_NOSIGNAL);
-        b->entered_pair(r);
-    }
+    const ssize_t r = b->kernel_write([&] { return real().sendmsg(fd, &m, flags | MSG_NOSIGNAL); });
     if (r < 0) {
         errno = saved;
         return static_cast<ssize_t>(taken);

@@ -15,6 +15,7 @@
 // Zcopy, 9.3), cancel it (9.5.5), advertise a writer buffer (9.2) or give
 // it up (9.5.4), or take a result. RDMA Writes may only go into a SinkAvail the input sent, within
 // its bounds, and a lent buffer's region is gone once it is given back.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -85,10 +86,15 @@ class CheckingQp : public e::QueuePair {
     void invalidate_region(std::uint32_t stag) override { live_.erase(stag); }
     void post_rdma_write(std::span<const std::uint8_t> d, std::uint32_t stag,
                          std::uint64_t to) override {
-        // Only into a SinkAvail the peer sent (9.3 step 2), within it.
-        const auto it = advertised_.find(stag);
-        if (!rdma_ || closed_ || quiet_ || it == advertised_.end() || to < it->second.first ||
-            to - it->second.first + d.size() > it->second.second)
+        // Only into a SinkAvail the peer sent (9.3 step 2), within it. Every
+        // SinkAvail the input sent counts: a later one with the same STag may
+        // be stale (9.5.1 step 4) and leave the engine on the earlier one.
+        const auto [first, last] = advertised_.equal_range(stag);
+        const bool within = std::any_of(first, last, [&](const auto& a) {
+            const auto [va, len] = a.second;
+            return to >= va && d.size() <= len && to - va <= len - d.size();
+        });
+        if (!rdma_ || closed_ || quiet_ || !within)
             std::abort();
     }
     // A message the input delivers: its SinkAvail, if any, is a target.
@@ -96,7 +102,7 @@ class CheckingQp : public e::QueuePair {
         auto r = w::decode(m);
         if (const auto* msg = std::get_if<w::Message>(&r)) {
             if (const auto* sa = std::get_if<w::SinkAvail>(&msg->body))
-                advertised_[sa->stag] = {sa->va, sa->len};
+                advertised_.emplace(sa->stag, std::pair{sa->va, sa->len});
             // 10.6: a ChRcvBufAck answering the engine's request for larger
             // buffers lets it send up to the granted size from then on. (An
             // upper bound: the engine may still refuse the answer.)
@@ -117,7 +123,7 @@ class CheckingQp : public e::QueuePair {
   private:
     std::uint32_t next_stag_ = 0;
     std::set<std::uint32_t> live_;
-    std::map<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> advertised_;
+    std::multimap<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> advertised_;
     bool first_ = true;
     std::uint32_t peer_size_ = kPeerRecvSize;  // the input's receive buffers
     bool asked_larger_ = false;                // the engine's last ChRcvBuf
