@@ -717,6 +717,25 @@ bool Stream::at_mark() const {
     return impl_ && impl_->on_path([](auto& p) { return p.at_mark(); });
 }
 
+std::size_t Stream::try_read(std::span<std::uint8_t> buf, std::error_code& ec,
+                             bool stop_at_urgent) {
+    if (!impl_ || !impl_->sdp) {
+        ec = std::make_error_code(impl_ ? std::errc::operation_not_supported
+                                        : std::errc::not_connected);
+        return 0;
+    }
+    return impl_->sdp->try_read(buf, ec, stop_at_urgent);
+}
+
+bool Stream::wait_readable(std::error_code& ec, bool stop_at_urgent) {
+    if (!impl_ || !impl_->sdp) {
+        ec = std::make_error_code(impl_ ? std::errc::operation_not_supported
+                                        : std::errc::not_connected);
+        return false;
+    }
+    return impl_->sdp->wait_readable(ec, stop_at_urgent);
+}
+
 bool Stream::send_idle() const {
     return impl_ && impl_->on_path([](auto& p) { return p.send_idle(); });
 }

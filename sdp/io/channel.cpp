@@ -661,6 +661,56 @@ bool SoftChannel::at_mark() {
     return core_.sdp().at_mark();
 }
 
+bool SoftChannel::lock_briefly(std::unique_lock<std::mutex>& lk) {
+    // The mutex is held for long only while a new LLP connection is made
+    // (resume_locked); a reader that processes a large read holds it a
+    // while too: after a few tries the caller hears EAGAIN (the preload
+    // library then uses the socketpair).
+    for (int tries = 0; !lk.try_lock(); ++tries) {
+        if (resuming_now_.load() || tries == 16) {
+            return false;
+        }
+        std::this_thread::yield();
+    }
+    return true;
+}
+
+std::size_t SoftChannel::try_read(std::span<std::uint8_t> out, std::error_code& ec,
+                                  bool stop_at_urgent) {
+    ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+    std::unique_lock lk(mu_, std::defer_lock);
+    if (out.empty() || !lock_briefly(lk)) {
+        return 0;
+    }
+    auto& c = core_.sdp();
+    if (c.readable() == 0) {
+        refresh_locked();
+    }
+    if (c.readable() == 0 || (stop_at_urgent && c.at_urgent())) {
+        return 0;
+    }
+    std::error_code rec;
+    const auto n = core_.read(out, rec, stop_at_urgent);
+    if (!n || *n == 0 || rec) {
+        return 0;
+    }
+    ec.clear();
+    after_call();
+    return *n;
+}
+
+bool SoftChannel::wait_readable(std::error_code& ec, bool stop_at_urgent) {
+    ec.clear();
+    std::unique_lock lk(mu_);
+    if (!drive(
+            lk, [&] { return core_.read_ready(stop_at_urgent); }, io_deadline())) {
+        ec = std::make_error_code(std::errc::timed_out);
+        return false;
+    }
+    const auto& c = core_.sdp();
+    return c.readable() > 0 && !(stop_at_urgent && c.at_urgent());
+}
+
 bool SoftChannel::send_idle() {
     std::unique_lock lk(mu_, std::try_to_lock);
     return lk && !resuming_now_.load() && core_.sdp().send_idle();
@@ -688,18 +738,11 @@ void SoftChannel::after_call() {
 std::size_t SoftChannel::write(std::span<const std::uint8_t> in, std::error_code& ec, bool wait) {
     ec.clear();
     if (!wait) {
-        // Never waits: the mutex is held for long only while a new LLP
-        // connection is made (resume_locked); then, as for no room, EAGAIN.
-        // A reader that processes a large read holds it a while too: after a
-        // few tries the caller hears EAGAIN (the preload library then uses
-        // the socketpair).
+        // Never waits: as for no room, EAGAIN when the lock is busy.
         std::unique_lock lk(mu_, std::defer_lock);
-        for (int tries = 0; !lk.try_lock(); ++tries) {
-            if (resuming_now_.load() || tries == 16) {
-                ec = std::make_error_code(std::errc::resource_unavailable_try_again);
-                return 0;
-            }
-            std::this_thread::yield();
+        if (!lock_briefly(lk)) {
+            ec = std::make_error_code(std::errc::resource_unavailable_try_again);
+            return 0;
         }
         return try_write_locked(in, ec);
     }

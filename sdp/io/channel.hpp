@@ -151,6 +151,19 @@ class SoftChannel {
     // advertising such buffers.
     std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec,
                           bool stop_at_urgent = false, bool may_lend = true);
+    // Non-blocking read (sdp::Stream::try_read): the Bcopy data received
+    // now, after taking what the socket holds (unless another thread polls
+    // it), up to the out-of-band mark. Nothing there (no data, end of
+    // stream, an error, a zero-copy advertisement, the urgent byte at the
+    // read position with stop_at_urgent, the channel busy for long): 0 with
+    // resource_unavailable_try_again; read_some() reports the rest.
+    std::size_t try_read(std::span<std::uint8_t> out, std::error_code& ec,
+                         bool stop_at_urgent = false);
+    // Blocks (bounded by io_timeout: false with timed_out) until read_some()
+    // would return at once. True when that is because data can be read
+    // (try_read() takes it); false for the rest (end of stream, an error,
+    // a zero-copy advertisement, the urgent byte with stop_at_urgent).
+    bool wait_readable(std::error_code& ec, bool stop_at_urgent = false);
     // Out-of-band data (9.5.3), as sdp::Stream's calls of the same names.
     // The queries first take what the socket holds (unless another thread
     // polls it), as the kernel processes segments on arrival.
@@ -220,6 +233,9 @@ class SoftChannel {
     // before `in` has drained and `in` is advertised.
     std::optional<std::size_t> read_zcopy_locked(std::unique_lock<std::mutex>& lk,
                                                  std::span<std::uint8_t> out, std::error_code& ec);
+    // Takes mu_ unless another thread holds it for long (a new LLP
+    // connection being made, a large read): the calls that never wait.
+    bool lock_briefly(std::unique_lock<std::mutex>& lk);
     // write(wait = false).
     std::size_t try_write_locked(std::span<const std::uint8_t> in, std::error_code& ec);
     std::optional<std::size_t> write_zcopy_locked(std::unique_lock<std::mutex>& lk,

@@ -18,6 +18,11 @@
 #               sendmsg, writev; blocking and non-blocking, small and large):
 #               the bytes arrive in order as over TCP, part of them taken
 #               straight by the stream (write_order.py)
+#   reads       every read call (read, recv, recv_into, recvfrom, recvmsg
+#               with and without ancillary room, readv, MSG_PEEK then the
+#               read, MSG_WAITALL, blocking and non-blocking, small and large
+#               buffers) of records of many sizes: the same bytes in the same
+#               order as over TCP (read_ways.py)
 #   rules_tcp   a rule file that says tcp: plain TCP on the wire, no PMReq
 #   fallback    `both` against a host with no sdp-pmd: TCP, data intact
 #   garbage     a broken rule file: reported once with its line, plain TCP
@@ -221,6 +226,19 @@ preload() {
   shift
   SDP_PRELOAD_STATS=$work/$name.json SDP_PRELOAD_LOG=${SDP_PRELOAD_LOG:-info} \
     timeout 60 "$run" "$@"
+}
+# tcp_then_sdp NAME SCRIPT: SCRIPT HOST PORT over plain TCP (output in
+# $work/tcp.txt), then preloaded as NAME ($work/sdp.txt, counters in
+# $work/NAME.json), each on a fresh port; fails the test if either fails.
+tcp_then_sdp() {
+  port=$(pick_port)
+  "$py" "$2" 127.0.0.1 "$port" > "$work/tcp.txt" 2>&1 || die "over TCP: $(cat "$work/tcp.txt")"
+  port=$(pick_port)
+  preload "$1" "$py" "$2" 127.0.0.1 "$port" > "$work/sdp.txt" 2> "$work/sdp.err" \
+    || die "over SDP: $(cat "$work/sdp.txt" "$work/sdp.err")"
+  expect_stat "$work/$1.json" connect_sdp 2
+  expect_stat "$work/$1.json" accept_sdp 2
+  expect_stat "$work/$1.json" bridges_reset 0
 }
 # nc_listen plain|preload: nc -l on 127.0.0.1:$port into $work/out, as srv.
 nc_listen() {
@@ -548,16 +566,8 @@ direct)
   # order, while part went straight to the stream and part through the
   # socketpair; then (a second connection) threads' small writev records
   # each arrive whole.
-  port=$(pick_port)
-  "$py" "$here/write_order.py" 127.0.0.1 "$port" > "$work/tcp.txt" 2>&1 \
-    || die "over TCP: $(cat "$work/tcp.txt")"
-  port=$(pick_port)
-  preload direct "$py" "$here/write_order.py" 127.0.0.1 "$port" > "$work/sdp.txt" \
-    2> "$work/sdp.err" || die "over SDP: $(cat "$work/sdp.txt" "$work/sdp.err")"
+  tcp_then_sdp direct "$here/write_order.py"
   cat "$work/tcp.txt" "$work/sdp.txt"
-  expect_stat "$work/direct.json" connect_sdp 2
-  expect_stat "$work/direct.json" accept_sdp 2
-  expect_stat "$work/direct.json" bridges_reset 0
   direct=$(stat_of "$work/direct.json" bytes_direct)
   to_peer=$(stat_of "$work/direct.json" bytes_to_peer)
   [ "${direct:-0}" -gt 0 ] && [ "${direct:-0}" -lt "${to_peer:-0}" ] \
@@ -569,6 +579,12 @@ direct)
     > "$work/sp.txt" 2> "$work/sp.err" || die "over SDP, direct off: $(cat "$work/sp.txt" "$work/sp.err")"
   expect_stat "$work/socketpair.json" connect_sdp 2
   expect_stat "$work/socketpair.json" bytes_direct 0
+  ;;
+reads)
+  start_pmd
+  tcp_then_sdp reads "$here/read_ways.py"
+  diff -u "$work/tcp.txt" "$work/sdp.txt" >&2 || die "reads over SDP differ from TCP"
+  cat "$work/sdp.txt"
   ;;
 rules_tcp)
   need nc

@@ -619,6 +619,115 @@ TEST(SdpStream, TryWriteQueuesWhatFitsThenSaysTryAgain) {
     EXPECT_TRUE(ok);
 }
 
+// try_read() never waits: nothing there is "try again"; wait_readable()
+// blocks until data (true) or until read_some() has something else to say
+// (false: here the end of stream), without taking the bytes.
+TEST(SdpStream, TryReadTakesWhatIsThereAndWaitReadableSaysWhen) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    std::vector<std::uint8_t> buf(300 * 1024);
+    std::error_code ec;
+    EXPECT_EQ(p.server.try_read(buf, ec), 0u);
+    EXPECT_EQ(ec, std::errc::resource_unavailable_try_again) << ec.message();
+    // 200 KiB in 5 writes: once wait_readable() says so, try_read() takes
+    // bytes, in order, until it says "try again"; then it waits again.
+    std::vector<std::uint8_t> out(200 * 1024);
+    pattern(out, 0, 4);
+    std::thread w([&] {
+        std::error_code wec;
+        for (std::size_t off = 0; off < out.size(); off += 40 * 1024) {
+            p.client.write(std::span(out).subspan(off, 40 * 1024), wec);
+            std::this_thread::sleep_for(5ms);
+        }
+        p.client.shutdown_write();
+    });
+    std::vector<std::uint8_t> in;
+    int waits = 0;
+    for (;;) {
+        const bool data = p.server.wait_readable(ec);
+        ASSERT_FALSE(ec) << ec.message();
+        ++waits;
+        if (!data) {
+            break;
+        }
+        std::size_t n = 0;
+        do {
+            // Small pieces: never more than asked, up to what is there.
+            n = p.server.try_read(std::span(buf).first(7000), ec);
+            ASSERT_LE(n, 7000u);
+            in.insert(in.end(), buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+        } while (n > 0);
+        EXPECT_EQ(ec, std::errc::resource_unavailable_try_again) << ec.message();
+        ASSERT_LE(waits, 100000);
+    }
+    w.join();
+    EXPECT_EQ(in, out);
+    // The end of stream: wait_readable() false at once, try_read() nothing,
+    // read_some() the EOF.
+    EXPECT_FALSE(p.server.wait_readable(ec));
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(p.server.try_read(buf, ec), 0u);
+    EXPECT_EQ(ec, std::errc::resource_unavailable_try_again);
+    EXPECT_EQ(p.server.read_some(buf, ec), 0u);
+    EXPECT_FALSE(ec) << ec.message();
+}
+
+// The urgent byte (9.5.3): try_read() stops at the mark, and with
+// stop_at_urgent takes nothing while the byte stands at the read position;
+// wait_readable(stop_at_urgent) leaves it to read_some() (false).
+TEST(SdpStream, TryReadStopsAtTheUrgentByte) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    std::error_code ec;
+    const std::vector<std::uint8_t> before(100, 0x11);
+    p.client.write(before, ec);
+    ASSERT_FALSE(ec);
+    ASSERT_FALSE(p.client.send_oob(0x7e));
+    const std::vector<std::uint8_t> after(50, 0x22);
+    p.client.write(after, ec);
+    ASSERT_FALSE(ec);
+    std::vector<std::uint8_t> buf(1000);
+    ASSERT_TRUE(p.server.wait_readable(ec, true)) << ec.message();
+    // Until all 151 bytes have arrived, a read may take fewer than the 100.
+    std::size_t got = 0;
+    for (int i = 0; i < 1000 && got < before.size(); ++i) {
+        const std::size_t n = p.server.try_read(std::span(buf).subspan(got), ec, true);
+        got += n;
+        if (n == 0) {
+            std::this_thread::sleep_for(2ms);
+        }
+    }
+    ASSERT_EQ(got, before.size());
+    EXPECT_TRUE(std::all_of(buf.begin(), buf.begin() + 100, [](auto b) { return b == 0x11; }));
+    EXPECT_EQ(p.server.try_read(buf, ec, true), 0u);
+    EXPECT_EQ(ec, std::errc::resource_unavailable_try_again);
+    EXPECT_FALSE(p.server.wait_readable(ec, true));
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(p.server.read_some(buf, ec, true), 0u);
+    EXPECT_EQ(ec, std::errc::interrupted);
+    EXPECT_EQ(p.server.read_oob(ec), 0x7e);
+    ASSERT_TRUE(p.server.wait_readable(ec, true)) << ec.message();
+    EXPECT_EQ(p.server.try_read(buf, ec, true), after.size());
+}
+
+// Over plain TCP (and the rdma provider) there is no try_read().
+TEST(SdpStream, TryReadIsTheSoftProvidersOnly) {
+    sdp::Acceptor acc;
+    sdp::AcceptorOptions ao;
+    ao.stream = opts();
+    ASSERT_FALSE(acc.open(*pm::Endpoint::parse("127.0.0.1:0"), ao));
+    sdp::Stream s;
+    std::vector<std::uint8_t> buf(16);
+    std::error_code ec;
+    EXPECT_EQ(s.try_read(buf, ec), 0u);
+    EXPECT_EQ(ec, std::errc::not_connected);
+    ASSERT_FALSE(s.connect_tcp(acc.local_endpoint(), opts()));
+    EXPECT_EQ(s.try_read(buf, ec), 0u);
+    EXPECT_EQ(ec, std::errc::operation_not_supported);
+    EXPECT_FALSE(s.wait_readable(ec));
+    EXPECT_EQ(ec, std::errc::operation_not_supported);
+}
+
 // A write the mechanism would measure or send by zero copy must wait for
 // the peer: try_write refuses it rather than block.
 TEST(SdpStream, TryWriteRefusesWritesThatZeroCopyWouldWaitFor) {
