@@ -677,21 +677,28 @@ bool SoftChannel::lock_briefly(std::unique_lock<std::mutex>& lk) {
 
 std::size_t SoftChannel::try_read(std::span<std::uint8_t> out, std::error_code& ec,
                                   bool stop_at_urgent) {
+    ec.clear();
+    if (out.empty()) {
+        return 0;
+    }
     ec = std::make_error_code(std::errc::resource_unavailable_try_again);
     std::unique_lock lk(mu_, std::defer_lock);
-    if (out.empty() || !lock_briefly(lk)) {
+    if (!lock_briefly(lk)) {
         return 0;
     }
     auto& c = core_.sdp();
     if (c.readable() == 0) {
         refresh_locked();
     }
-    if (c.readable() == 0 || (stop_at_urgent && c.at_urgent())) {
-        return 0;
+    std::optional<std::size_t> n;
+    if (c.readable() > 0 && !(stop_at_urgent && c.at_urgent())) {
+        std::error_code rec;
+        n = core_.read(out, rec, stop_at_urgent);
     }
-    std::error_code rec;
-    const auto n = core_.read(out, rec, stop_at_urgent);
-    if (!n || *n == 0 || rec) {
+    if (!n || *n == 0) {
+        // What the refresh left queued (an answer, a SuspCommAck and the
+        // reconnect after it, 13.1.1) is the helper's, as after read_some.
+        kick_helper();
         return 0;
     }
     ec.clear();
@@ -707,6 +714,7 @@ bool SoftChannel::wait_readable(std::error_code& ec, bool stop_at_urgent) {
         ec = std::make_error_code(std::errc::timed_out);
         return false;
     }
+    kick_helper();  // sends queued meanwhile go on while the caller is away
     const auto& c = core_.sdp();
     return c.readable() > 0 && !(stop_at_urgent && c.at_urgent());
 }

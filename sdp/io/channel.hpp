@@ -152,17 +152,19 @@ class SoftChannel {
     std::size_t read_some(std::span<std::uint8_t> out, std::error_code& ec,
                           bool stop_at_urgent = false, bool may_lend = true);
     // Non-blocking read (sdp::Stream::try_read): the Bcopy data received
-    // now, after taking what the socket holds (unless another thread polls
-    // it), up to the out-of-band mark. Nothing there (no data, end of
-    // stream, an error, a zero-copy advertisement, the urgent byte at the
-    // read position with stop_at_urgent, the channel busy for long): 0 with
-    // resource_unavailable_try_again; read_some() reports the rest.
+    // now (when none is queued, after taking what the socket holds, unless
+    // another thread polls it), up to the out-of-band mark. Nothing there
+    // (no data, end of stream, an error, a zero-copy advertisement, the
+    // urgent byte at the read position with stop_at_urgent, the channel
+    // busy for long): 0 with resource_unavailable_try_again; read_some()
+    // reports the rest. An empty `out`: 0, no error.
     std::size_t try_read(std::span<std::uint8_t> out, std::error_code& ec,
                          bool stop_at_urgent = false);
-    // Blocks (bounded by io_timeout: false with timed_out) until read_some()
-    // would return at once. True when that is because data can be read
-    // (try_read() takes it); false for the rest (end of stream, an error,
-    // a zero-copy advertisement, the urgent byte with stop_at_urgent).
+    // Blocks (bounded by io_timeout: false with timed_out) until data can be
+    // read (true: try_read() takes it) or read_some() has something else
+    // to do (false: end of stream, an error, the urgent byte with
+    // stop_at_urgent, or a zero-copy advertisement, which read_some() then
+    // serves by RDMA Read or answers with SendSm).
     bool wait_readable(std::error_code& ec, bool stop_at_urgent = false);
     // Out-of-band data (9.5.3), as sdp::Stream's calls of the same names.
     // The queries first take what the socket holds (unless another thread

@@ -265,20 +265,25 @@ class Stream {
     // the errors of write().
     std::size_t try_write(std::span<const std::uint8_t> buf, std::error_code& ec);
     static constexpr std::size_t kTryWriteWhole = 64 * 1024;  // (see try_write)
-    // Non-blocking read: the bytes received now (up to the out-of-band
-    // mark; never an urgent byte: with stop_at_urgent nothing is read when
-    // it stands at the read position), without waiting. Nothing to read
-    // now, whatever the reason (end of stream and errors included: the
-    // next read_some() reports them): 0 with resource_unavailable_try_again.
-    // SDP over the soft provider only; else 0 with operation_not_supported.
-    // Never lends the buffer (zero copy).
+    // Non-blocking read: the bytes received now, up to the out-of-band mark
+    // (the urgent byte itself only with oob_inline; with stop_at_urgent
+    // nothing is read while an urgent byte stands at the read position),
+    // without waiting. Nothing to read now, whatever the reason (end of
+    // stream and errors included: the next read_some() reports them): 0
+    // with resource_unavailable_try_again. An empty `buf`: 0, no error.
+    // SDP over the soft provider only; else 0 with operation_not_supported
+    // (not_connected without a stream). Never lends the buffer (zero copy).
+    // Meant to follow wait_readable() (or a poll of native_handle() and
+    // pump()): a loop of try_read() alone keeps the thread that polls the
+    // socket from the lock.
     std::size_t try_read(std::span<std::uint8_t> buf, std::error_code& ec,
                          bool stop_at_urgent = false);
-    // Blocks until read_some() would return at once, without reading
-    // (bounded by io_timeout: timed_out). True when data is there for
-    // try_read(); false when read_some() would return something else (end
-    // of stream, an error, the urgent byte with stop_at_urgent, a zero-copy
-    // transfer). Soft provider only, as try_read().
+    // Blocks, without reading, until data is there for try_read() (true)
+    // or read_some() has something else to do (false: end of stream, an
+    // error, the urgent byte with stop_at_urgent, or a zero-copy
+    // advertisement, which read_some() serves by RDMA Read or answers with
+    // SendSm). Bounded by io_timeout (timed_out). Soft provider only, as
+    // try_read().
     bool wait_readable(std::error_code& ec, bool stop_at_urgent = false);
     // True when every byte written before has been sent and the peer has
     // acknowledged every SDP message (MSeqAck, 6.1.6): a small write now

@@ -86,9 +86,13 @@ class CheckingQp : public e::QueuePair {
     void invalidate_region(std::uint32_t stag) override { live_.erase(stag); }
     void post_rdma_write(std::span<const std::uint8_t> d, std::uint32_t stag,
                          std::uint64_t to) override {
-        // Only into a SinkAvail the peer sent (9.3 step 2), within it. Every
-        // SinkAvail the input sent counts: a later one with the same STag may
-        // be stale (9.5.1 step 4) and leave the engine on the earlier one.
+        // Only into a SinkAvail the peer sent and the engine took (9.3 step
+        // 2), within it. Every one taken counts: a later one with the same
+        // STag may be stale (9.5.1 step 4) and leave the engine on the
+        // earlier one. (The write may come inside the on_recv of the
+        // SinkAvail itself.)
+        if (stats_ != nullptr)
+            taken(*stats_);
         const auto [first, last] = advertised_.equal_range(stag);
         const bool within = std::any_of(first, last, [&](const auto& a) {
             const auto [va, len] = a.second;
@@ -97,12 +101,14 @@ class CheckingQp : public e::QueuePair {
         if (!rdma_ || closed_ || quiet_ || !within)
             std::abort();
     }
-    // A message the input delivers: its SinkAvail, if any, is a target.
+    // A message the input delivers: its SinkAvail, if any, is a target once
+    // the engine took it (taken(), after on_recv).
     void saw(std::span<const std::uint8_t> m) {
+        seen_.reset();
         auto r = w::decode(m);
         if (const auto* msg = std::get_if<w::Message>(&r)) {
             if (const auto* sa = std::get_if<w::SinkAvail>(&msg->body))
-                advertised_.emplace(sa->stag, std::pair{sa->va, sa->len});
+                seen_ = std::pair{sa->stag, std::pair{sa->va, sa->len}};
             // 10.6: a ChRcvBufAck answering the engine's request for larger
             // buffers lets it send up to the granted size from then on. (An
             // upper bound: the engine may still refuse the answer.)
@@ -111,9 +117,18 @@ class CheckingQp : public e::QueuePair {
                 peer_size_ = a->act_sz;
         }
     }
+    // After on_recv: the engine counted a SinkAvail taken (not stale, not
+    // refused): the one just seen.
+    void taken(const e::Stats& st) {
+        if (seen_ && st.sink_avail_received != sinks_taken_)
+            advertised_.insert(*seen_);
+        sinks_taken_ = st.sink_avail_received;
+        seen_.reset();
+    }
     [[nodiscard]] bool live(std::uint32_t stag) const { return live_.count(stag) != 0; }
     bool rdma_ = false;
     std::uint32_t sink_stag_ = 0;
+    const e::Stats* stats_ = nullptr;  // the engine's, for taken()
     void disconnect(bool graceful) override {
         if (!graceful)
             closed_ = true;
@@ -124,6 +139,8 @@ class CheckingQp : public e::QueuePair {
     std::uint32_t next_stag_ = 0;
     std::set<std::uint32_t> live_;
     std::multimap<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> advertised_;
+    std::optional<std::pair<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>>> seen_;
+    std::uint64_t sinks_taken_ = 0;
     bool first_ = true;
     std::uint32_t peer_size_ = kPeerRecvSize;  // the input's receive buffers
     bool asked_larger_ = false;                // the engine's last ChRcvBuf
@@ -150,6 +167,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::vector<std::uint8_t> sink(16384);
     const std::vector<std::uint8_t> source(16384, 0x5A);
     e::Connection c(e::Role::accepting, cfg, qp);
+    qp.stats_ = &c.stats();
     w::Message hello;
     hello.bufs = 5;
     hello.body = w::Hello{.major = 1,
@@ -205,6 +223,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             case 0:  // raw bytes as one incoming Send
                 qp.saw(arg);
                 c.on_recv(arg, false);
+                qp.taken(c.stats());
                 break;
             case 1: {  // a well-formed BSDH around the bytes: MID, flags, bufs from arg
                 std::vector<std::uint8_t> m;
@@ -224,6 +243,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 ++mseq;
                 qp.saw(m);
                 c.on_recv(m, false);
+                qp.taken(c.stats());
                 break;
             }
             case 2:

@@ -232,7 +232,8 @@ preload() {
 # $work/NAME.json), each on a fresh port; fails the test if either fails.
 tcp_then_sdp() {
   port=$(pick_port)
-  "$py" "$2" 127.0.0.1 "$port" > "$work/tcp.txt" 2>&1 || die "over TCP: $(cat "$work/tcp.txt")"
+  timeout 60 "$py" "$2" 127.0.0.1 "$port" > "$work/tcp.txt" 2> "$work/tcp.err" \
+    || die "over TCP: $(cat "$work/tcp.txt" "$work/tcp.err")"
   port=$(pick_port)
   preload "$1" "$py" "$2" 127.0.0.1 "$port" > "$work/sdp.txt" 2> "$work/sdp.err" \
     || die "over SDP: $(cat "$work/sdp.txt" "$work/sdp.err")"

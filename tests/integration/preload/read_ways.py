@@ -102,7 +102,7 @@ class Reader:
 def main():
     host, port = sys.argv[1], int(sys.argv[2])
     srv = socket.create_server((host, port), backlog=2)
-    total = 24 << 20
+    total = 8 << 20  # more than one round of the writer's sizes (4.3 MiB)
     data = pattern(total)
     sizes = [1, 70000, 1500, 1 << 20, 7, 65536, 3 << 20, 100, 2048, 4096, 33]
 
@@ -111,7 +111,8 @@ def main():
             c, _ = srv.accept()
             writer(c, data, sizes)
 
-    t = threading.Thread(target=serve, args=(2,))
+    # A daemon: a failed check must end the process, not wait for it.
+    t = threading.Thread(target=serve, args=(2,), daemon=True)
     t.start()
     ways = [("read", 65536), ("recv", 1 << 20), ("recv_into", 200000), ("recvfrom", 65536),
             ("recvmsg", 65536), ("recvmsg_anc", 65536), ("recvmsg_into", 100000),
@@ -129,7 +130,9 @@ def main():
     if bytes(small.got) != data:
         raise SystemExit(f"300-byte reads: {len(small.got)} of {total} bytes, not the same")
     print(f"300-byte reads: {total} bytes intact")
-    t.join()
+    t.join(30)
+    if t.is_alive():
+        raise SystemExit("the writer did not finish")
 
 
 if __name__ == "__main__":
