@@ -1781,8 +1781,13 @@ void Connection::ack_resize_if_due() {
 }
 
 bool Connection::on_ch_rcv_buf_ack(const w::ChRcvBufAck& v) {
-    if (!asked_) {
-        ++stats_.ignored;  // nothing of ours waits for it (as SinkCancelAck)
+    // Nothing of ours waits for it (as SinkCancelAck): no request, or ours
+    // still queued (waiting for credit), which the peer cannot have seen.
+    const bool unsent = std::any_of(control_.begin(), control_.end(), [](const Control& c) {
+        return std::holds_alternative<w::ChRcvBuf>(c.body);
+    });
+    if (!asked_ || unsent) {
+        ++stats_.ignored;
         return true;
     }
     const std::uint32_t asked = *asked_;
