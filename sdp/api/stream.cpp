@@ -717,23 +717,29 @@ bool Stream::at_mark() const {
     return impl_ && impl_->on_path([](auto& p) { return p.at_mark(); });
 }
 
+namespace {
+
+// The soft provider's channel of a stream, or nullptr with why not: the
+// calls only it offers (try_read, wait_readable).
+io::SoftChannel* soft_only(Stream::Impl* im, std::error_code& ec) {
+    if (im && im->sdp) {
+        return im->sdp.get();
+    }
+    ec = std::make_error_code(im ? std::errc::operation_not_supported : std::errc::not_connected);
+    return nullptr;
+}
+
+}  // namespace
+
 std::size_t Stream::try_read(std::span<std::uint8_t> buf, std::error_code& ec,
                              bool stop_at_urgent) {
-    if (!impl_ || !impl_->sdp) {
-        ec = std::make_error_code(impl_ ? std::errc::operation_not_supported
-                                        : std::errc::not_connected);
-        return 0;
-    }
-    return impl_->sdp->try_read(buf, ec, stop_at_urgent);
+    auto* ch = soft_only(impl_.get(), ec);
+    return ch ? ch->try_read(buf, ec, stop_at_urgent) : 0;
 }
 
 bool Stream::wait_readable(std::error_code& ec, bool stop_at_urgent) {
-    if (!impl_ || !impl_->sdp) {
-        ec = std::make_error_code(impl_ ? std::errc::operation_not_supported
-                                        : std::errc::not_connected);
-        return false;
-    }
-    return impl_->sdp->wait_readable(ec, stop_at_urgent);
+    auto* ch = soft_only(impl_.get(), ec);
+    return ch && ch->wait_readable(ec, stop_at_urgent);
 }
 
 bool Stream::send_idle() const {

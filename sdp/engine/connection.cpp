@@ -1441,6 +1441,8 @@ bool Connection::send(w::Body body, std::uint8_t flags, std::vector<std::uint8_t
     }
     if (std::holds_alternative<w::ModeChange>(m.body))
         ++stats_.mode_changes_sent;
+    else if (std::holds_alternative<w::ChRcvBuf>(m.body))
+        ++stats_.ch_rcv_buf_sent;
     ++next_mseq_;
     ++sent_after_setup_;
     last_adv_bufs_ = m.bufs;
@@ -1722,10 +1724,14 @@ bool Connection::on_ch_rcv_buf(const w::ChRcvBuf& v) {
         // or its ChRcvBufAck would have come first). The Accepting Peer
         // disregards the Connecting Peer's; the Connecting Peer answers and
         // takes its own as disregarded (it may ask again later: the MAY).
+        // Ours still queued (waiting for credit) is withdrawn: the peer never
+        // saw it, and sent after our answer it would be a stale request.
         if (role_ == Role::accepting) {
             ++stats_.ch_rcv_buf_disregarded;
             return true;
         }
+        std::erase_if(control_,
+                      [](const Control& c) { return std::holds_alternative<w::ChRcvBuf>(c.body); });
         peer_recv_size_ = asked_from_;  // the peer's buffers did not change
         asked_.reset();
     }
@@ -1831,7 +1837,6 @@ bool Connection::ask_peer_resize(std::uint32_t size) {
     asked_ = size;
     asked_from_ = peer_recv_size_;
     control_.push_back(Control{w::ChRcvBuf{size}});
-    ++stats_.ch_rcv_buf_sent;
     // 10.6: smaller at once (nothing of ours goes before the ChRcvBuf:
     // control messages go first); larger only from the ChRcvBufAck on.
     if (!increase)

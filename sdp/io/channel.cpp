@@ -686,12 +686,11 @@ std::size_t SoftChannel::try_read(std::span<std::uint8_t> out, std::error_code& 
     if (!lock_briefly(lk)) {
         return 0;
     }
-    auto& c = core_.sdp();
-    if (c.readable() == 0) {
+    if (core_.sdp().readable() == 0) {
         refresh_locked();
     }
     std::optional<std::size_t> n;
-    if (c.readable() > 0 && !(stop_at_urgent && c.at_urgent())) {
+    if (core_.data_ready(stop_at_urgent)) {
         std::error_code rec;
         n = core_.read(out, rec, stop_at_urgent);
     }
@@ -715,8 +714,7 @@ bool SoftChannel::wait_readable(std::error_code& ec, bool stop_at_urgent) {
         return false;
     }
     kick_helper();  // sends queued meanwhile go on while the caller is away
-    const auto& c = core_.sdp();
-    return c.readable() > 0 && !(stop_at_urgent && c.at_urgent());
+    return core_.data_ready(stop_at_urgent);
 }
 
 bool SoftChannel::send_idle() {

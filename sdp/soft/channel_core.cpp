@@ -242,6 +242,11 @@ bool ChannelCore::read_ready(bool stop_at_urgent) const {
             (c.state() != engine::State::established && c.state() != engine::State::connecting));
 }
 
+bool ChannelCore::data_ready(bool stop_at_urgent) const {
+    const auto& c = s_.sdp();
+    return c.readable() > 0 && !(stop_at_urgent && c.at_urgent());
+}
+
 std::optional<std::size_t> ChannelCore::read(std::span<std::uint8_t> out, std::error_code& ec,
                                              bool stop_at_urgent) {
     ec.clear();

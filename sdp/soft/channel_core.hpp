@@ -114,6 +114,9 @@ class ChannelCore {
     // urgent byte not yet read with read_oob() (read() then fails with
     // interrupted, as a recv(2) interrupted by SIGURG).
     [[nodiscard]] bool read_ready(bool stop_at_urgent = false) const;
+    // Bcopy data a read takes now: some is received, and it does not start
+    // with the urgent byte when the read stops there (stop_at_urgent).
+    [[nodiscard]] bool data_ready(bool stop_at_urgent) const;
     // A reader waits with nothing queued: lend its buffer so Data payloads
     // land straight in it (SoftSession::begin_landing); false: not lent.
     bool begin_landing(std::span<std::uint8_t> zone);

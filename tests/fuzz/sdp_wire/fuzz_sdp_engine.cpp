@@ -91,8 +91,7 @@ class CheckingQp : public e::QueuePair {
         // STag may be stale (9.5.1 step 4) and leave the engine on the
         // earlier one. (The write may come inside the on_recv of the
         // SinkAvail itself.)
-        if (stats_ != nullptr)
-            taken(*stats_);
+        commit_taken();
         const auto [first, last] = advertised_.equal_range(stag);
         const bool within = std::any_of(first, last, [&](const auto& a) {
             const auto [va, len] = a.second;
@@ -101,10 +100,10 @@ class CheckingQp : public e::QueuePair {
         if (!rdma_ || closed_ || quiet_ || !within)
             std::abort();
     }
-    // A message the input delivers: its SinkAvail, if any, is a target once
-    // the engine took it (taken(), after on_recv).
+    // A message the input delivers, before on_recv: its SinkAvail, if any,
+    // is a target once the engine took it (commit_taken()).
     void saw(std::span<const std::uint8_t> m) {
-        seen_.reset();
+        commit_taken();  // the previous message's
         auto r = w::decode(m);
         if (const auto* msg = std::get_if<w::Message>(&r)) {
             if (const auto* sa = std::get_if<w::SinkAvail>(&msg->body))
@@ -117,18 +116,10 @@ class CheckingQp : public e::QueuePair {
                 peer_size_ = a->act_sz;
         }
     }
-    // After on_recv: the engine counted a SinkAvail taken (not stale, not
-    // refused): the one just seen.
-    void taken(const e::Stats& st) {
-        if (seen_ && st.sink_avail_received != sinks_taken_)
-            advertised_.insert(*seen_);
-        sinks_taken_ = st.sink_avail_received;
-        seen_.reset();
-    }
     [[nodiscard]] bool live(std::uint32_t stag) const { return live_.count(stag) != 0; }
     bool rdma_ = false;
     std::uint32_t sink_stag_ = 0;
-    const e::Stats* stats_ = nullptr;  // the engine's, for taken()
+    const e::Stats* stats_ = nullptr;  // the engine's, for commit_taken()
     void disconnect(bool graceful) override {
         if (!graceful)
             closed_ = true;
@@ -136,6 +127,16 @@ class CheckingQp : public e::QueuePair {
     std::uint64_t posted_ = 0;
 
   private:
+    // Once the engine counted a SinkAvail taken (not stale, not refused),
+    // the one last seen is a write target.
+    void commit_taken() {
+        if (stats_ == nullptr)
+            return;
+        if (seen_ && stats_->sink_avail_received != sinks_taken_)
+            advertised_.insert(*seen_);
+        sinks_taken_ = stats_->sink_avail_received;
+        seen_.reset();
+    }
     std::uint32_t next_stag_ = 0;
     std::set<std::uint32_t> live_;
     std::multimap<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> advertised_;
@@ -223,7 +224,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             case 0:  // raw bytes as one incoming Send
                 qp.saw(arg);
                 c.on_recv(arg, false);
-                qp.taken(c.stats());
                 break;
             case 1: {  // a well-formed BSDH around the bytes: MID, flags, bufs from arg
                 std::vector<std::uint8_t> m;
@@ -243,7 +243,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 ++mseq;
                 qp.saw(m);
                 c.on_recv(m, false);
-                qp.taken(c.stats());
                 break;
             }
             case 2:
