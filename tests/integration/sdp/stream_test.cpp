@@ -734,6 +734,42 @@ TEST(SdpStream, TryReadIsTheSoftProvidersOnly) {
     EXPECT_EQ(ec, std::errc::operation_not_supported);
 }
 
+// send_idle(): false from a write until the peer's next message
+// acknowledges it (its MSeqAck); over TCP always true. The engine's rule
+// is unit-tested; this is the stream's view of it, through the helper
+// thread that receives the acknowledgement.
+TEST(SdpStream, SendIdleUntilThePeerAcknowledges) {
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    const auto idle_soon = [](sdp::Stream& s) {
+        for (int i = 0; i < 5000; ++i) {
+            if (s.send_idle()) {
+                return true;
+            }
+            std::this_thread::sleep_for(1ms);
+        }
+        return false;
+    };
+    EXPECT_TRUE(idle_soon(p.client)) << "nothing written yet";
+    std::error_code ec;
+    const std::uint8_t one = 0x5a;
+    p.client.write(std::span(&one, 1), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_FALSE(p.client.send_idle()) << "the server has sent nothing since";
+    std::uint8_t got = 0;
+    ASSERT_EQ(p.server.read(std::span(&got, 1), ec), 1u) << ec.message();
+    EXPECT_EQ(got, one);
+    EXPECT_FALSE(p.client.send_idle()) << "a read alone sends no message here";
+    p.server.write(std::span(&one, 1), ec);  // carries the MSeqAck
+    ASSERT_FALSE(ec) << ec.message();
+    ASSERT_EQ(p.client.read(std::span(&got, 1), ec), 1u) << ec.message();
+    EXPECT_TRUE(idle_soon(p.client));
+
+    sdp::Stream tcp;
+    ASSERT_FALSE(tcp.connect_tcp(p.acc.local_endpoint(), opts()));
+    EXPECT_TRUE(tcp.send_idle());
+}
+
 // A write the mechanism would measure or send by zero copy must wait for
 // the peer: try_write refuses it rather than block.
 TEST(SdpStream, TryWriteRefusesWritesThatZeroCopyWouldWaitFor) {
