@@ -1720,18 +1720,21 @@ std::uint32_t Connection::announced_recv_size() const {
 bool Connection::on_ch_rcv_buf(const w::ChRcvBuf& v) {
     ++stats_.ch_rcv_buf_received;
     if (asked_) {
+        // Ours still queued (waiting for credit) is withdrawn, in either
+        // role: the peer never saw it, so this is no concurrent request.
+        // (Sent ahead of our answer it would only be disregarded, and for a
+        // decrease our messages already went back to the old size.)
+        const bool unsent = std::erase_if(control_, [](const Control& c) {
+                                return std::holds_alternative<w::ChRcvBuf>(c.body);
+                            }) > 0;
         // 10.6.1: both asked at once (the peer sent this before it saw ours,
         // or its ChRcvBufAck would have come first). The Accepting Peer
         // disregards the Connecting Peer's; the Connecting Peer answers and
         // takes its own as disregarded (it may ask again later: the MAY).
-        // Ours still queued (waiting for credit) is withdrawn: the peer never
-        // saw it, and sent after our answer it would be a stale request.
-        if (role_ == Role::accepting) {
+        if (!unsent && role_ == Role::accepting) {
             ++stats_.ch_rcv_buf_disregarded;
             return true;
         }
-        std::erase_if(control_,
-                      [](const Control& c) { return std::holds_alternative<w::ChRcvBuf>(c.body); });
         peer_recv_size_ = asked_from_;  // the peer's buffers did not change
         asked_.reset();
     }

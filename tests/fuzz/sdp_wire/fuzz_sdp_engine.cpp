@@ -130,8 +130,6 @@ class CheckingQp : public e::QueuePair {
     // Once the engine counted a SinkAvail taken (not stale, not refused),
     // the one last seen is a write target.
     void commit_taken() {
-        if (stats_ == nullptr)
-            return;
         if (seen_ && stats_->sink_avail_received != sinks_taken_)
             advertised_.insert(*seen_);
         sinks_taken_ = stats_->sink_avail_received;

@@ -155,44 +155,50 @@ TEST(SdpEngineResize, Section10_6_1ConcurrentRequests) {
     EXPECT_TRUE(p.faults.empty()) << (p.faults.empty() ? "" : p.faults.front());
 }
 
-// 10.6.1, the Connecting Peer's request never sent: a's ChRcvBuf waits for
-// credit when the peer's comes. a answers the peer's and withdraws its own,
-// which the peer never saw: nothing stale goes out after the answer, and
-// a's decrease is undone (the peer's buffers did not change). The peer is
-// scripted here: its Bufs hold a's credit at 0.
+// 10.6.1, a request never sent: x's ChRcvBuf waits for credit when the
+// peer's comes. Not sent is not concurrent: x answers the peer's, in either
+// role, and withdraws its own (nothing withdrawn goes out; x's decrease is
+// undone, the peer's buffers did not change). The peer is scripted: its
+// Bufs hold x's credit at 0.
 TEST(SdpEngineResize, Section10_6_1QueuedRequestWithdrawn) {
-    Pair p(sized(16384), sized(16384));
-    p.qa.resizable = true;
-    ASSERT_EQ(p.handshake(), e::Error::none);
-    auto to_a = [&](w::Body body, std::uint16_t bufs) {
-        w::Message m;
-        m.bufs = bufs;
-        m.mseq = p.a.last_received_mseq() + 1;
-        m.mseq_ack = p.a.next_mseq() - 1;
-        m.body = std::move(body);
-        p.a.on_recv(w::encode(m), false);
-    };
-    to_a(w::Data{}, 0);
-    ASSERT_EQ(p.a.send_credits(), 0u);
-    const std::size_t sent_before = p.qa.sent_log.size();
-    ASSERT_TRUE(p.a.request_peer_recv_size(4096));
-    EXPECT_EQ(p.a.peer_recv_size(), 4096u) << "smaller at once";
-    to_a(w::ChRcvBuf{8192}, 0);
-    EXPECT_EQ(p.qa.sent_log.size(), sent_before) << "no credit yet";
-    EXPECT_FALSE(p.a.peer_resize_pending()) << "withdrawn";
-    EXPECT_EQ(p.a.peer_recv_size(), 16384u) << "the peer's buffers did not change";
-    EXPECT_EQ(p.a.local_recv_size(), 8192u);
-    to_a(w::Data{}, 4);  // credit: a answers
-    EXPECT_TRUE(sent_with(p.qa.sent_log, w::Mid::ch_rcv_buf).empty()) << "nothing stale";
-    const auto acks = sent_with(p.qa.sent_log, w::Mid::ch_rcv_buf_ack);
-    ASSERT_EQ(acks.size(), 1u);
-    EXPECT_EQ(std::get<w::ChRcvBufAck>(decoded(acks[0]).body).act_sz, 8192u);
-    EXPECT_EQ(p.a.stats().ch_rcv_buf_sent, 0u);
-    // a may ask again, and this one goes.
-    ASSERT_TRUE(p.a.request_peer_recv_size(4096));
-    EXPECT_EQ(sent_with(p.qa.sent_log, w::Mid::ch_rcv_buf).size(), 1u);
-    EXPECT_EQ(p.a.stats().ch_rcv_buf_sent, 1u);
-    EXPECT_EQ(p.a.error(), e::Error::none);
+    for (const bool accepting : {false, true}) {
+        SCOPED_TRACE(accepting ? "the Accepting Peer's" : "the Connecting Peer's");
+        Pair p(sized(16384), sized(16384));
+        p.qa.resizable = p.qb.resizable = true;
+        ASSERT_EQ(p.handshake(), e::Error::none);
+        e::Connection& x = accepting ? p.b : p.a;
+        const std::vector<Packet>& log = accepting ? p.qb.sent_log : p.qa.sent_log;
+        auto to_x = [&](w::Body body, std::uint16_t bufs) {
+            w::Message m;
+            m.bufs = bufs;
+            m.mseq = x.last_received_mseq() + 1;
+            m.mseq_ack = x.next_mseq() - 1;
+            m.body = std::move(body);
+            x.on_recv(w::encode(m), false);
+        };
+        to_x(w::Data{}, 0);
+        ASSERT_EQ(x.send_credits(), 0u);
+        const std::size_t sent_before = log.size();
+        ASSERT_TRUE(x.request_peer_recv_size(4096));
+        EXPECT_EQ(x.peer_recv_size(), 4096u) << "smaller at once";
+        to_x(w::ChRcvBuf{8192}, 0);
+        EXPECT_EQ(log.size(), sent_before) << "no credit yet";
+        EXPECT_FALSE(x.peer_resize_pending()) << "withdrawn";
+        EXPECT_EQ(x.peer_recv_size(), 16384u) << "the peer's buffers did not change";
+        EXPECT_EQ(x.local_recv_size(), 8192u);
+        EXPECT_EQ(x.stats().ch_rcv_buf_disregarded, 0u);
+        to_x(w::Data{}, 4);  // credit: x answers
+        EXPECT_TRUE(sent_with(log, w::Mid::ch_rcv_buf).empty()) << "nothing withdrawn goes out";
+        const auto acks = sent_with(log, w::Mid::ch_rcv_buf_ack);
+        ASSERT_EQ(acks.size(), 1u);
+        EXPECT_EQ(std::get<w::ChRcvBufAck>(decoded(acks[0]).body).act_sz, 8192u);
+        EXPECT_EQ(x.stats().ch_rcv_buf_sent, 0u);
+        // x may ask again, and this one goes.
+        ASSERT_TRUE(x.request_peer_recv_size(4096));
+        EXPECT_EQ(sent_with(log, w::Mid::ch_rcv_buf).size(), 1u);
+        EXPECT_EQ(x.stats().ch_rcv_buf_sent, 1u);
+        EXPECT_EQ(x.error(), e::Error::none);
+    }
 }
 
 // By default (max_recv_buf_size 0) buffers never grow beyond their
@@ -248,6 +254,7 @@ TEST(SdpEngineResize, Section10_6DataSourceAsksForLargerBuffersUnderLoad) {
     ASSERT_EQ(p.a.write(pattern(1000, 6)), 1000u);
     p.run();
     EXPECT_EQ(p.a.stats().ch_rcv_buf_sent, 0u) << "no backlog, no request";
+    EXPECT_FALSE(p.a.peer_resize_pending());
     Bytes got;
     drain(p.b, got);
     const Bytes data = pattern(1 << 20, 7);
