@@ -1722,8 +1722,10 @@ bool Connection::on_ch_rcv_buf(const w::ChRcvBuf& v) {
     if (asked_) {
         // Ours still queued (waiting for credit) is withdrawn, in either
         // role: the peer never saw it, so this is no concurrent request.
-        // (Sent ahead of our answer it would only be disregarded, and for a
-        // decrease our messages already went back to the old size.)
+        // Sent ahead of our answer, an Accepting Peer would disregard it;
+        // a Connecting Peer would answer it and drop its own request, whose
+        // answer is ours, and its view of our buffers would no longer
+        // match them.
         const bool unsent = std::erase_if(control_, [](const Control& c) {
                                 return std::holds_alternative<w::ChRcvBuf>(c.body);
                             }) > 0;

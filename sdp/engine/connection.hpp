@@ -403,7 +403,10 @@ class Connection {
     // on; larger: from the peer's ChRcvBufAck on (peer_recv_size()). False,
     // nothing sent: not established, duplicating, after shutdown_write(),
     // one unacknowledged already, the current size, outside 37..2^31, or a
-    // change the peer refused before in that direction.
+    // change the peer refused before in that direction. A request still
+    // waiting for credit when the peer's ChRcvBuf comes is withdrawn
+    // (10.6.1): peer_recv_size() goes back, peer_resize_pending() is false,
+    // and the caller may ask again.
     bool request_peer_recv_size(std::uint32_t size);
     [[nodiscard]] bool peer_resize_pending() const { return asked_.has_value(); }
 

@@ -735,9 +735,9 @@ TEST(SdpStream, TryReadIsTheSoftProvidersOnly) {
 }
 
 // send_idle(): false from a write until the peer's next message
-// acknowledges it (its MSeqAck); over TCP always true. The engine's rule
-// is unit-tested; this is the stream's view of it, through the helper
-// thread that receives the acknowledgement.
+// acknowledges it (its MSeqAck) and a call of ours takes that message in;
+// over TCP always true. The engine's rule is unit-tested; this is the
+// stream's view of it.
 TEST(SdpStream, SendIdleUntilThePeerAcknowledges) {
     Pair p;
     ASSERT_NO_FATAL_FAILURE(make_pair(p));
@@ -759,15 +759,22 @@ TEST(SdpStream, SendIdleUntilThePeerAcknowledges) {
     std::uint8_t got = 0;
     ASSERT_EQ(p.server.read(std::span(&got, 1), ec), 1u) << ec.message();
     EXPECT_EQ(got, one);
-    EXPECT_FALSE(p.client.send_idle()) << "a read alone sends no message here";
+    // Whatever the server sent by now, the client takes in (urgent_pending()
+    // reads the socket): a read alone sends no message here.
+    std::this_thread::sleep_for(20ms);
+    (void)p.client.urgent_pending();
+    EXPECT_FALSE(p.client.send_idle()) << "the server's read sent a message";
     p.server.write(std::span(&one, 1), ec);  // carries the MSeqAck
     ASSERT_FALSE(ec) << ec.message();
     ASSERT_EQ(p.client.read(std::span(&got, 1), ec), 1u) << ec.message();
     EXPECT_TRUE(idle_soon(p.client));
 
     sdp::Stream tcp;
+    EXPECT_FALSE(tcp.send_idle()) << "not connected";
     ASSERT_FALSE(tcp.connect_tcp(p.acc.local_endpoint(), opts()));
-    EXPECT_TRUE(tcp.send_idle());
+    tcp.write(std::span(&one, 1), ec);  // (waits in the acceptor's backlog)
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_TRUE(tcp.send_idle()) << "TCP: always";
 }
 
 // A write the mechanism would measure or send by zero copy must wait for
