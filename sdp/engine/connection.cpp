@@ -1723,9 +1723,9 @@ bool Connection::on_ch_rcv_buf(const w::ChRcvBuf& v) {
         // Ours still queued (waiting for credit) is withdrawn, in either
         // role: the peer never saw it, so this is no concurrent request.
         // Sent ahead of our answer, an Accepting Peer would disregard it;
-        // a Connecting Peer would answer it and drop its own request, whose
-        // answer is ours, and its view of our buffers would no longer
-        // match them.
+        // a Connecting Peer would answer it and give up its own request,
+        // so it would ignore our ChRcvBufAck and its view of our buffers
+        // would no longer match them.
         const bool unsent = std::erase_if(control_, [](const Control& c) {
                                 return std::holds_alternative<w::ChRcvBuf>(c.body);
                             }) > 0;

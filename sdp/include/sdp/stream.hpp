@@ -291,11 +291,16 @@ class Stream {
     // its own (the preload library's socketpair) gives writes that follow
     // each other closely to that buffer while this is false, so they go
     // out gathered in large messages, as Nagle's algorithm gathers them on
-    // TCP. As far as the stream has seen: it reads no input itself, so an
-    // acknowledgement still in the socket counts from the next call that
-    // takes input in (a read, pump(), urgent_pending()). False while
-    // another thread is inside the stream, and when not connected; always
-    // true over TCP (the kernel's Nagle decides there).
+    // TCP. As far as the stream has seen: send_idle() takes no input in.
+    // On the soft provider a peer's acknowledgement counts once a call
+    // takes the socket's input in (a read, including one blocked in
+    // another thread, wait_readable(), a write that waits, pump(),
+    // urgent_pending(), at_mark(), read_oob()) or the helper thread does
+    // while sends are queued; on the rdma provider the progress thread
+    // takes it in without a call. False while another thread (the rdma
+    // provider's progress thread included) is inside the stream, and when
+    // not connected; always true over TCP (the kernel's Nagle decides
+    // there).
     bool send_idle() const;
     // A request/reply exchange (9.4, Transactions): writes `request`, then
     // reads some bytes of the reply into `reply`, as write() followed by

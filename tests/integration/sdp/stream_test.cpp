@@ -735,12 +735,14 @@ TEST(SdpStream, TryReadIsTheSoftProvidersOnly) {
 }
 
 // send_idle(): false from a write until the peer's next message
-// acknowledges it (its MSeqAck) and a call of ours takes that message in;
-// over TCP always true. The engine's rule is unit-tested; this is the
+// acknowledges it (its MSeqAck) and a call of ours takes that message in
+// (soft provider); over TCP always true. The engine's rule is unit-tested; this is the
 // stream's view of it.
 TEST(SdpStream, SendIdleUntilThePeerAcknowledges) {
     Pair p;
     ASSERT_NO_FATAL_FAILURE(make_pair(p));
+    // (Retries only while another thread holds the stream: send_idle()
+    // takes no input in.)
     const auto idle_soon = [](sdp::Stream& s) {
         for (int i = 0; i < 5000; ++i) {
             if (s.send_idle()) {
@@ -755,7 +757,7 @@ TEST(SdpStream, SendIdleUntilThePeerAcknowledges) {
     const std::uint8_t one = 0x5a;
     p.client.write(std::span(&one, 1), ec);
     ASSERT_FALSE(ec) << ec.message();
-    EXPECT_FALSE(p.client.send_idle()) << "the server has sent nothing since";
+    EXPECT_FALSE(p.client.send_idle()) << "the client has taken no input in since";
     std::uint8_t got = 0;
     ASSERT_EQ(p.server.read(std::span(&got, 1), ec), 1u) << ec.message();
     EXPECT_EQ(got, one);
