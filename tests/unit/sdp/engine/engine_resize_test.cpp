@@ -169,12 +169,7 @@ TEST(SdpEngineResize, Section10_6_1QueuedRequestWithdrawn) {
         e::Connection& x = accepting ? p.b : p.a;
         const std::vector<Packet>& log = accepting ? p.qb.sent_log : p.qa.sent_log;
         auto to_x = [&](w::Body body, std::uint16_t bufs) {
-            w::Message m;
-            m.bufs = bufs;
-            m.mseq = x.last_received_mseq() + 1;
-            m.mseq_ack = x.next_mseq() - 1;
-            m.body = std::move(body);
-            x.on_recv(w::encode(m), false);
+            x.on_recv(w::encode(next_message_to(x, std::move(body), bufs)), false);
         };
         to_x(w::Data{}, 0);
         ASSERT_EQ(x.send_credits(), 0u);

@@ -150,6 +150,19 @@ class FakeQp : public engine::QueuePair {
 };
 
 // Two engines wired back to back: a is the Connecting Peer, b the Accepting.
+// A message the peer of `to` sends next, as `to` expects it: the next MSeq,
+// acknowledging everything `to` sent; `bufs` is the credit it gives.
+inline wire::Message next_message_to(const engine::Connection& to, wire::Body body,
+                                     std::uint16_t bufs, std::uint8_t flags = 0) {
+    wire::Message m;
+    m.bufs = bufs;
+    m.flags = flags;
+    m.mseq = to.last_received_mseq() + 1;
+    m.mseq_ack = to.next_mseq() - 1;
+    m.body = std::move(body);
+    return m;
+}
+
 class Pair {
   public:
     explicit Pair(const engine::Config& ca = {}, const engine::Config& cb = {})
@@ -231,12 +244,7 @@ class Pair {
     // 16); inv: as Send with Invalidate of that STag; flags: the BSDH Flags
     // (6.1.2). Returns its MSeq.
     std::uint32_t inject(wire::Body body, std::uint32_t inv = 0, std::uint8_t flags = 0) {
-        wire::Message m;
-        m.bufs = 16;
-        m.flags = flags;
-        m.mseq = b.last_received_mseq() + 1;
-        m.mseq_ack = b.next_mseq() - 1;
-        m.body = std::move(body);
+        const wire::Message m = next_message_to(b, std::move(body), 16, flags);
         qa.outbound.push_back(Packet{wire::encode(m), false, false, inv});
         run_to_b();
         return m.mseq;
